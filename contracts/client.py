@@ -1,0 +1,141 @@
+"""``EngramClient``: a small async client for platform teams (publish sessions, save memories,
+read and change memory config, query and verify the audit log).
+
+It is a convenience: everything it does is plain JSON over NATS with an ``Authorization``
+header, so any language can do the same (see the README).
+"""
+
+from __future__ import annotations
+
+import json
+from types import TracebackType
+from typing import Any, TypeVar
+from uuid import UUID
+
+import nats
+from nats.aio.client import Client
+from pydantic import BaseModel
+
+from contracts.config import MemoryConfig
+from contracts.errors import error_for_code
+from contracts.events import SessionEnded
+from contracts.requests import (
+    Accepted,
+    AuditQueryReply,
+    AuditVerifyReply,
+    ConfigReply,
+    SaveEntry,
+    SaveOutcome,
+)
+from contracts.subjects import (
+    AUDIT_QUERY,
+    AUDIT_VERIFY,
+    CONFIG_GET,
+    CONFIG_PUT,
+    MEMORY_SAVE,
+    SESSION_ENDED,
+)
+
+__all__ = ["EngramClient"]
+
+R = TypeVar("R", bound=BaseModel)
+
+
+class EngramClient:
+    """``async with EngramClient.connect(url, token) as engram: await engram.publish_session(...)``"""
+
+    def __init__(self, nc: Client, token: str, *, timeout: float = 5.0, owns_connection: bool = False) -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._token = token
+        self._timeout = timeout
+        self._owns = owns_connection
+
+    @classmethod
+    async def connect(cls, url: str, token: str, *, timeout: float = 5.0) -> EngramClient:
+        nc = await nats.connect(url, name="engram-client")
+        return cls(nc, token, timeout=timeout, owns_connection=True)
+
+    async def __aenter__(self) -> EngramClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns and not self._nc.is_closed:
+            await self._nc.drain()
+
+    def _headers(self, **extra: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}", **extra}
+
+    async def publish_session(self, session: SessionEnded | dict[str, Any]) -> int:
+        """Publish ``engram.session.ended`` (JetStream, deduplicated by ``event_id``); returns
+        the stream sequence."""
+        model = session if isinstance(session, SessionEnded) else SessionEnded.model_validate(session)
+        ack = await self._js.publish(
+            SESSION_ENDED,
+            model.model_dump_json().encode(),
+            headers=self._headers(**{"Nats-Msg-Id": str(model.event_id)}),
+        )
+        return int(ack.seq)
+
+    async def request(self, subject: str, payload: dict[str, Any], *, timeout: float | None = None) -> Any:
+        """One request-reply; a wire error is raised as its typed ``EngramError``."""
+        reply = await self._nc.request(
+            subject, json.dumps(payload, default=str).encode(), timeout=timeout or self._timeout,
+            headers=self._headers(),
+        )
+        data = json.loads(reply.data)
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            err = data["error"]
+            raise error_for_code(str(err.get("code")), str(err.get("message")), err.get("details"))
+        return data
+
+    async def save(
+        self,
+        agent_config_id: UUID,
+        entries: list[SaveEntry] | list[dict[str, Any]],
+        *,
+        session_id: str | None = None,
+        principal: dict[str, Any] | None = None,
+        wait: bool = False,
+        request_id: UUID | None = None,
+    ) -> Accepted | SaveOutcome:
+        payload: dict[str, Any] = {
+            "agent_config_id": str(agent_config_id),
+            "entries": [e.model_dump(mode="json") if isinstance(e, SaveEntry) else e for e in entries],
+            "wait": wait,
+        }
+        if session_id is not None:
+            payload["session_id"] = session_id
+        if principal is not None:
+            payload["principal"] = principal
+        if request_id is not None:
+            payload["request_id"] = str(request_id)
+        data = await self.request(MEMORY_SAVE, payload, timeout=(self._timeout * 3) if wait else None)
+        return SaveOutcome.model_validate(data) if data.get("status") == 200 else Accepted.model_validate(data)
+
+    async def get_config(self, agent_config_id: UUID) -> ConfigReply:
+        return ConfigReply.model_validate(await self.request(CONFIG_GET, {"agent_config_id": str(agent_config_id)}))
+
+    async def put_config(self, agent_config_id: UUID, config: dict[str, Any]) -> ConfigReply:
+        data = await self.request(CONFIG_PUT, {"agent_config_id": str(agent_config_id), "config": config})
+        return ConfigReply.model_validate(data)
+
+    async def audit_query(
+        self, *, kind: str | None = None, after_seq: int = 0, limit: int = 100
+    ) -> AuditQueryReply:
+        payload: dict[str, Any] = {"after_seq": after_seq, "limit": limit}
+        if kind is not None:
+            payload["kind"] = kind
+        return AuditQueryReply.model_validate(await self.request(AUDIT_QUERY, payload))
+
+    async def audit_verify(self) -> AuditVerifyReply:
+        return AuditVerifyReply.model_validate(await self.request(AUDIT_VERIFY, {}, timeout=60))
+
+
+# MemoryConfig is re-exported for callers building configs with types.
+_ = MemoryConfig

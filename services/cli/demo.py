@@ -1,0 +1,154 @@
+"""``engram demo``: publish the bundled sessions as a platform would, wait for Engram to process
+them, then show what was distilled, reinforced, skipped, redacted and quarantined."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+from sqlalchemy import select
+
+from contracts.client import EngramClient
+from contracts.common import Principal
+from services.cli.demo_data import DEMO_AGENT_B, DEMO_ORG_B, demo_sessions
+from shared.auth import ALL_PERMISSIONS
+from shared.db.engine import Database
+from shared.db.models import MemoryEntry
+from shared.embedded.stack import DevIdentity
+
+__all__ = ["DemoReport", "run_demo"]
+
+
+@dataclass
+class DemoReport:
+    published: int = 0
+    distilled: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    saved: int = 0
+    reinforced: int = 0
+    redactions: Counter[str] = field(default_factory=Counter)
+    quarantined: int = 0
+    chain_ok: bool = False
+
+
+async def run_demo(
+    nats_url: str, database_url: str, identity: DevIdentity, console: Console, *, timeout_s: float = 60.0
+) -> DemoReport:
+    tokens = identity.tokens()
+    orgs = {identity.org_id: identity.agent_config_id, DEMO_ORG_B: DEMO_AGENT_B}
+    org_tokens = {
+        org: tokens.mint(org_id=org, principal=Principal(kind="service", id="demo-platform"),
+                         permissions=ALL_PERMISSIONS, ttl_seconds=3600)
+        for org in orgs
+    }
+    sessions = demo_sessions(identity.org_id, identity.agent_config_id, DEMO_ORG_B, DEMO_AGENT_B,
+                             now=datetime.now(UTC))
+    report = DemoReport(published=len(sessions))
+    clients = {org: await EngramClient.connect(nats_url, token) for org, token in org_tokens.items()}
+    try:
+        with Progress(console=console, transient=False) as progress:
+            task = progress.add_task("publishing session.ended", total=len(sessions))
+            for payload in sessions:
+                await clients[UUID(payload["org_id"])].publish_session(payload)
+                progress.advance(task)
+            wait = progress.add_task("distilling", total=len(sessions))
+            done = await _wait_for_distill(clients, sessions, progress, wait, timeout_s)
+        for org, client in clients.items():
+            records = await _all_audit(client)
+            _tally(report, records, done.get(org, set()))
+            verdict = await client.audit_verify()
+            report.chain_ok = verdict.ok if org == identity.org_id else report.chain_ok and verdict.ok
+    finally:
+        for client in clients.values():
+            await client.close()
+    await _show(console, database_url, orgs, report)
+    return report
+
+
+async def _all_audit(client: EngramClient) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = await client.audit_query(after_seq=after, limit=1000)
+        records += page.records
+        if page.next_after_seq is None:
+            return records
+        after = page.next_after_seq
+
+
+async def _wait_for_distill(
+    clients: dict[UUID, EngramClient], sessions: list[dict[str, Any]], progress: Progress, task: Any,
+    timeout_s: float,
+) -> dict[UUID, set[str]]:
+    """Poll the audit log until every published session has a distill outcome."""
+    wanted = {(UUID(s["org_id"]), s["event_id"]) for s in sessions}
+    seen: dict[UUID, set[str]] = {}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        for org, client in clients.items():
+            for record in await _all_audit(client):
+                if record["kind"] in {"distill.completed", "distill.skipped"}:
+                    seen.setdefault(org, set()).add(str(record["details"].get("event_id")))
+        count = sum(1 for org, ev in wanted if ev in seen.get(org, set()))
+        progress.update(task, completed=count)
+        if count >= len(wanted):
+            break
+        await asyncio.sleep(0.3)
+    return seen
+
+
+def _tally(report: DemoReport, records: list[dict[str, Any]], events: set[str]) -> None:
+    for record in records:
+        details = record["details"]
+        if record["kind"] == "distill.completed":
+            report.distilled += 1
+        elif record["kind"] == "distill.skipped":
+            report.skipped[str(details.get("reason"))] += 1
+        elif record["kind"] == "memory.saved":
+            report.saved += int(details.get("saved", 0))
+            report.reinforced += int(details.get("reinforced", 0))
+            report.redactions.update({k: int(v) for k, v in details.get("redactions", {}).items()})
+            report.quarantined += len(details.get("quarantined", []))
+
+
+async def _show(console: Console, database_url: str, orgs: dict[UUID, UUID], report: DemoReport) -> None:
+    db = Database(database_url, pool_size=1)
+    try:
+        async with db.read() as session:
+            rows = (
+                await session.execute(
+                    select(MemoryEntry)
+                    .where(MemoryEntry.org_id.in_(list(orgs)), MemoryEntry.layer == "memory")  # type: ignore[attr-defined]
+                    .order_by(MemoryEntry.org_id, MemoryEntry.created_at)  # type: ignore[arg-type]
+                )
+            ).scalars().all()
+    finally:
+        await db.close()
+    table = Table(title="What Engram remembered (read from Postgres)", show_lines=False, expand=True)
+    for column in ("org", "owner", "type", "imp.", "×", "flags", "lesson"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        flags = ",".join([*(["QUARANTINED"] if row.quarantined else []), *row.redaction])
+        table.add_row(
+            str(row.org_id)[:8], row.owner_key or "(shared)", row.memory_type, f"{row.importance:.2f}",
+            str(row.reinforcement_count), flags, row.text if not row.quarantined else "[quarantined]",
+        )
+    console.print(table)
+    summary = Table(title="Demo summary", show_header=False)
+    summary.add_row("sessions published", str(report.published))
+    summary.add_row("distilled", str(report.distilled))
+    summary.add_row("skipped by the gate", ", ".join(f"{k}: {v}" for k, v in report.skipped.items()) or "0")
+    summary.add_row("lessons saved", str(report.saved))
+    summary.add_row("reinforced (same lesson again)", str(report.reinforced))
+    summary.add_row("redacted", ", ".join(f"{k}: {v}" for k, v in report.redactions.items()) or "0")
+    summary.add_row("quarantined (injection)", str(report.quarantined))
+    summary.add_row("audit chain", "verified" if report.chain_ok else "BROKEN")
+    console.print(summary)

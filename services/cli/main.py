@@ -1,0 +1,222 @@
+"""The ``engram`` command: run the stack, run one service, the demo, tokens, audit and config."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import typer
+from rich.console import Console
+
+from contracts.client import EngramClient
+from contracts.common import Principal
+from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.embedded.stack import connection_file, embedded_stack, load_dev_identity, write_connection_file
+from shared.logging import setup_logging
+from shared.settings import EngramSettings
+
+app = typer.Typer(help="Engram: long-term memory for AI agents, on NATS.", no_args_is_help=True)
+token_app = typer.Typer(help="Issue tokens.", no_args_is_help=True)
+audit_app = typer.Typer(help="Read and check the audit log.", no_args_is_help=True)
+config_app = typer.Typer(help="Read and change an agent config's memory config.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+app.add_typer(audit_app, name="audit")
+app.add_typer(config_app, name="config")
+console = Console()
+
+DATA_DIR = typer.Option(Path(".engram"), "--data-dir", help="Where the embedded stack keeps its data.")
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+@app.command()
+def up(
+    data_dir: Path = DATA_DIR,
+    nats_port: int = typer.Option(4223, help="Port for the embedded nats-server (0 = any free port)."),
+    nats_url: str = typer.Option("", help="Use this NATS instead of starting one."),
+    database_url: str = typer.Option("", help="Use this Postgres instead of starting one."),
+    demo: bool = typer.Option(False, "--demo", help="Publish the demo sessions once ready."),
+) -> None:
+    """Start NATS, Postgres and every service in one process, until Ctrl-C."""
+    from services.runtime import running_services
+    from shared.embedded.nats_server import port_in_use
+
+    base = EngramSettings()
+    setup_logging(base.log_level, json=base.log_json)
+    if not (nats_url or base.nats_url) and nats_port and port_in_use(nats_port):
+        console.print(f"[yellow]port {nats_port} is taken; using a free port instead[/]")
+        nats_port = 0
+
+    async def main() -> None:
+        async with embedded_stack(
+            data_dir, nats_port=nats_port, nats_url=nats_url or base.nats_url,
+            database_url=database_url or base.database_url, base=base,
+        ) as settings, running_services(settings):
+            identity = load_dev_identity(settings.data_dir)
+            info = {
+                "nats_url": settings.nats_url,
+                "token": identity.service_token(),
+                "org_id": str(identity.org_id),
+                "agent_config_id": str(identity.agent_config_id),
+                "database_url": settings.database_url,
+            }
+            path = write_connection_file(settings.data_dir, info)
+            console.print(f"[bold green]Engram is up[/] — NATS at [bold]{settings.nats_url}[/]")
+            console.print(f"connection details (URL, dev token, org, agent config): {path}")
+            if demo:
+                from services.cli.demo import run_demo
+
+                await run_demo(settings.nats_url, settings.database_url, identity, console)
+                console.print("[bold]Still serving.[/] Publish your own sessions (see README); Ctrl-C stops.")
+            await _wait_for_signal()
+            console.print("stopping…")
+
+    asyncio.run(main())
+
+
+@app.command()
+def serve(service: str = typer.Argument(..., help="ingest | distill | governance-audit")) -> None:
+    """Run one service against external NATS and Postgres (ENGRAM_NATS_URL, ENGRAM_DATABASE_URL)."""
+    from services.runtime import SERVICES, running_services
+
+    if service not in SERVICES:
+        raise typer.BadParameter(f"choose one of {', '.join(SERVICES)}")
+    settings = EngramSettings()
+    setup_logging(settings.log_level, json=settings.log_json)
+
+    async def main() -> None:
+        async with running_services(settings, [service]):
+            await _wait_for_signal()
+
+    asyncio.run(main())
+
+
+@app.command()
+def demo(data_dir: Path = DATA_DIR) -> None:
+    """Publish the bundled demo sessions to a running `engram up` and show the outcome."""
+    from services.cli.demo import run_demo
+
+    info = _connection(data_dir)
+    asyncio.run(run_demo(info["nats_url"], info["database_url"], load_dev_identity(data_dir), console))
+
+
+def _connection(data_dir: Path) -> dict[str, Any]:
+    path = connection_file(data_dir)
+    if not path.exists():
+        raise typer.BadParameter(f"{path} not found: start Engram with `engram up` (or `make run`) first")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _client_args(data_dir: Path, nats_url: str, token: str) -> tuple[str, str]:
+    if nats_url and token:
+        return nats_url, token
+    info = _connection(data_dir)
+    return nats_url or info["nats_url"], token or info["token"]
+
+
+@token_app.command("mint")
+def token_mint(
+    org: UUID = typer.Option(..., help="Organization id."),
+    kind: str = typer.Option(..., help="none | end_user | actor | service"),
+    id: str = typer.Option(None, "--id", help="Principal id (not for kind none)."),
+    perm: list[str] = typer.Option(["memory.read", "memory.write"], help="Repeat for each permission."),
+    agent_config: UUID = typer.Option(None, help="Restrict to one agent config."),
+    session: str = typer.Option(None, help="Restrict to one session."),
+    ttl: int = typer.Option(3600, help="Seconds until it expires."),
+    data_dir: Path = DATA_DIR,
+) -> None:
+    """Print a signed token (keys from ENGRAM_TOKEN_KEYS, else the data dir's development key)."""
+    settings = EngramSettings()
+    keys = settings.signing_keys()
+    if not keys:
+        identity = load_dev_identity(data_dir)
+        keys = {identity.kid: identity.secret}
+    unknown = set(perm) - ALL_PERMISSIONS
+    if unknown:
+        raise typer.BadParameter(f"unknown permissions {sorted(unknown)}; choose from {sorted(ALL_PERMISSIONS)}")
+    token = TokenService(keys, settings.token_issuer).mint(
+        org_id=org, principal=Principal.model_validate({"kind": kind, "id": id}), permissions=set(perm),
+        ttl_seconds=ttl, agent_config_id=agent_config, session_id=session,
+    )
+    typer.echo(token)
+
+
+@audit_app.command("verify")
+def audit_verify(data_dir: Path = DATA_DIR, nats_url: str = "", token: str = "") -> None:
+    """Check the organization's audit chain; exits 1 and names the first broken record if any."""
+    url, tok = _client_args(data_dir, nats_url, token)
+
+    async def main() -> bool:
+        async with await EngramClient.connect(url, tok) as client:
+            reply = await client.audit_verify()
+        if reply.ok:
+            console.print(f"[green]audit chain verified[/]: {reply.checked} records")
+        else:
+            broken = reply.first_broken
+            console.print(f"[red]audit chain BROKEN[/] at record {broken.seq if broken else '?'}: "
+                          f"{broken.reason if broken else ''} (id {broken.record_id if broken else '-'})")
+        return reply.ok
+
+    if not asyncio.run(main()):
+        raise typer.Exit(1)
+
+
+@config_app.command("get")
+def config_get(agent_config: UUID = typer.Option(None), data_dir: Path = DATA_DIR, nats_url: str = "",
+               token: str = "") -> None:
+    """Print an agent config's memory config (default: the development agent config)."""
+    url, tok = _client_args(data_dir, nats_url, token)
+    target = agent_config or UUID(_connection(data_dir)["agent_config_id"])
+
+    async def main() -> None:
+        async with await EngramClient.connect(url, tok) as client:
+            reply = await client.get_config(target)
+        console.print_json(reply.model_dump_json())
+
+    asyncio.run(main())
+
+
+@config_app.command("set")
+def config_set(
+    pairs: list[str] = typer.Argument(..., help="key=value, dotted keys for nested (retention.max_entries=1000)"),
+    agent_config: UUID = typer.Option(None), data_dir: Path = DATA_DIR, nats_url: str = "", token: str = "",
+) -> None:
+    """Change part of an agent config's memory config; values are JSON (true, 5, "x")."""
+    url, tok = _client_args(data_dir, nats_url, token)
+    target = agent_config or UUID(_connection(data_dir)["agent_config_id"])
+    patch: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{pair!r} is not key=value")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        node = patch
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+
+    async def main() -> None:
+        async with await EngramClient.connect(url, tok) as client:
+            reply = await client.put_config(target, patch)
+        console.print_json(reply.model_dump_json())
+
+    asyncio.run(main())
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,121 @@
+"""``engram.save.accepted``: elective saves that ingest verified and durably accepted."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from contracts.errors import EngramError
+from contracts.internal import AcceptedSave
+from contracts.requests import SaveOutcome
+from contracts.subjects import save_result_subject
+from services.distill.save_path import Draft, SaveContext, save_entries
+from shared import audit
+from shared.config_store import claim_agent_config, org_memory_enabled
+from shared.deadletter import dead_letter
+from shared.infra import Infra
+from shared.outbox import claim_inbox
+from nats.aio.msg import Msg
+
+__all__ = ["CONSUMER", "handle_accepted_save"]
+
+CONSUMER = "distill-saves"
+
+
+async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
+    try:
+        request = AcceptedSave.model_validate_json(msg.data)
+    except ValidationError:
+        async with infra.db.transaction() as db:
+            await dead_letter(
+                db,
+                msg,
+                consumer=CONSUMER,
+                source="save",
+                org_id=audit.SYSTEM_ORG,
+                code="INVALID_REQUEST",
+                reason="unreadable accepted save",
+            )
+        infra.relay.wake()
+        await msg.ack()
+        return
+    ctx = SaveContext(
+        org_id=request.org_id,
+        agent_config_id=request.agent_config_id,
+        owner=request.owner,
+        session_id=request.session_id,
+        source="elective",
+        requested_by=request.requested_by,
+        provenance={"request_id": str(request.request_id)},
+    )
+    drafts = [
+        Draft(
+            text=e.text,
+            importance=e.importance,
+            memory_type=e.memory_type,
+            layer=e.layer,
+            metadata=dict(e.metadata),
+        )
+        for e in request.entries
+    ]
+    reply: dict[str, object]
+    try:
+        async with infra.db.transaction() as db:
+            if not await claim_inbox(db, CONSUMER, f"{request.org_id}/save/{request.request_id}"):
+                await msg.ack()
+                return
+            config, _ = await claim_agent_config(
+                db, request.org_id, request.agent_config_id, by=request.requested_by
+            )
+            enabled = config.memory_enabled and config.memory_write_enabled
+            enabled = enabled and await org_memory_enabled(db, request.org_id)
+            if enabled:
+                result = await save_entries(db, ctx, drafts, config)
+                outcome = SaveOutcome(
+                    request_id=request.request_id,
+                    saved=result.saved,
+                    skipped=result.skipped,
+                    reinforced=result.reinforced,
+                    ids=result.ids,
+                )
+            else:
+                await audit.append(
+                    db,
+                    request.org_id,
+                    [
+                        audit.AuditEntry(
+                            kind="save.skipped",
+                            actor_ref=request.requested_by,
+                            agent_config_id=request.agent_config_id,
+                            session_id=request.session_id,
+                            details={"reason": "write_disabled", "count": len(drafts)},
+                        )
+                    ],
+                )
+                outcome = SaveOutcome(
+                    request_id=request.request_id, saved=0, skipped=len(drafts), reinforced=0, ids=[]
+                )
+        reply = outcome.model_dump(mode="json")
+    except EngramError as exc:  # e.g. the agent config moved to another org since ingest checked
+        async with infra.db.transaction() as db:
+            await dead_letter(
+                db,
+                msg,
+                consumer=CONSUMER,
+                source="save",
+                org_id=request.org_id,
+                code=exc.code.value,
+                reason=exc.message,
+                original_event_id=str(request.request_id),
+                actor_ref=request.requested_by,
+            )
+        reply = exc.to_wire()
+    infra.relay.wake()
+    if request.wait:
+        await infra.nc.publish(save_result_subject(str(request.request_id)), outcome_bytes(reply))
+    await msg.ack()
+
+
+def outcome_bytes(reply: dict[str, object]) -> bytes:
+    import json
+
+    return json.dumps(reply, default=str).encode()

@@ -1,0 +1,43 @@
+"""``engram.audit.query`` / ``engram.audit.verify``: read and check the caller's own chain."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from contracts.requests import AuditQuery, AuditQueryReply, AuditVerify, AuditVerifyReply, BrokenLink
+from shared import audit
+from shared.auth import ADMIN, Credential
+from shared.db.models import AuditRecord
+from shared.infra import Infra
+
+__all__ = ["query_audit", "verify_audit"]
+
+
+async def query_audit(infra: Infra, credential: Credential, request: AuditQuery) -> AuditQueryReply:
+    credential.require(ADMIN)
+    conditions = [AuditRecord.org_id == credential.org_id, AuditRecord.seq > request.after_seq]
+    if request.kind is not None:
+        conditions.append(AuditRecord.kind == request.kind)
+    if request.agent_config_id is not None:
+        conditions.append(AuditRecord.agent_config_id == request.agent_config_id)
+    async with infra.db.read() as db:
+        rows = (
+            await db.execute(
+                select(AuditRecord).where(*conditions).order_by(AuditRecord.seq).limit(request.limit)  # type: ignore[arg-type]
+            )
+        ).scalars().all()
+    records = [audit.to_event(row).model_dump(mode="json") for row in rows]
+    next_seq = rows[-1].seq if len(rows) == request.limit else None
+    return AuditQueryReply(records=records, next_after_seq=next_seq)
+
+
+async def verify_audit(infra: Infra, credential: Credential, request: AuditVerify) -> AuditVerifyReply:
+    credential.require(ADMIN)
+    async with infra.db.read() as db:
+        report = await audit.verify(db, credential.org_id)
+    broken = (
+        BrokenLink(seq=report.broken_seq, record_id=report.broken_id, reason=report.reason or "")
+        if report.broken_seq is not None
+        else None
+    )
+    return AuditVerifyReply(ok=report.ok, checked=report.checked, first_broken=broken)

@@ -1,0 +1,167 @@
+"""The audit log (SPEC 7.4): append-only, hash-chained per organization.
+
+Each record carries the previous record's hash; the hash covers every field, so altering,
+deleting or reordering a row breaks the chain at that row. ``audit_heads`` holds each chain's
+newest link and is locked while appending, which serializes appends per organization (and is
+why :func:`append` belongs at the start of a writer's transaction: one lock order, no deadlocks).
+Records are also published on ``engram.audit.<kind>`` through the outbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from contracts.events import AuditEvent
+from contracts.subjects import audit_subject
+from shared.db.models import AuditHead, AuditRecord
+from shared.outbox import enqueue
+from shared.time import utcnow
+
+__all__ = ["GENESIS", "SYSTEM_ORG", "AuditEntry", "ChainReport", "append", "lock_chain", "record_hash", "verify"]
+
+GENESIS = "0" * 64
+#: Records about input whose organization cannot be trusted (no valid token) go to this chain,
+#: so an attacker cannot write into a real organization's trail by naming it.
+SYSTEM_ORG = UUID(int=0)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    kind: str
+    actor_ref: str | None = None
+    agent_config_id: UUID | None = None
+    session_id: str | None = None
+    entry_ids: Sequence[UUID | str] = ()
+    details: dict[str, Any] | None = None
+
+
+def _canonical_time(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def record_hash(record: AuditRecord) -> str:
+    """sha256 over the canonical JSON of every field but the hash itself."""
+    body = {
+        "org_id": str(record.org_id),
+        "seq": record.seq,
+        "id": str(record.id),
+        "kind": record.kind,
+        "occurred_at": _canonical_time(record.occurred_at),
+        "actor_ref": record.actor_ref,
+        "agent_config_id": str(record.agent_config_id) if record.agent_config_id else None,
+        "session_id": record.session_id,
+        "entry_ids": list(record.entry_ids),
+        "details": record.details,
+        "prev_hash": record.prev_hash,
+    }
+    encoded = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
+
+
+async def lock_chain(session: AsyncSession, org_id: UUID) -> AuditHead:
+    """Take (creating if needed) the organization's chain head, locked until commit."""
+    await session.execute(
+        pg_insert(AuditHead).values(org_id=org_id, seq=0, hash=GENESIS).on_conflict_do_nothing()
+    )
+    head = (
+        await session.execute(
+            select(AuditHead).where(AuditHead.org_id == org_id).with_for_update()  # type: ignore[arg-type]
+        )
+    ).scalar_one()
+    return head
+
+
+async def append(session: AsyncSession, org_id: UUID, entries: Sequence[AuditEntry]) -> list[AuditRecord]:
+    """Append records to the organization's chain and queue them for ``engram.audit.<kind>``."""
+    if not entries:
+        return []
+    head = await lock_chain(session, org_id)
+    out: list[AuditRecord] = []
+    for entry in entries:
+        record = AuditRecord(
+            org_id=org_id,
+            seq=head.seq + 1,
+            id=uuid4(),
+            kind=entry.kind,
+            occurred_at=utcnow(),
+            actor_ref=entry.actor_ref,
+            agent_config_id=entry.agent_config_id,
+            session_id=entry.session_id,
+            entry_ids=[str(i) for i in entry.entry_ids],
+            details=dict(entry.details or {}),
+            prev_hash=head.hash,
+            hash="",
+        )
+        record.hash = record_hash(record)
+        session.add(record)
+        head.seq, head.hash = record.seq, record.hash
+        enqueue(session, audit_subject(entry.kind), to_event(record), record.id)
+        out.append(record)
+    session.add(head)
+    return out
+
+
+def to_event(record: AuditRecord) -> AuditEvent:
+    return AuditEvent(
+        event_id=record.id,
+        occurred_at=record.occurred_at,
+        org_id=record.org_id,
+        seq=record.seq,
+        kind=record.kind,
+        actor_ref=record.actor_ref,
+        agent_config_id=record.agent_config_id,
+        session_id=record.session_id,
+        entry_ids=[UUID(i) for i in record.entry_ids],
+        details=record.details,
+        prev_hash=record.prev_hash,
+        hash=record.hash,
+    )
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    ok: bool
+    checked: int
+    broken_seq: int | None = None
+    broken_id: UUID | None = None
+    reason: str | None = None
+
+
+async def verify(session: AsyncSession, org_id: UUID, *, chunk: int = 1000) -> ChainReport:
+    """Walk the chain in order and report the first record that does not link or hash."""
+    expected_prev, expected_seq, checked = GENESIS, 1, 0
+    last_seq = 0
+    while True:
+        rows = (
+            await session.execute(
+                select(AuditRecord)
+                .where(AuditRecord.org_id == org_id, AuditRecord.seq > last_seq)  # type: ignore[arg-type]
+                .order_by(AuditRecord.seq)  # type: ignore[arg-type]
+                .limit(chunk)
+            )
+        ).scalars().all()
+        for row in rows:
+            checked += 1
+            if row.seq != expected_seq:
+                return ChainReport(False, checked, expected_seq, None, f"record {expected_seq} is missing")
+            if row.prev_hash != expected_prev:
+                return ChainReport(False, checked, row.seq, row.id, "does not link to the previous record")
+            if record_hash(row) != row.hash:
+                return ChainReport(False, checked, row.seq, row.id, "content does not match its hash")
+            expected_prev, expected_seq, last_seq = row.hash, row.seq + 1, row.seq
+        if len(rows) < chunk:
+            break
+    head = await session.get(AuditHead, org_id)
+    if head is not None and (head.seq != last_seq or head.hash != expected_prev):
+        return ChainReport(False, checked, last_seq + 1, None, "records after this one were removed")
+    return ChainReport(True, checked)

@@ -1,0 +1,170 @@
+"""Signed bearer tokens (SPEC section 8): HS256 JWTs via PyJWT, with key ids for rotation.
+
+A token names the organization, the principal, its permissions, optional agent config and
+session restrictions, and an expiry. Tenancy is taken from the verified token, never from a
+payload; :func:`act_as` decides whom a request may act for.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+from uuid import UUID, uuid4
+
+import jwt
+
+from contracts.common import Principal
+from contracts.errors import Forbidden, Unauthenticated
+
+__all__ = [
+    "ALL_PERMISSIONS",
+    "Credential",
+    "TokenService",
+    "act_as",
+    "bearer_from_headers",
+    "generate_secret",
+]
+
+READ: Final = "memory.read"
+WRITE: Final = "memory.write"
+ADMIN: Final = "memory.admin"
+PURGE: Final = "memory.purge"
+ALL_PERMISSIONS: Final = frozenset({READ, WRITE, ADMIN, PURGE})
+_ALGORITHM: Final = "HS256"
+# Bearer tokens are short JWTs; anything much longer is garbage or an attack on the parser.
+_MAX_TOKEN_CHARS: Final = 4096
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What a verified token proves about the caller."""
+
+    org_id: UUID
+    principal: Principal
+    permissions: frozenset[str]
+    agent_config_id: UUID | None = None
+    session_id: str | None = None
+    token_id: str = field(default="")
+
+    def require(self, permission: str) -> None:
+        if permission not in self.permissions:
+            raise Forbidden(f"token lacks permission {permission!r}", {"permission": permission})
+
+    def require_agent_config(self, agent_config_id: UUID) -> None:
+        if self.agent_config_id is not None and self.agent_config_id != agent_config_id:
+            raise Forbidden("token is restricted to another agent config")
+
+    def require_session(self, session_id: str | None) -> None:
+        if self.session_id is not None and self.session_id != session_id:
+            raise Forbidden("token is restricted to another session")
+
+
+def generate_secret() -> str:
+    return secrets.token_urlsafe(48)
+
+
+class TokenService:
+    """Mints and verifies tokens with ``kid → secret`` keys; the first key signs."""
+
+    def __init__(self, keys: Mapping[str, str], issuer: str = "engram") -> None:
+        if not keys:
+            raise ValueError("TokenService needs at least one signing key (set ENGRAM_TOKEN_KEYS)")
+        self._keys = dict(keys)
+        self._signing_kid = next(iter(self._keys))
+        self._issuer = issuer
+
+    def mint(
+        self,
+        *,
+        org_id: UUID,
+        principal: Principal,
+        permissions: frozenset[str] | set[str],
+        ttl_seconds: int = 3600,
+        agent_config_id: UUID | None = None,
+        session_id: str | None = None,
+    ) -> str:
+        unknown = set(permissions) - ALL_PERMISSIONS
+        if unknown:
+            raise ValueError(f"unknown permissions: {sorted(unknown)}")
+        now = int(time.time())
+        claims: dict[str, object] = {
+            "iss": self._issuer,
+            "iat": now,
+            "exp": now + ttl_seconds,
+            "jti": uuid4().hex,
+            "org": str(org_id),
+            "pk": principal.kind,
+            "pid": principal.id,
+            "perms": sorted(permissions),
+        }
+        if agent_config_id is not None:
+            claims["acfg"] = str(agent_config_id)
+        if session_id is not None:
+            claims["sid"] = session_id
+        return jwt.encode(
+            claims, self._keys[self._signing_kid], algorithm=_ALGORITHM, headers={"kid": self._signing_kid}
+        )
+
+    def verify(self, token: str | None) -> Credential:
+        """Check signature, issuer and expiry; any failure is ``UNAUTHENTICATED`` without detail
+        an attacker could use to tell a wrong key from a wrong claim."""
+        if not token:
+            raise Unauthenticated("missing bearer token")
+        if len(token) > _MAX_TOKEN_CHARS:
+            raise Unauthenticated("invalid token")
+        try:
+            kid = jwt.get_unverified_header(token).get("kid")
+            secret = self._keys.get(kid) if isinstance(kid, str) else None
+            if secret is None:
+                raise Unauthenticated("invalid token")
+            claims = jwt.decode(
+                token,
+                secret,
+                algorithms=[_ALGORITHM],
+                issuer=self._issuer,
+                options={"require": ["exp", "iat", "iss", "org", "pk", "perms"]},
+            )
+        except jwt.ExpiredSignatureError as exc:
+            raise Unauthenticated("token expired") from exc
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated("invalid token") from exc
+        try:
+            principal = Principal(kind=claims["pk"], id=claims.get("pid"))
+            perms = frozenset(str(p) for p in claims["perms"])
+            acfg = claims.get("acfg")
+            return Credential(
+                org_id=UUID(str(claims["org"])),
+                principal=principal,
+                permissions=perms & ALL_PERMISSIONS,
+                agent_config_id=UUID(str(acfg)) if acfg else None,
+                session_id=claims.get("sid"),
+                token_id=str(claims.get("jti", "")),
+            )
+        except (ValueError, TypeError, KeyError) as exc:
+            raise Unauthenticated("invalid token claims") from exc
+
+
+def bearer_from_headers(headers: Mapping[str, str] | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` NATS header, if any."""
+    if not headers:
+        return None
+    value = headers.get("Authorization") or headers.get("authorization")
+    if not value:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def act_as(credential: Credential, requested: Principal | None) -> Principal:
+    """Whom a request acts for: a service token may name anyone in its organization (and acts
+    for the shared pool when it names no one); every other token acts only for itself."""
+    if credential.principal.kind == "service":
+        return requested if requested is not None else Principal(kind="none")
+    if requested is not None and requested != credential.principal:
+        raise Forbidden("this token may not act on behalf of another principal")
+    return credential.principal

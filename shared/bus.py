@@ -1,0 +1,57 @@
+"""JetStream plumbing: streams as code, consumer settings, and publishing with ``Nats-Msg-Id``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from contracts.subjects import STREAMS, StreamDef
+
+__all__ = ["ensure_streams", "patch_pull_timeout", "stream_config"]
+
+
+def stream_config(definition: StreamDef, *, replicas: int = 1) -> StreamConfig:
+    return StreamConfig(
+        name=definition.name,
+        subjects=list(definition.subjects),
+        description=definition.description,
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
+        max_age=float(definition.max_age_seconds),
+        duplicate_window=float(definition.duplicate_window_seconds),
+        # A little above the payload limit ingest enforces, so oversize sessions still reach
+        # ingest and are dead-lettered with a reason instead of vanishing at publish time.
+        max_msg_size=definition.max_msg_bytes,
+        num_replicas=replicas,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, definitions: Iterable[StreamDef] = STREAMS) -> None:
+    """Create the streams, or bring an existing one's config up to date (idempotent)."""
+    for definition in definitions:
+        config = stream_config(definition)
+        try:
+            await js.stream_info(definition.name)
+        except NotFoundError:
+            await js.add_stream(config)
+        else:
+            await js.update_stream(config)
+
+
+def patch_pull_timeout() -> None:
+    """Work around a FastStream 0.7.8 / nats-py 2.16 mismatch.
+
+    FastStream's pull loop suppresses ``nats.errors.TimeoutError`` around ``fetch()``, but
+    nats-py 2.16 raises the builtin ``TimeoutError`` when an empty fetch runs out its deadline.
+    The loop's task then dies and FastStream's supervisor restarts it with an ERROR log, which
+    stalls consumption for a moment each time. Widening the name the loop suppresses to the
+    builtin (of which nats' error is a subclass) restores the intended "empty fetch → loop".
+    Remove when FastStream catches the builtin itself.
+    """
+    from faststream.nats.subscriber.usecases import stream_pull_subscriber
+
+    stream_pull_subscriber.TimeoutError = TimeoutError  # type: ignore[misc,assignment]

@@ -1,0 +1,66 @@
+"""The async engine, transactions, and migrations."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+__all__ = ["Database", "async_url", "migrate"]
+
+_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def async_url(url: str) -> str:
+    """Accept ``postgresql://`` (what people paste) and use the asyncpg driver."""
+    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix) :]
+    raise ValueError(f"ENGRAM_DATABASE_URL must be a postgresql:// URL, got {url.split(':', 1)[0]}://…")
+
+
+class Database:
+    """One engine per process; ``transaction()`` is the only way code writes."""
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = async_url(url)
+        self.engine: AsyncEngine = create_async_engine(
+            self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+        )
+        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """A session inside one transaction: committed on success, rolled back on any error."""
+        async with self._sessions() as session, session.begin():
+            yield session
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        async with self._sessions() as session:
+            yield session
+
+    async def ping(self) -> None:
+        async with self.engine.connect() as conn:
+            await conn.exec_driver_sql("SELECT 1")
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+def _alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    # ConfigParser interpolation would eat a literal '%' in passwords.
+    cfg.set_main_option("sqlalchemy.url", async_url(url).replace("%", "%%"))
+    return cfg
+
+
+async def migrate(url: str) -> None:
+    """Bring the schema to the newest revision (Alembic runs its own loop, so in a thread)."""
+    await asyncio.to_thread(command.upgrade, _alembic_config(url), "head")

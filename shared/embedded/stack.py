@@ -1,0 +1,127 @@
+"""The embedded stack: NATS and Postgres as child processes under one data dir, migrations
+applied, development credentials generated once and kept. External servers can replace either
+(``--nats-url`` / ``--database-url``). The services themselves are started by the caller."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+from pydantic import SecretStr
+
+from contracts.common import Principal
+from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.db.engine import migrate
+from shared.embedded.nats_server import NatsServerProcess
+from shared.embedded.postgres import EmbeddedPostgres
+from shared.settings import EngramSettings
+
+__all__ = ["DevIdentity", "connection_file", "embedded_stack", "load_dev_identity", "write_connection_file"]
+
+DEV_TOKEN_TTL_S = 30 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class DevIdentity:
+    """The development organization, agent config and signing key of one data dir."""
+
+    org_id: UUID
+    agent_config_id: UUID
+    kid: str
+    secret: str
+
+    @property
+    def token_keys(self) -> str:
+        return f"{self.kid}={self.secret}"
+
+    def tokens(self) -> TokenService:
+        return TokenService({self.kid: self.secret})
+
+    def service_token(self, ttl_seconds: int = DEV_TOKEN_TTL_S) -> str:
+        return self.tokens().mint(
+            org_id=self.org_id,
+            principal=Principal(kind="service", id="engram-dev"),
+            permissions=ALL_PERMISSIONS,
+            ttl_seconds=ttl_seconds,
+        )
+
+
+def load_dev_identity(data_dir: Path) -> DevIdentity:
+    """Read the data dir's development identity, generating it (mode 0600) on first use."""
+    path = data_dir / "dev-identity.json"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fresh = {
+            "org_id": str(uuid4()),
+            "agent_config_id": str(uuid4()),
+            "kid": f"dev-{secrets.token_hex(4)}",
+            "secret": secrets.token_urlsafe(48),
+        }
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(fresh, handle, indent=2)
+    raw = json.loads(path.read_text())
+    return DevIdentity(UUID(raw["org_id"]), UUID(raw["agent_config_id"]), raw["kid"], raw["secret"])
+
+
+def connection_file(data_dir: Path) -> Path:
+    return data_dir / "connection.json"
+
+
+def write_connection_file(data_dir: Path, info: dict[str, Any]) -> Path:
+    path = connection_file(data_dir)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(info, handle, indent=2)
+    tmp.replace(path)  # atomic: a reader never sees half a file
+    return path
+
+
+@asynccontextmanager
+async def embedded_stack(
+    data_dir: Path,
+    *,
+    nats_port: int = 0,
+    nats_url: str = "",
+    database_url: str = "",
+    base: EngramSettings | None = None,
+) -> AsyncIterator[EngramSettings]:
+    """Start what is not given externally, migrate, and yield settings pointing at it all."""
+    data_dir = data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    connection_file(data_dir).unlink(missing_ok=True)
+    identity = load_dev_identity(data_dir)
+    nats = None if nats_url else NatsServerProcess(data_dir / "nats", port=nats_port)
+    postgres = None if database_url else EmbeddedPostgres(data_dir)
+    try:
+        if nats is not None:
+            await nats.start()
+            nats_url = nats.url
+        if postgres is not None:
+            database_url = await postgres.start()
+        await migrate(database_url)
+        settings = (base or EngramSettings()).model_copy(
+            update={
+                "nats_url": nats_url,
+                "database_url": database_url,
+                "data_dir": data_dir,
+                # Configured keys keep signing; the dev key is added so dev tokens verify too.
+                "token_keys": SecretStr(",".join(filter(None, [
+                    base.token_keys.get_secret_value() if base else "", identity.token_keys]))),
+            }
+        )
+        yield settings
+    finally:
+        connection_file(data_dir).unlink(missing_ok=True)
+        if nats is not None:
+            await nats.stop()
+        if postgres is not None:
+            await postgres.stop()

@@ -1,0 +1,33 @@
+"""Request-reply plumbing shared by every service: verify the token, parse the body, run the
+handler, and turn any failure into the SPEC 9 envelope. A bad request never crashes a service."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from shared.auth import Credential, TokenService, bearer_from_headers
+from shared.wire import error_reply, parse_model
+
+__all__ = ["answer"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def answer(
+    tokens: TokenService,
+    headers: Mapping[str, str] | None,
+    body: bytes,
+    model: type[M],
+    handler: Callable[[Credential, M], Awaitable[BaseModel | dict[str, Any]]],
+) -> dict[str, Any]:
+    """Authenticate before parsing: an anonymous caller learns nothing about the schema."""
+    try:
+        credential = tokens.verify(bearer_from_headers(headers))
+        request = parse_model(model, body)
+        result = await handler(credential, request)
+    except Exception as exc:
+        return error_reply(exc)
+    return result.model_dump(mode="json") if isinstance(result, BaseModel) else result

@@ -1,0 +1,39 @@
+"""What every service is handed at the composition root: the database, the broker connection,
+the token verifier and the outbox relay. Built once per process by ``services.runtime``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from faststream.nats import NatsBroker
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from shared.auth import TokenService
+from shared.db.engine import Database
+from shared.outbox import OutboxRelay
+from shared.settings import EngramSettings
+
+__all__ = ["Infra"]
+
+
+@dataclass
+class Infra:
+    settings: EngramSettings
+    db: Database
+    tokens: TokenService
+    broker: NatsBroker
+    relay: OutboxRelay
+
+    @property
+    def nc(self) -> Client:
+        return self.broker.connection
+
+    @property
+    def js(self) -> JetStreamContext:
+        return self.nc.jetstream()
+
+    def backoff(self, deliveries: int) -> float:
+        """The redelivery delay after the ``deliveries``-th failed attempt."""
+        steps = self.settings.redeliver_backoff_s
+        return steps[min(deliveries, len(steps)) - 1] if steps else 1.0

@@ -1,0 +1,155 @@
+"""Transactional outbox and inbox (STYLE habit 8).
+
+An event is written as an ``outbox`` row in the same transaction as its effect; the relay then
+publishes it with ``Nats-Msg-Id = event_id`` (so JetStream drops a re-publish after a crash
+between publish and delete) and deletes the row. A consumer records ``(consumer, event_id)``
+in ``inbox`` in the same transaction as its effect, so a redelivered event takes effect once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from uuid import UUID
+
+from nats.js import JetStreamContext
+from pydantic import BaseModel
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from shared.db.engine import Database
+from shared.db.models import InboxRecord, OutboxMessage
+from shared.telemetry import inject_trace_headers
+from shared.time import utcnow
+
+__all__ = ["OutboxRelay", "already_processed", "claim_inbox", "enqueue", "enqueue_raw"]
+
+log = logging.getLogger(__name__)
+
+
+def enqueue(session: AsyncSession, subject: str, event: BaseModel, event_id: UUID) -> None:
+    """Add an event to the outbox of the current transaction."""
+    enqueue_raw(session, subject, event.model_dump_json().encode(), event_id)
+
+
+def enqueue_raw(session: AsyncSession, subject: str, payload: bytes, event_id: UUID) -> None:
+    session.add(
+        OutboxMessage(
+            event_id=event_id,
+            subject=subject,
+            payload=payload,
+            headers=inject_trace_headers({}),
+            created_at=utcnow(),
+        )
+    )
+
+
+async def claim_inbox(session: AsyncSession, consumer: str, event_id: str) -> bool:
+    """Record that ``consumer`` takes effect for ``event_id``; False if it already has.
+
+    Concurrent claimants of the same id serialize on the primary key: the loser waits for the
+    winner's transaction and then sees the conflict, so exactly one takes effect.
+    """
+    result = await session.execute(
+        pg_insert(InboxRecord)
+        .values(consumer=consumer, event_id=event_id, processed_at=utcnow())
+        .on_conflict_do_nothing()
+        .returning(InboxRecord.event_id)
+    )
+    return result.first() is not None
+
+
+async def already_processed(session: AsyncSession, consumer: str, event_id: str) -> bool:
+    found = await session.get(InboxRecord, (consumer, event_id))
+    return found is not None
+
+
+class OutboxRelay:
+    """Publishes committed outbox rows. Runs beside every writer; several may run at once
+    (rows are claimed with ``FOR UPDATE SKIP LOCKED``)."""
+
+    def __init__(
+        self, db: Database, js: JetStreamContext, *, batch: int = 200, poll_interval_s: float = 0.5
+    ) -> None:
+        self._db = db
+        self._js = js
+        self._batch = batch
+        self._poll = poll_interval_s
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.published = 0
+
+    def wake(self) -> None:
+        """Called after a commit that added outbox rows, so they go out without waiting a poll."""
+        self._wake.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="outbox-relay")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        # One last pass so a clean shutdown leaves nothing behind that a poll would have sent.
+        try:
+            await self.flush()
+        except Exception:  # the next start will publish it; never block shutdown on NATS
+            log.warning("outbox flush at shutdown failed; rows stay for the next relay")
+
+    async def flush(self) -> int:
+        """Publish everything pending now; returns how many were published."""
+        total = 0
+        while True:
+            sent = await self._publish_batch()
+            total += sent
+            if sent < self._batch:
+                return total
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # NATS or Postgres away: the rows stay and are retried; nothing is lost.
+                log.warning("outbox relay pass failed; retrying", exc_info=True)
+                await asyncio.sleep(1.0)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self._poll)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    async def _publish_batch(self) -> int:
+        async with self._db.transaction() as session:
+            rows = (
+                await session.execute(
+                    select(OutboxMessage)
+                    .order_by(OutboxMessage.id)  # type: ignore[arg-type]
+                    .limit(self._batch)
+                    .with_for_update(skip_locked=True)
+                )
+            ).scalars().all()
+            if not rows:
+                return 0
+            await asyncio.gather(
+                *(
+                    self._js.publish(
+                        row.subject,
+                        row.payload,
+                        headers={**row.headers, "Nats-Msg-Id": str(row.event_id)},
+                    )
+                    for row in rows
+                )
+            )
+            await session.execute(
+                delete(OutboxMessage).where(OutboxMessage.id.in_([r.id for r in rows]))  # type: ignore[union-attr]
+            )
+        self.published += len(rows)
+        return len(rows)

@@ -1,0 +1,25 @@
+"""The write policy: normalization and fingerprints, PII redaction, injection detection (SPEC 4.3).
+
+Pure functions over text, standard library only, so every writer (distill, save, append, import)
+applies exactly the same rules.
+"""
+
+from shared.policy.injection import INJECTION_REASONS, find_injection, is_injection
+from shared.policy.normalize import fingerprint, normalize
+from shared.policy.pii import PII_KINDS, PiiFinding, find_pii, redact_pii
+from shared.policy.write_policy import PiiHandling, PolicyDecision, apply_write_policy
+
+__all__ = [
+    "INJECTION_REASONS",
+    "PII_KINDS",
+    "PiiFinding",
+    "PiiHandling",
+    "PolicyDecision",
+    "apply_write_policy",
+    "find_injection",
+    "find_pii",
+    "fingerprint",
+    "is_injection",
+    "normalize",
+    "redact_pii",
+]

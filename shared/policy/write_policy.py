@@ -1,0 +1,68 @@
+"""The write policy every writer passes before anything is stored or embedded (SPEC 4.3).
+
+Pure: it decides, the save path acts. Denial means nothing is written; quarantine means the entry is
+stored with its reasons but never placed in a prompt (SPEC 5.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from shared.policy.injection import find_injection
+from shared.policy.pii import find_pii, redact_pii
+
+__all__ = ["PiiHandling", "PolicyDecision", "apply_write_policy"]
+
+PiiHandling = Literal["redact", "block", "allow"]
+DEFAULT_MAX_CHARS = 8000
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    """What to store (``text``) and why, or why nothing may be stored (``denied``)."""
+
+    #: the text to store: redacted under ``redact``, otherwise exactly what was given.
+    text: str
+    #: sorted distinct PII kinds that were replaced (empty unless ``pii_handling="redact"``).
+    redactions: tuple[str, ...]
+    quarantined: bool
+    quarantine_reasons: tuple[str, ...]
+    #: ``None`` when allowed; else ``"empty"``, ``"too_long"`` or ``"pii:<KIND>,<KIND>"``.
+    denied: str | None
+
+    @property
+    def allowed(self) -> bool:
+        """Whether the entry may be stored (possibly quarantined)."""
+        return self.denied is None
+
+
+def apply_write_policy(
+    text: str, pii_handling: PiiHandling, max_chars: int = DEFAULT_MAX_CHARS
+) -> PolicyDecision:
+    """Apply size limits, PII handling and injection detection to one memory text."""
+    if pii_handling not in get_args(PiiHandling):
+        raise ValueError(f"pii_handling must be one of {get_args(PiiHandling)}, not {pii_handling!r}")
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1, not {max_chars}")
+    if not text.strip():
+        return _denied(text, "empty")
+    # The limit applies to what the writer sent; placeholders may make the stored text a little longer.
+    if len(text) > max_chars:
+        return _denied(text, "too_long")
+    # Injection runs on the original: redaction could otherwise break up (and hide) an attack phrase.
+    reasons = tuple(find_injection(text))
+    stored = text
+    redactions: tuple[str, ...] = ()
+    if pii_handling == "redact":
+        stored, kinds = redact_pii(text)
+        redactions = tuple(kinds)
+    elif pii_handling == "block":
+        blocked = sorted({finding.kind for finding in find_pii(text)})
+        if blocked:
+            return _denied(text, "pii:" + ",".join(blocked))
+    return PolicyDecision(stored, redactions, bool(reasons), reasons, None)
+
+
+def _denied(text: str, reason: str) -> PolicyDecision:
+    return PolicyDecision(text=text, redactions=(), quarantined=False, quarantine_reasons=(), denied=reason)

@@ -1,0 +1,69 @@
+"""Settings, read once at the composition root (``ENGRAM_*`` environment variables or a
+``.env`` file) and passed down. Domain code never reads the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["EngramSettings"]
+
+
+class EngramSettings(BaseSettings):
+    """Everything a service or the embedded stack needs to know about its surroundings."""
+
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", env_file=".env", extra="ignore")
+
+    #: External NATS; empty means the embedded stack starts its own.
+    nats_url: str = ""
+    #: External Postgres (``postgresql://…``); empty means the embedded stack starts its own.
+    database_url: str = ""
+    redis_url: str = ""
+    qdrant_url: str = ""
+    data_dir: Path = Path(".engram")
+
+    #: Signing keys for tokens, ``kid=secret`` pairs separated by commas; the first one signs.
+    #: Empty in the embedded stack means a development key generated into the data dir.
+    token_keys: SecretStr = SecretStr("")
+    token_issuer: str = "engram"
+
+    #: OpenAI-compatible chat endpoint for distill; empty selects the built-in distiller.
+    distill_model_url: str = ""
+    distill_model: str = "gpt-4o-mini"
+    distill_api_key: SecretStr = SecretStr("")
+    distill_timeout_s: float = Field(default=20.0, gt=0)
+    distill_retries: int = Field(default=2, ge=0, le=10)
+
+    #: JetStream redelivery: attempts before a message is dead-lettered, and the backoff.
+    max_deliver: int = Field(default=5, ge=1)
+    redeliver_backoff_s: tuple[float, ...] = (1.0, 5.0, 15.0, 30.0)
+    ack_wait_s: float = Field(default=60.0, gt=0)
+
+    #: OpenTelemetry: ``console`` (local), ``otlp`` (to ``otel_endpoint``) or ``none``.
+    otel_exporter: str = "none"
+    otel_endpoint: str = ""
+    log_level: str = "INFO"
+    log_json: bool = False
+
+    @field_validator("otel_exporter")
+    @classmethod
+    def _known_exporter(cls, value: str) -> str:
+        if value not in {"console", "otlp", "none"}:
+            raise ValueError("ENGRAM_OTEL_EXPORTER must be one of console, otlp, none")
+        return value
+
+    def signing_keys(self) -> dict[str, str]:
+        """The ``kid → secret`` map from ``ENGRAM_TOKEN_KEYS`` (insertion order: first signs)."""
+        keys: dict[str, str] = {}
+        for part in self.token_keys.get_secret_value().split(","):
+            if not part.strip():
+                continue
+            kid, sep, secret = part.strip().partition("=")
+            if not sep or not kid or len(secret) < 32:
+                raise ValueError(
+                    "ENGRAM_TOKEN_KEYS must be 'kid=secret' pairs with secrets of 32+ characters"
+                )
+            keys[kid] = secret
+        return keys

@@ -1,0 +1,112 @@
+"""OpenTelemetry tracing for every service: one process-wide tracer provider, the FastStream
+middleware that carries ``traceparent`` through NATS headers, and helpers for code that
+publishes with raw nats-py (the outbox relay) and so must inject the context itself."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from faststream.nats.opentelemetry import NatsTelemetryMiddleware
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace import Tracer
+
+__all__ = [
+    "extract_context",
+    "inject_trace_headers",
+    "nats_telemetry_middleware",
+    "setup_telemetry",
+    "tracer",
+]
+
+_log = logging.getLogger(__name__)
+
+_EXPORTERS = ("console", "otlp", "none")
+_OTLP_TRACES_PATH = "/v1/traces"
+
+# OpenTelemetry's global provider can be set once per process; we remember what we installed
+# (and with which arguments) so a second call returns it instead of stacking processors.
+_lock = threading.Lock()
+_installed: tuple[tuple[str, str, str], TracerProvider] | None = None
+
+
+def setup_telemetry(service_name: str, *, exporter: str, endpoint: str = "") -> TracerProvider | None:
+    """Install the process-wide tracer provider and return it.
+
+    ``console`` prints finished spans to stdout, ``otlp`` sends them over OTLP http/protobuf to
+    ``endpoint`` (a collector base URL such as ``http://otel:4318``, or the full ``/v1/traces``
+    URL), ``none`` installs nothing and returns ``None`` (the global no-op provider stays).
+    Idempotent: later calls return the provider of the first one — the global can only be set
+    once per process — and warn if they asked for something different.
+    """
+    global _installed
+    if exporter not in _EXPORTERS:
+        raise ValueError(f"unknown OpenTelemetry exporter {exporter!r}; use one of {', '.join(_EXPORTERS)}")
+    if exporter == "none":
+        return None
+    wanted = (service_name, exporter, endpoint)
+    with _lock:
+        if _installed is not None:
+            installed_with, provider = _installed
+            if installed_with != wanted:
+                _log.warning("telemetry already set up as %r; ignoring %r", installed_with, wanted)
+            return provider
+        provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
+        provider.add_span_processor(BatchSpanProcessor(_span_exporter(exporter, endpoint)))
+        trace.set_tracer_provider(provider)
+        _installed = (wanted, provider)
+        return provider
+
+
+def _span_exporter(exporter: str, endpoint: str) -> SpanExporter:
+    if exporter == "console":
+        return ConsoleSpanExporter()
+    if not endpoint:
+        raise ValueError(
+            "the otlp exporter needs an endpoint: set ENGRAM_OTEL_ENDPOINT (e.g. http://otel:4318)"
+        )
+    # Imported here: the OTLP exporter pulls in requests and protobuf, which console/none never need.
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=_traces_url(endpoint))
+
+
+def _traces_url(endpoint: str) -> str:
+    """The collector's traces URL: a base URL gets ``/v1/traces`` like ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
+    if urlsplit(endpoint).path.rstrip("/").endswith(_OTLP_TRACES_PATH):
+        return endpoint
+    return endpoint.rstrip("/") + _OTLP_TRACES_PATH
+
+
+def nats_telemetry_middleware(provider: TracerProvider | None) -> NatsTelemetryMiddleware:
+    """FastStream's NATS middleware (``NatsBroker(middlewares=[...])``): a span per publish and
+    per consume, with ``traceparent`` carried in the message headers. ``None`` uses the global
+    provider, which is a no-op unless :func:`setup_telemetry` installed one."""
+    return NatsTelemetryMiddleware(tracer_provider=provider)
+
+
+def inject_trace_headers(headers: dict[str, str]) -> dict[str, str]:
+    """A copy of ``headers`` plus the current trace context (``traceparent``, and ``tracestate``
+    / ``baggage`` when set), for messages published with raw nats-py. Without an active span
+    the copy is returned unchanged."""
+    carrier = dict(headers)
+    propagate.inject(carrier)
+    return carrier
+
+
+def extract_context(headers: Mapping[str, str] | None) -> Context:
+    """The trace context carried by a message's headers, to parent a consumer's span on it
+    (``tracer(...).start_as_current_span(name, context=extract_context(msg.headers))``)."""
+    return propagate.extract(headers or {})
+
+
+def tracer(name: str) -> Tracer:
+    """A tracer from the global provider; safe to call before :func:`setup_telemetry` (the
+    proxy it returns starts recording once a provider is installed)."""
+    return trace.get_tracer(name)
