@@ -56,7 +56,9 @@ class BuiltinDistiller:
 def distill_session(session: SessionEnded) -> list[Lesson]:
     """At most five lessons, by importance (highest first) and then text, without duplicates.
 
-    - an unrecovered failed call: "<tool> failed with '<error>' while working on '<task>'"
+    - an unrecovered failed call: "<tool> failed with '<error>'" — deliberately without the task,
+      so the same failure seen again by the same owner reinforces one lesson instead of adding
+      a near-copy per task
       (``lesson``, 0.6, +0.1 when the tool failed more than once, +0.1 for the last error of a
       failed session);
     - a recovered one: "After <tool> failed with '<error>' …, retrying <tool> … worked" or
@@ -101,7 +103,7 @@ def _trace_lessons(session: SessionEnded) -> Iterator[Lesson]:
             importance += 0.1
         if session.status == "failed" and i == failures[-1]:
             importance += 0.1
-        text = f"{failed.tool} failed with '{error}' while working on {task}"
+        text = f"{failed.tool} failed with '{error}'"
         yield Lesson(_finish(text), round(importance, 2), "lesson")
 
 

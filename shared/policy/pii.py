@@ -43,7 +43,7 @@ _SECRET_TOKENS = re.compile(
 _BEARER = re.compile(r"\b[Bb]earer\s+(?P<value>[A-Za-z0-9\-._~+/]{16,}=*)")
 # `password=…` style: only the value is redacted, so the memory still says *which* secret it was.
 _ASSIGNMENT = re.compile(
-    r"(?i)\b(?:[a-z0-9]+[_-])*"
+    r"(?i)(?<![a-z0-9])"  # "DB_PASSWORD" counts; a prefix group here would backtrack quadratically
     r"(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key"
     r"|token|access[_-]?token|auth[_-]?token|refresh[_-]?token)"
     r"[\"']?\s*(?P<sep>[:=])\s*"

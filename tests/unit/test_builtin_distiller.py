@@ -17,8 +17,9 @@ async def test_implements_the_distiller_port() -> None:
     assert await distiller.distill(session, summarize_trace(session)) == distill_session(session)
 
 
-def test_an_unrecovered_failure_becomes_a_lesson_with_its_error_and_task() -> None:
-    """A failed call that never worked later yields '<tool> failed with '<error>' while …'."""
+def test_an_unrecovered_failure_becomes_a_task_independent_lesson() -> None:
+    """A failed call that never worked later yields "<tool> failed with '<error>'", task left out
+    so that the same failure in another task reinforces the same lesson."""
     # The next call (another tool, unrelated input) is just the next step, not a recovery.
     session = make_session(
         task="Deploy the billing service",
@@ -28,7 +29,7 @@ def test_an_unrecovered_failure_becomes_a_lesson_with_its_error_and_task() -> No
         ],
     )
     expected = Lesson(
-        "kubectl_apply failed with 'forbidden: no RBAC role' while working on 'Deploy the billing service'.",
+        "kubectl_apply failed with 'forbidden: no RBAC role'.",
         0.6,
         "lesson",
     )

@@ -1,0 +1,171 @@
+"""The write path as a platform sees it: raw nats-py publishes in, lessons in Postgres out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from uuid import UUID
+
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from sqlalchemy import func, select
+
+from contracts.events import SessionEnded
+from shared.auth import TokenService
+from shared.db.engine import Database
+from shared.db.models import AuditRecord, MemoryEntry
+from shared.distillers.builtin import distill_session
+from shared.infra import Infra
+from shared.policy import normalize
+from tests.platform import eventually, publish_session, session_payload
+
+pytestmark = pytest.mark.integration
+
+N_SESSIONS = 200
+OWNERS = [{"kind": "end_user", "id": "alice"}, {"kind": "end_user", "id": "bob"},
+          {"kind": "actor", "id": "carol"}, {"kind": "none"}]
+
+
+def _sessions(org: UUID, agent: UUID) -> list[dict[str, object]]:
+    """200 sessions; failures repeat across sessions so reinforcement happens, owners rotate."""
+    out = []
+    for i in range(N_SESSIONS):
+        trace = [
+            {"tool": "search_kb", "input": {"q": f"topic {i}"}, "output": "3 hits"},
+            {"tool": "deploy", "input": {"env": "staging"}, "error": f"quota exceeded in region r{i % 7}"},
+        ]
+        transcript = [{"role": "user", "content": f"Remember: ticket {i} must be closed by Friday."}]
+        out.append(session_payload(org, agent, principal=OWNERS[i % len(OWNERS)], tool_trace=trace,
+                                   transcript=transcript, task=f"Task {i}", session_id=f"s-{i}"))
+    return out
+
+
+def _expected(sessions: list[dict[str, object]]) -> Counter[tuple[str, str]]:
+    """(owner, normalized lesson) → how many sessions produce it, from the built-in distiller's rules."""
+    expected: Counter[tuple[str, str]] = Counter()
+    for payload in sessions:
+        session = SessionEnded.model_validate(payload)
+        owner = "" if session.principal.kind == "none" else session.principal.ref
+        for lesson in distill_session(session):
+            expected[(owner, normalize(lesson.text))] += 1
+    return expected
+
+
+async def _rows(db: Database, org: UUID) -> list[MemoryEntry]:
+    async with db.read() as s:
+        return list((await s.execute(select(MemoryEntry).where(MemoryEntry.org_id == org))).scalars())  # type: ignore[arg-type]
+
+
+async def _audit_count(db: Database, org: UUID, kind: str) -> int:
+    async with db.read() as s:
+        return int((await s.execute(select(func.count()).select_from(AuditRecord).where(
+            AuditRecord.org_id == org, AuditRecord.kind == kind))).scalar_one())  # type: ignore[arg-type]
+
+
+async def test_200_sessions_give_each_expected_lesson_exactly_once(
+    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """200 published sessions produce every expected lesson once per owner, reinforced by repeats;
+    publishing them all again — with and without Nats-Msg-Id — changes nothing."""
+    sessions = _sessions(org, agent)
+    await asyncio.gather(*(publish_session(nc, s, service_token) for s in sessions))
+
+    async def all_distilled() -> bool:
+        return await _audit_count(db, org, "distill.completed") == N_SESSIONS
+
+    await eventually(all_distilled, timeout=120, what="200 sessions distilled")
+    expected = _expected(sessions)
+    rows = await _rows(db, org)
+    got = Counter((r.owner_key, normalize(r.text)) for r in rows)
+    assert set(got) == set(expected)
+    assert all(count == 1 for count in got.values()), "a lesson was stored twice"
+    for row in rows:
+        assert row.reinforcement_count == expected[(row.owner_key, normalize(row.text))] - 1
+    snapshot = sorted((r.id, r.reinforcement_count, r.importance) for r in rows)
+
+    # Again with Nats-Msg-Id (JetStream drops them) and without it (ingest's inbox drops them).
+    await asyncio.gather(*(publish_session(nc, s, service_token) for s in sessions))
+    await asyncio.gather(*(publish_session(nc, s, service_token, msg_id=None) for s in sessions))
+    info = await nc.jetstream().consumer_info("ENGRAM_SESSIONS", "ingest")
+
+    async def ingest_drained() -> bool:
+        ci = await nc.jetstream().consumer_info("ENGRAM_SESSIONS", "ingest")
+        return ci.num_pending == 0 and ci.num_ack_pending == 0
+
+    await eventually(ingest_drained, what="ingest consumed the duplicates")
+    assert info.delivered.stream_seq >= N_SESSIONS
+    await asyncio.sleep(0.5)
+    after = sorted((r.id, r.reinforcement_count, r.importance) for r in await _rows(db, org))
+    assert after == snapshot
+    assert await _audit_count(db, org, "distill.completed") == N_SESSIONS
+
+
+async def test_every_stored_entry_has_one_written_event(
+    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """Each stored or reinforced lesson is announced once on engram.memory.written, with no text."""
+    sessions = _sessions(org, agent)[:12]
+    events: list[dict[str, object]] = []
+
+    async def collect(msg: Msg) -> None:
+        event = json.loads(msg.data)
+        if event["org_id"] == str(org):
+            events.append(event)
+
+    sub = await nc.subscribe("engram.memory.written", cb=collect)
+    await asyncio.gather(*(publish_session(nc, s, service_token) for s in sessions))
+    expected_events = sum(_expected(sessions).values())
+
+    async def all_events() -> bool:
+        return len(events) >= expected_events
+
+    await eventually(all_events, what=f"{expected_events} memory.written events")
+    await asyncio.sleep(0.3)
+    await sub.unsubscribe()
+    assert len(events) == expected_events
+    assert len({e["event_id"] for e in events}) == expected_events
+    assert all("text" not in e for e in events)
+    texts = {r.text for r in await _rows(db, org)}
+    assert not any(t in json.dumps(events) for t in texts)
+
+
+async def test_gate_skips_are_audited_not_errors(
+    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """cancelled, timeout and one-step sessions are skipped with a reason in the audit log."""
+    trace = [{"tool": "deploy", "input": {}, "error": "boom"}]
+    skipped = [
+        session_payload(org, agent, status="cancelled", tool_trace=trace),
+        session_payload(org, agent, status="timeout", tool_trace=trace),
+        session_payload(org, agent, steps=1, tool_trace=trace),
+    ]
+    await asyncio.gather(*(publish_session(nc, s, service_token) for s in skipped))
+
+    async def all_skipped() -> bool:
+        return await _audit_count(db, org, "distill.skipped") == 3
+
+    await eventually(all_skipped, what="three skips")
+    async with db.read() as s:
+        reasons = sorted(r.details["reason"] for r in (await s.execute(select(AuditRecord).where(
+            AuditRecord.org_id == org, AuditRecord.kind == "distill.skipped"))).scalars())  # type: ignore[arg-type]
+    assert reasons == ["status_cancelled", "status_timeout", "too_few_steps"]
+    assert await _rows(db, org) == []
+
+
+async def test_secrets_in_traces_are_redacted_before_storage(
+    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """An e-mail and an API key in a failing call's error never reach Postgres unredacted."""
+    trace = [{"tool": "send_email", "input": {}, "error": "SMTP 550 for jane.doe@example.com key AKIAIOSFODNN7EXAMPLE"}]
+    await publish_session(nc, session_payload(org, agent, tool_trace=trace), service_token)
+
+    async def stored() -> bool:
+        return bool(await _rows(db, org))
+
+    await eventually(stored, what="a lesson")
+    for row in await _rows(db, org):
+        assert "jane.doe@example.com" not in row.text
+        assert "AKIAIOSFODNN7EXAMPLE" not in row.text
+    assert any("[EMAIL]" in r.text for r in await _rows(db, org))
