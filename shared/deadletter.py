@@ -49,7 +49,8 @@ async def dead_letter(
             audit.AuditEntry(
                 kind=f"{source}.rejected",
                 actor_ref=actor_ref,
-                details={"code": code, "reason": reason, "event_id": original_event_id, "delivery": key},
+                details={"code": code, "reason": reason, "event_id": original_event_id, "delivery": key,
+                         "deliveries": msg.metadata.num_delivered},
             )
         ],
     )
