@@ -44,7 +44,9 @@ R = TypeVar("R", bound=BaseModel)
 class EngramClient:
     """``async with EngramClient.connect(url, token) as engram: await engram.publish_session(...)``"""
 
-    def __init__(self, nc: Client, token: str, *, timeout: float = 5.0, owns_connection: bool = False) -> None:
+    def __init__(
+        self, nc: Client, token: str, *, timeout: float = 5.0, owns_connection: bool = False
+    ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
         self._token = token
@@ -52,7 +54,8 @@ class EngramClient:
         self._owns = owns_connection
 
     @classmethod
-    async def connect(cls, url: str, token: str, *, timeout: float = 5.0) -> EngramClient:
+    # The timeout is the per-request default, not a deadline for this call.
+    async def connect(cls, url: str, token: str, *, timeout: float = 5.0) -> EngramClient:  # noqa: ASYNC109
         nc = await nats.connect(url, name="engram-client")
         return cls(nc, token, timeout=timeout, owns_connection=True)
 
@@ -82,10 +85,13 @@ class EngramClient:
         )
         return int(ack.seq)
 
-    async def request(self, subject: str, payload: dict[str, Any], *, timeout: float | None = None) -> Any:
+    # nats-py takes a timeout per request; so does this thin wrapper.
+    async def request(self, subject: str, payload: dict[str, Any], *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         """One request-reply; a wire error is raised as its typed ``EngramError``."""
         reply = await self._nc.request(
-            subject, json.dumps(payload, default=str).encode(), timeout=timeout or self._timeout,
+            subject,
+            json.dumps(payload, default=str).encode(),
+            timeout=timeout or self._timeout,
             headers=self._headers(),
         )
         data = json.loads(reply.data)
@@ -116,10 +122,14 @@ class EngramClient:
         if request_id is not None:
             payload["request_id"] = str(request_id)
         data = await self.request(MEMORY_SAVE, payload, timeout=(self._timeout * 3) if wait else None)
-        return SaveOutcome.model_validate(data) if data.get("status") == 200 else Accepted.model_validate(data)
+        return (
+            SaveOutcome.model_validate(data) if data.get("status") == 200 else Accepted.model_validate(data)
+        )
 
     async def get_config(self, agent_config_id: UUID) -> ConfigReply:
-        return ConfigReply.model_validate(await self.request(CONFIG_GET, {"agent_config_id": str(agent_config_id)}))
+        return ConfigReply.model_validate(
+            await self.request(CONFIG_GET, {"agent_config_id": str(agent_config_id)})
+        )
 
     async def put_config(self, agent_config_id: UUID, config: dict[str, Any]) -> ConfigReply:
         data = await self.request(CONFIG_PUT, {"agent_config_id": str(agent_config_id), "config": config})

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from collections.abc import AsyncIterator
 
 from faststream.nats import NatsBroker
 
@@ -53,7 +52,9 @@ async def running_services(
         raise ValueError("set ENGRAM_NATS_URL and ENGRAM_DATABASE_URL (or use `engram up`)")
     patch_pull_timeout()
     service_label = "engram" if len(names) > 1 else f"engram-{names[0]}"
-    provider = setup_telemetry(service_label, exporter=settings.otel_exporter, endpoint=settings.otel_endpoint)
+    provider = setup_telemetry(
+        service_label, exporter=settings.otel_exporter, endpoint=settings.otel_endpoint
+    )
     broker = NatsBroker(
         settings.nats_url,
         name=service_label,
@@ -67,8 +68,13 @@ async def running_services(
     js = broker.connection.jetstream()
     await ensure_streams(js)
     relay = OutboxRelay(db, js)
-    infra = Infra(settings=settings, db=db, tokens=TokenService(settings.signing_keys(), settings.token_issuer),
-                  broker=broker, relay=relay)
+    infra = Infra(
+        settings=settings,
+        db=db,
+        tokens=TokenService(settings.signing_keys(), settings.token_issuer),
+        broker=broker,
+        relay=relay,
+    )
     distiller = distiller or build_distiller(settings)
     # Imported here: each service's router is only loaded when that service runs.
     if "ingest" in names:

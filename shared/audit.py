@@ -20,6 +20,7 @@ from uuid import UUID, uuid4
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from contracts.events import AuditEvent
 from contracts.subjects import audit_subject
@@ -27,7 +28,16 @@ from shared.db.models import AuditHead, AuditRecord
 from shared.outbox import enqueue
 from shared.time import utcnow
 
-__all__ = ["GENESIS", "SYSTEM_ORG", "AuditEntry", "ChainReport", "append", "lock_chain", "record_hash", "verify"]
+__all__ = [
+    "GENESIS",
+    "SYSTEM_ORG",
+    "AuditEntry",
+    "ChainReport",
+    "append",
+    "lock_chain",
+    "record_hash",
+    "verify",
+]
 
 GENESIS = "0" * 64
 #: Records about input whose organization cannot be trusted (no valid token) go to this chain,
@@ -74,9 +84,7 @@ async def lock_chain(session: AsyncSession, org_id: UUID) -> AuditHead:
         pg_insert(AuditHead).values(org_id=org_id, seq=0, hash=GENESIS).on_conflict_do_nothing()
     )
     head = (
-        await session.execute(
-            select(AuditHead).where(AuditHead.org_id == org_id).with_for_update()  # type: ignore[arg-type]
-        )
+        await session.execute(select(AuditHead).where(col(AuditHead.org_id) == org_id).with_for_update())
     ).scalar_one()
     return head
 
@@ -143,13 +151,17 @@ async def verify(session: AsyncSession, org_id: UUID, *, chunk: int = 1000) -> C
     last_seq = 0
     while True:
         rows = (
-            await session.execute(
-                select(AuditRecord)
-                .where(AuditRecord.org_id == org_id, AuditRecord.seq > last_seq)  # type: ignore[arg-type]
-                .order_by(AuditRecord.seq)  # type: ignore[arg-type]
-                .limit(chunk)
+            (
+                await session.execute(
+                    select(AuditRecord)
+                    .where(col(AuditRecord.org_id) == org_id, col(AuditRecord.seq) > last_seq)
+                    .order_by(col(AuditRecord.seq))
+                    .limit(chunk)
+                )
             )
-        ).scalars().all()
+            .scalars()
+            .all()
+        )
         for row in rows:
             checked += 1
             if row.seq != expected_seq:

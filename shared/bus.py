@@ -54,4 +54,4 @@ def patch_pull_timeout() -> None:
     """
     from faststream.nats.subscriber.usecases import stream_pull_subscriber
 
-    stream_pull_subscriber.TimeoutError = TimeoutError  # type: ignore[misc,assignment]
+    stream_pull_subscriber.TimeoutError = TimeoutError  # type: ignore[attr-defined,assignment]

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from contracts.config import MemoryConfig, deep_merge, merge_config
 from contracts.errors import Forbidden, InvalidRequest
@@ -34,14 +35,28 @@ async def claim_agent_config(
     defaults = MemoryConfig().model_dump(mode="json")
     inserted = await session.execute(
         pg_insert(MemoryConfigRow)
-        .values(agent_config_id=agent_config_id, org_id=org_id, version=1, config={},
-                updated_at=now, updated_by=by)
+        .values(
+            agent_config_id=agent_config_id,
+            org_id=org_id,
+            version=1,
+            config={},
+            updated_at=now,
+            updated_by=by,
+        )
         .on_conflict_do_nothing()
-        .returning(MemoryConfigRow.agent_config_id)
+        .returning(col(MemoryConfigRow.agent_config_id))
     )
     if inserted.first() is not None:
-        session.add(MemoryConfigVersion(agent_config_id=agent_config_id, version=1, org_id=org_id,
-                                        config=defaults, created_at=now, created_by=by))
+        session.add(
+            MemoryConfigVersion(
+                agent_config_id=agent_config_id,
+                version=1,
+                org_id=org_id,
+                config=defaults,
+                created_at=now,
+                created_by=by,
+            )
+        )
     return await load_config(session, org_id, agent_config_id)
 
 
@@ -49,7 +64,7 @@ async def load_config(session: AsyncSession, org_id: UUID, agent_config_id: UUID
     """The stored config (defaults if none yet) and its version (0 = never stored)."""
     row = (
         await session.execute(
-            select(MemoryConfigRow).where(MemoryConfigRow.agent_config_id == agent_config_id)  # type: ignore[arg-type]
+            select(MemoryConfigRow).where(col(MemoryConfigRow.agent_config_id) == agent_config_id)
         )
     ).scalar_one_or_none()
     if row is None:
@@ -67,7 +82,7 @@ async def put_config(
     row = (
         await session.execute(
             select(MemoryConfigRow)
-            .where(MemoryConfigRow.agent_config_id == agent_config_id)  # type: ignore[arg-type]
+            .where(col(MemoryConfigRow.agent_config_id) == agent_config_id)
             .with_for_update()
         )
     ).scalar_one_or_none()
@@ -82,18 +97,30 @@ async def put_config(
     now = utcnow()
     version = (row.version if row is not None else 0) + 1
     if row is None:
-        row = MemoryConfigRow(agent_config_id=agent_config_id, org_id=org_id, version=version,
-                              config=merged_patch, updated_at=now, updated_by=by)
+        row = MemoryConfigRow(
+            agent_config_id=agent_config_id,
+            org_id=org_id,
+            version=version,
+            config=merged_patch,
+            updated_at=now,
+            updated_by=by,
+        )
     else:
         row.version, row.config, row.updated_at, row.updated_by = version, merged_patch, now, by
     session.add(row)
-    session.add(MemoryConfigVersion(agent_config_id=agent_config_id, version=version, org_id=org_id,
-                                    config=config.model_dump(mode="json"), created_at=now, created_by=by))
+    session.add(
+        MemoryConfigVersion(
+            agent_config_id=agent_config_id,
+            version=version,
+            org_id=org_id,
+            config=config.model_dump(mode="json"),
+            created_at=now,
+            created_by=by,
+        )
+    )
     return config, version
 
 
 async def org_memory_enabled(session: AsyncSession, org_id: UUID) -> bool:
     row = await session.get(OrgSettings, org_id)
     return True if row is None else row.memory_enabled
-
-

@@ -15,7 +15,7 @@ from contracts.subjects import dead_letter_subject
 from shared import audit
 from shared.outbox import claim_inbox, enqueue
 
-__all__ = ["delivery_key", "dead_letter"]
+__all__ = ["dead_letter", "delivery_key"]
 
 
 def delivery_key(msg: Msg) -> str:
@@ -49,8 +49,13 @@ async def dead_letter(
             audit.AuditEntry(
                 kind=f"{source}.rejected",
                 actor_ref=actor_ref,
-                details={"code": code, "reason": reason, "event_id": original_event_id, "delivery": key,
-                         "deliveries": msg.metadata.num_delivered},
+                details={
+                    "code": code,
+                    "reason": reason,
+                    "event_id": original_event_id,
+                    "delivery": key,
+                    "deliveries": msg.metadata.num_delivered,
+                },
             )
         ],
     )

@@ -9,6 +9,7 @@ in ``inbox`` in the same transaction as its effect, so a redelivered event takes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from uuid import UUID
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from shared.db.engine import Database
 from shared.db.models import InboxRecord, OutboxMessage
@@ -55,7 +57,7 @@ async def claim_inbox(session: AsyncSession, consumer: str, event_id: str) -> bo
         pg_insert(InboxRecord)
         .values(consumer=consumer, event_id=event_id, processed_at=utcnow())
         .on_conflict_do_nothing()
-        .returning(InboxRecord.event_id)
+        .returning(col(InboxRecord.event_id))
     )
     return result.first() is not None
 
@@ -90,10 +92,8 @@ class OutboxRelay:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         # One last pass so a clean shutdown leaves nothing behind that a poll would have sent.
         try:
@@ -120,22 +120,24 @@ class OutboxRelay:
                 # NATS or Postgres away: the rows stay and are retried; nothing is lost.
                 log.warning("outbox relay pass failed; retrying", exc_info=True)
                 await asyncio.sleep(1.0)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._poll)
-            except TimeoutError:
-                pass
             self._wake.clear()
 
     async def _publish_batch(self) -> int:
         async with self._db.transaction() as session:
             rows = (
-                await session.execute(
-                    select(OutboxMessage)
-                    .order_by(OutboxMessage.id)  # type: ignore[arg-type]
-                    .limit(self._batch)
-                    .with_for_update(skip_locked=True)
+                (
+                    await session.execute(
+                        select(OutboxMessage)
+                        .order_by(col(OutboxMessage.id))
+                        .limit(self._batch)
+                        .with_for_update(skip_locked=True)
+                    )
                 )
-            ).scalars().all()
+                .scalars()
+                .all()
+            )
             if not rows:
                 return 0
             await asyncio.gather(
@@ -149,7 +151,7 @@ class OutboxRelay:
                 )
             )
             await session.execute(
-                delete(OutboxMessage).where(OutboxMessage.id.in_([r.id for r in rows]))  # type: ignore[union-attr]
+                delete(OutboxMessage).where(col(OutboxMessage.id).in_([r.id for r in rows]))
             )
         self.published += len(rows)
         return len(rows)

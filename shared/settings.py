@@ -27,7 +27,7 @@ class EngramSettings(BaseSettings):
     #: Signing keys for tokens, ``kid=secret`` pairs separated by commas; the first one signs.
     #: Empty in the embedded stack means a development key generated into the data dir.
     token_keys: SecretStr = SecretStr("")
-    token_issuer: str = "engram"
+    token_issuer: str = "engram"  # noqa: S105 (an issuer name, not a secret)
 
     #: OpenAI-compatible chat endpoint for distill; empty selects the built-in distiller.
     distill_model_url: str = ""

@@ -6,21 +6,19 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator
-from pathlib import Path
+from uuid import UUID, uuid4
 
 import nats
 import pytest
 from nats.aio.client import Client
 from pydantic import SecretStr
 
-from uuid import UUID, uuid4
-
 from contracts.common import Principal
 from services.runtime import running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
-from shared.infra import Infra
 from shared.embedded.nats_server import NatsServerProcess
+from shared.infra import Infra
 from shared.settings import EngramSettings
 from shared.testing.servers import nats_server, throwaway_database
 
@@ -89,7 +87,9 @@ def agent() -> UUID:
 @pytest.fixture
 def service_token(tokens: TokenService, org: UUID) -> str:
     """What a platform's agent runner holds: a service token with every permission."""
-    return tokens.mint(org_id=org, principal=Principal(kind="service", id="runner"), permissions=ALL_PERMISSIONS)
+    return tokens.mint(
+        org_id=org, principal=Principal(kind="service", id="runner"), permissions=ALL_PERMISSIONS
+    )
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 from sqlalchemy import select
+from sqlmodel import col
 
 from contracts.client import EngramClient
 from contracts.common import Principal
@@ -44,12 +45,17 @@ async def run_demo(
     tokens = identity.tokens()
     orgs = {identity.org_id: identity.agent_config_id, DEMO_ORG_B: DEMO_AGENT_B}
     org_tokens = {
-        org: tokens.mint(org_id=org, principal=Principal(kind="service", id="demo-platform"),
-                         permissions=ALL_PERMISSIONS, ttl_seconds=3600)
+        org: tokens.mint(
+            org_id=org,
+            principal=Principal(kind="service", id="demo-platform"),
+            permissions=ALL_PERMISSIONS,
+            ttl_seconds=3600,
+        )
         for org in orgs
     }
-    sessions = demo_sessions(identity.org_id, identity.agent_config_id, DEMO_ORG_B, DEMO_AGENT_B,
-                             now=datetime.now(UTC))
+    sessions = demo_sessions(
+        identity.org_id, identity.agent_config_id, DEMO_ORG_B, DEMO_AGENT_B, now=datetime.now(UTC)
+    )
     report = DemoReport(published=len(sessions))
     clients = {org: await EngramClient.connect(nats_url, token) for org, token in org_tokens.items()}
     try:
@@ -84,7 +90,10 @@ async def _all_audit(client: EngramClient) -> list[dict[str, Any]]:
 
 
 async def _wait_for_distill(
-    clients: dict[UUID, EngramClient], sessions: list[dict[str, Any]], progress: Progress, task: Any,
+    clients: dict[UUID, EngramClient],
+    sessions: list[dict[str, Any]],
+    progress: Progress,
+    task: Any,
     timeout_s: float,
 ) -> dict[UUID, set[str]]:
     """Poll the audit log until every published session has a distill outcome."""
@@ -124,12 +133,16 @@ async def _show(console: Console, database_url: str, orgs: dict[UUID, UUID], rep
     try:
         async with db.read() as session:
             rows = (
-                await session.execute(
-                    select(MemoryEntry)
-                    .where(MemoryEntry.org_id.in_(list(orgs)), MemoryEntry.layer == "memory")  # type: ignore[attr-defined]
-                    .order_by(MemoryEntry.org_id, MemoryEntry.created_at)  # type: ignore[arg-type]
+                (
+                    await session.execute(
+                        select(MemoryEntry)
+                        .where(col(MemoryEntry.org_id).in_(list(orgs)), col(MemoryEntry.layer) == "memory")
+                        .order_by(col(MemoryEntry.org_id), col(MemoryEntry.created_at))
+                    )
                 )
-            ).scalars().all()
+                .scalars()
+                .all()
+            )
     finally:
         await db.close()
     table = Table(title="What Engram remembered (read from Postgres)", show_lines=False, expand=True)
@@ -138,8 +151,13 @@ async def _show(console: Console, database_url: str, orgs: dict[UUID, UUID], rep
     for row in rows:
         flags = ",".join([*(["QUARANTINED"] if row.quarantined else []), *row.redaction])
         table.add_row(
-            str(row.org_id)[:8], row.owner_key or "(shared)", row.memory_type, f"{row.importance:.2f}",
-            str(row.reinforcement_count), flags, row.text if not row.quarantined else "[quarantined]",
+            str(row.org_id)[:8],
+            row.owner_key or "(shared)",
+            row.memory_type,
+            f"{row.importance:.2f}",
+            str(row.reinforcement_count),
+            flags,
+            row.text if not row.quarantined else "[quarantined]",
         )
     console.print(table)
     summary = Table(title="Demo summary", show_header=False)

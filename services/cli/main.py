@@ -58,10 +58,22 @@ def up(
         nats_port = 0
 
     async def main() -> None:
-        async with embedded_stack(
-            data_dir, nats_port=nats_port, nats_url=nats_url or base.nats_url,
-            database_url=database_url or base.database_url, base=base,
-        ) as settings, running_services(settings):
+        # Until _wait_for_signal takes over, SIGTERM cancels startup (and the demo) the way Ctrl-C
+        # does, so embedded_stack's finally still stops nats-server and Postgres; by default it
+        # would kill this process at once and leave both running.
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        async with (
+            embedded_stack(
+                data_dir,
+                nats_port=nats_port,
+                nats_url=nats_url or base.nats_url,
+                database_url=database_url or base.database_url,
+                base=base,
+            ) as settings,
+            running_services(settings),
+        ):
             identity = load_dev_identity(settings.data_dir)
             info = {
                 "nats_url": settings.nats_url,
@@ -81,7 +93,10 @@ def up(
             await _wait_for_signal()
             console.print("stopping…")
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except asyncio.CancelledError:  # SIGTERM before _wait_for_signal: cleaned up, a normal stop
+        console.print("stopped before startup finished")
 
 
 @app.command()
@@ -144,10 +159,16 @@ def token_mint(
         keys = {identity.kid: identity.secret}
     unknown = set(perm) - ALL_PERMISSIONS
     if unknown:
-        raise typer.BadParameter(f"unknown permissions {sorted(unknown)}; choose from {sorted(ALL_PERMISSIONS)}")
+        raise typer.BadParameter(
+            f"unknown permissions {sorted(unknown)}; choose from {sorted(ALL_PERMISSIONS)}"
+        )
     token = TokenService(keys, settings.token_issuer).mint(
-        org_id=org, principal=Principal.model_validate({"kind": kind, "id": id}), permissions=set(perm),
-        ttl_seconds=ttl, agent_config_id=agent_config, session_id=session,
+        org_id=org,
+        principal=Principal.model_validate({"kind": kind, "id": id}),
+        permissions=set(perm),
+        ttl_seconds=ttl,
+        agent_config_id=agent_config,
+        session_id=session,
     )
     typer.echo(token)
 
@@ -164,8 +185,10 @@ def audit_verify(data_dir: Path = DATA_DIR, nats_url: str = "", token: str = "")
             console.print(f"[green]audit chain verified[/]: {reply.checked} records")
         else:
             broken = reply.first_broken
-            console.print(f"[red]audit chain BROKEN[/] at record {broken.seq if broken else '?'}: "
-                          f"{broken.reason if broken else ''} (id {broken.record_id if broken else '-'})")
+            console.print(
+                f"[red]audit chain BROKEN[/] at record {broken.seq if broken else '?'}: "
+                f"{broken.reason if broken else ''} (id {broken.record_id if broken else '-'})"
+            )
         return reply.ok
 
     if not asyncio.run(main()):
@@ -173,8 +196,9 @@ def audit_verify(data_dir: Path = DATA_DIR, nats_url: str = "", token: str = "")
 
 
 @config_app.command("get")
-def config_get(agent_config: UUID = typer.Option(None), data_dir: Path = DATA_DIR, nats_url: str = "",
-               token: str = "") -> None:
+def config_get(
+    agent_config: UUID = typer.Option(None), data_dir: Path = DATA_DIR, nats_url: str = "", token: str = ""
+) -> None:
     """Print an agent config's memory config (default: the development agent config)."""
     url, tok = _client_args(data_dir, nats_url, token)
     target = agent_config or UUID(_connection(data_dir)["agent_config_id"])
@@ -189,8 +213,13 @@ def config_get(agent_config: UUID = typer.Option(None), data_dir: Path = DATA_DI
 
 @config_app.command("set")
 def config_set(
-    pairs: list[str] = typer.Argument(..., help="key=value, dotted keys for nested (retention.max_entries=1000)"),
-    agent_config: UUID = typer.Option(None), data_dir: Path = DATA_DIR, nats_url: str = "", token: str = "",
+    pairs: list[str] = typer.Argument(
+        ..., help="key=value, dotted keys for nested (retention.max_entries=1000)"
+    ),
+    agent_config: UUID = typer.Option(None),
+    data_dir: Path = DATA_DIR,
+    nats_url: str = "",
+    token: str = "",
 ) -> None:
     """Change part of an agent config's memory config; values are JSON (true, 5, "x")."""
     url, tok = _client_args(data_dir, nats_url, token)

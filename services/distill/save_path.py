@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID, uuid4
 
-from sqlalchemy import delete, func, literal_column, select, text
+from sqlalchemy import Table, delete, func, literal_column, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -25,10 +25,12 @@ from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
 from shared import audit
 from shared.db.models import MemoryEntry
 from shared.outbox import enqueue
-from shared.policy import apply_write_policy, fingerprint
+from shared.policy import PolicyDecision, apply_write_policy, fingerprint
 from shared.time import utcnow
 
 __all__ = ["MIN_IMPORTANCE", "Draft", "SaveContext", "SaveResult", "owner_key", "save_entries"]
+
+_ENTRIES = cast(Table, MemoryEntry.__table__)  # type: ignore[attr-defined]  # SQLModel leaves it untyped
 
 #: Entries below this importance are not worth remembering (SPEC 4.3: 0.09 skipped, 0.1 kept).
 MIN_IMPORTANCE = 0.1
@@ -150,7 +152,7 @@ async def _upsert(
     session: AsyncSession,
     ctx: SaveContext,
     draft: Draft,
-    decision: Any,
+    decision: PolicyDecision,
     config: MemoryConfig,
     now: datetime,
 ) -> tuple[UUID, bool, int, float]:
@@ -191,8 +193,8 @@ async def _upsert(
         embedding_status="pending",
         metadata=draft.metadata,
     )
-    table = MemoryEntry.__table__  # type: ignore[attr-defined]
-    stmt = stmt.on_conflict_do_update(
+    table = _ENTRIES
+    upsert = stmt.on_conflict_do_update(
         index_elements=["org_id", "agent_config_id", "owner_key", "fingerprint"],
         index_where=text("lifecycle <> 'superseded'"),
         set_={
@@ -201,13 +203,13 @@ async def _upsert(
             "updated_at": now,
         },
     ).returning(table.c.id, literal_column("(xmax = 0)"), table.c.version, table.c.importance)
-    row = (await session.execute(stmt)).one()
+    row = (await session.execute(upsert)).one()
     return row[0], bool(row[1]), row[2], row[3]
 
 
 async def _prune_over_cap(session: AsyncSession, ctx: SaveContext, max_entries: int) -> list[UUID]:
     """Drop lowest importance, then oldest, until the agent config is within its cap (pinned exempt)."""
-    table = MemoryEntry.__table__  # type: ignore[attr-defined]
+    table = _ENTRIES
     scope = (table.c.org_id == ctx.org_id) & (table.c.agent_config_id == ctx.agent_config_id)
     total = (await session.execute(select(func.count()).select_from(table).where(scope))).scalar_one()
     excess = total - max_entries
@@ -243,16 +245,21 @@ async def _prune_over_cap(session: AsyncSession, ctx: SaveContext, max_entries: 
 
 
 def _audit_entries(ctx: SaveContext, result: SaveResult) -> list[audit.AuditEntry]:
-    base = {
-        "actor_ref": ctx.requested_by,
-        "agent_config_id": ctx.agent_config_id,
-        "session_id": ctx.session_id,
-    }
+    def entry(kind: str, ids: list[UUID], details: dict[str, Any]) -> audit.AuditEntry:
+        return audit.AuditEntry(
+            kind=kind,
+            actor_ref=ctx.requested_by,
+            agent_config_id=ctx.agent_config_id,
+            session_id=ctx.session_id,
+            entry_ids=ids,
+            details=details,
+        )
+
     entries = [
-        audit.AuditEntry(
-            kind="memory.saved",
-            entry_ids=result.ids,
-            details={
+        entry(
+            "memory.saved",
+            result.ids,
+            {
                 "source": ctx.source,
                 "owner": owner_key(ctx.owner) or None,
                 "saved": result.saved,
@@ -262,19 +269,13 @@ def _audit_entries(ctx: SaveContext, result: SaveResult) -> list[audit.AuditEntr
                 "redactions": dict(result.redactions),
                 "quarantined": [str(i) for i in result.quarantined],
             },
-            **base,  # type: ignore[arg-type]
         )
     ]
     denials = {k: v for k, v in result.skip_reasons.items() if k.startswith("policy:")}
     if denials:
-        entries.append(audit.AuditEntry(kind="policy.denied", details={"reasons": denials}, **base))  # type: ignore[arg-type]
+        entries.append(entry("policy.denied", [], {"reasons": denials}))
     if result.pruned:
         entries.append(
-            audit.AuditEntry(
-                kind="memory.pruned",
-                entry_ids=result.pruned,
-                details={"count": len(result.pruned), "reason": "max_entries"},
-                **base,  # type: ignore[arg-type]
-            )
+            entry("memory.pruned", result.pruned, {"count": len(result.pruned), "reason": "max_entries"})
         )
     return entries

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from contracts.errors import EngramError
@@ -14,7 +15,6 @@ from shared.config_store import claim_agent_config, org_memory_enabled
 from shared.deadletter import dead_letter
 from shared.infra import Infra
 from shared.outbox import claim_inbox
-from nats.aio.msg import Msg
 
 __all__ = ["CONSUMER", "handle_accepted_save"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import select
+from sqlmodel import col
 
 from contracts.requests import AuditQuery, AuditQueryReply, AuditVerify, AuditVerifyReply, BrokenLink
 from shared import audit
@@ -15,17 +16,21 @@ __all__ = ["query_audit", "verify_audit"]
 
 async def query_audit(infra: Infra, credential: Credential, request: AuditQuery) -> AuditQueryReply:
     credential.require(ADMIN)
-    conditions = [AuditRecord.org_id == credential.org_id, AuditRecord.seq > request.after_seq]
+    conditions = [col(AuditRecord.org_id) == credential.org_id, col(AuditRecord.seq) > request.after_seq]
     if request.kind is not None:
-        conditions.append(AuditRecord.kind == request.kind)
+        conditions.append(col(AuditRecord.kind) == request.kind)
     if request.agent_config_id is not None:
-        conditions.append(AuditRecord.agent_config_id == request.agent_config_id)
+        conditions.append(col(AuditRecord.agent_config_id) == request.agent_config_id)
     async with infra.db.read() as db:
         rows = (
-            await db.execute(
-                select(AuditRecord).where(*conditions).order_by(AuditRecord.seq).limit(request.limit)  # type: ignore[arg-type]
+            (
+                await db.execute(
+                    select(AuditRecord).where(*conditions).order_by(col(AuditRecord.seq)).limit(request.limit)
+                )
             )
-        ).scalars().all()
+            .scalars()
+            .all()
+        )
     records = [audit.to_event(row).model_dump(mode="json") for row in rows]
     next_seq = rows[-1].seq if len(rows) == request.limit else None
     return AuditQueryReply(records=records, next_after_seq=next_seq)

@@ -24,15 +24,21 @@ def build_router(infra: Infra) -> NatsRouter:
 
     @router.subscriber(CONFIG_GET, queue=QUEUE, title="governance:config.get")
     async def on_config_get(msg: NatsMessage) -> dict[str, Any]:
-        return await answer(infra.tokens, msg.headers, msg.body, ConfigGet, lambda c, r: get_config(infra, c, r))
+        return await answer(
+            infra.tokens, msg.headers, msg.body, ConfigGet, lambda c, r: get_config(infra, c, r)
+        )
 
     @router.subscriber(CONFIG_PUT, queue=QUEUE, title="governance:config.put")
     async def on_config_put(msg: NatsMessage) -> dict[str, Any]:
-        return await answer(infra.tokens, msg.headers, msg.body, ConfigPut, lambda c, r: set_config(infra, c, r))
+        return await answer(
+            infra.tokens, msg.headers, msg.body, ConfigPut, lambda c, r: set_config(infra, c, r)
+        )
 
     @router.subscriber(AUDIT_QUERY, queue=QUEUE, title="governance:audit.query")
     async def on_audit_query(msg: NatsMessage) -> dict[str, Any]:
-        return await answer(infra.tokens, msg.headers, msg.body, AuditQuery, lambda c, r: query_audit(infra, c, r))
+        return await answer(
+            infra.tokens, msg.headers, msg.body, AuditQuery, lambda c, r: query_audit(infra, c, r)
+        )
 
     @router.subscriber(AUDIT_VERIFY, queue=QUEUE, title="governance:audit.verify")
     async def on_audit_verify(msg: NatsMessage) -> dict[str, Any]:

@@ -3,7 +3,6 @@ outcome with ``wait: true``). The save itself happens in distill, on the one sav
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from typing import Any
@@ -62,7 +61,7 @@ async def handle_save(infra: Infra, credential: Credential, request: SaveRequest
             return Accepted(request_id=request_id)
         try:
             reply = await subscription.next_msg(timeout=WAIT_TIMEOUT_S)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             return Accepted(request_id=request_id)
         return _outcome(json.loads(reply.data))
     finally:

@@ -93,9 +93,7 @@ class MemoryEntry(SQLModel, table=True):
     superseded_by: UUID | None = None
     embedding_status: str = Field(default="pending", max_length=16)
     # ``metadata`` is reserved by SQLAlchemy's declarative base; the column keeps its wire name.
-    meta: dict[str, Any] = Field(
-        default_factory=dict, sa_column=sa.Column("metadata", JSONB, nullable=False)
-    )
+    meta: dict[str, Any] = Field(default_factory=dict, sa_column=sa.Column("metadata", JSONB, nullable=False))
 
 
 class MemoryConfigRow(SQLModel, table=True):

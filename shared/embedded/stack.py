@@ -95,7 +95,7 @@ async def embedded_stack(
     base: EngramSettings | None = None,
 ) -> AsyncIterator[EngramSettings]:
     """Start what is not given externally, migrate, and yield settings pointing at it all."""
-    data_dir = data_dir.resolve()
+    data_dir = data_dir.resolve()  # noqa: ASYNC240 (once, at start-up)
     data_dir.mkdir(parents=True, exist_ok=True)
     connection_file(data_dir).unlink(missing_ok=True)
     identity = load_dev_identity(data_dir)
@@ -114,8 +114,13 @@ async def embedded_stack(
                 "database_url": database_url,
                 "data_dir": data_dir,
                 # Configured keys keep signing; the dev key is added so dev tokens verify too.
-                "token_keys": SecretStr(",".join(filter(None, [
-                    base.token_keys.get_secret_value() if base else "", identity.token_keys]))),
+                "token_keys": SecretStr(
+                    ",".join(
+                        filter(
+                            None, [base.token_keys.get_secret_value() if base else "", identity.token_keys]
+                        )
+                    )
+                ),
             }
         )
         yield settings

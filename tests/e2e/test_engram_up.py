@@ -104,6 +104,7 @@ class EngramUp:
         self.log = log
         self.args = [str(ENGRAM), "up", "--data-dir", str(data_dir), "--nats-port", "0", *extra]
         self.proc: subprocess.Popen[bytes] | None = None
+        self._reported = False
 
     def __enter__(self) -> EngramUp:
         with self.log.open("ab") as out:
@@ -118,7 +119,7 @@ class EngramUp:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
+        if exc_type is not None and not self._reported:
             print(f"----- engram up output ({self.log}) -----\n{self.output()}", file=sys.stderr)
         self.kill()
 
@@ -126,6 +127,7 @@ class EngramUp:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def fail(self, message: str) -> None:
+        self._reported = True
         pytest.fail(f"{message}\n----- engram up output -----\n{self.output()}")
 
     async def connection(self, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
@@ -155,10 +157,11 @@ class EngramUp:
         self.fail(f"{text!r} not printed within {timeout}s")
         raise AssertionError
 
-    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM, as systemd or Ctrl-C would; the exit code, failing if it does not exit in time."""
+    async def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> int:
+        """Signal it (SIGTERM as a supervisor does, SIGINT as Ctrl-C does); its exit code, failing if
+        it does not exit in time."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(sig)
         deadline = time.monotonic() + timeout
         while self.proc.poll() is None:
             if time.monotonic() > deadline:
@@ -239,6 +242,9 @@ async def test_engram_up_serves_sessions_and_config_then_stops_cleanly(
         assert {"nats_url", "token", "org_id", "agent_config_id", "database_url"} <= set(info)
         org, agent, token = UUID(info["org_id"]), UUID(info["agent_config_id"]), info["token"]
         postmaster = _postmaster_pid(data_dir)
+        assert postmaster is not None
+        assert _alive(postmaster)
+        assert _live_pids_mentioning(str(data_dir)), "the checks below would prove nothing"
 
         nc = await nats.connect(info["nats_url"])
         try:
@@ -287,7 +293,8 @@ async def test_engram_up_serves_sessions_and_config_then_stops_cleanly(
 async def test_restart_on_the_same_data_dir_keeps_the_audit_chain(
     shared_dir: Path, first_run: dict[str, Any]
 ) -> None:
-    """A second engram up on the same data dir finds the first run's audit records, and the chain verifies."""
+    """A second engram up on the same data dir finds the first run's audit records, the chain verifies,
+    and Ctrl-C (SIGINT) stops it as cleanly as SIGTERM."""
     if "event_id" not in first_run:
         pytest.skip("the first run did not complete")
     data_dir = shared_dir / "data"
@@ -307,23 +314,42 @@ async def test_restart_on_the_same_data_dir_keeps_the_audit_chain(
             assert verdict["checked"] == len(page["records"])
         finally:
             await nc.close()
-        assert await up.stop() == 0
+        assert await up.stop(signal.SIGINT) == 0
         _assert_fully_stopped(data_dir, info["nats_url"], postmaster)
+
+
+async def test_sigterm_during_startup_stops_what_was_started() -> None:
+    """SIGTERM while the embedded Postgres is still starting exits 0 and leaves no nats-server or
+    Postgres running (it used to kill engram at once and orphan both)."""
+    with _stack_dir() as scratch, EngramUp(scratch / "data", scratch / "early.log") as up:
+        pgdata, conf = up.data_dir / "postgres", up.data_dir / "nats" / "nats-server.conf"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not pgdata.exists():  # nats-server is listening by now; Postgres is being set up
+            if time.monotonic() > deadline or (up.proc is not None and up.proc.poll() is not None):
+                up.fail("engram up never got as far as starting Postgres")
+            await asyncio.sleep(0.02)
+        assert not (up.data_dir / "connection.json").exists()
+        nats_url = "nats://" + conf.read_text().split("listen:", 1)[1].split()[0]
+        assert await up.stop() == 0
+        assert not _accepts(nats_url), f"{nats_url} still accepts connections"
+        assert _live_pids_mentioning(str(up.data_dir)) == [], "processes of the data dir still running"
+        postmaster = _postmaster_pid(up.data_dir)
+        assert postmaster is None or not _alive(postmaster), "embedded Postgres still running"
 
 
 async def test_demo_prints_its_summary_and_keeps_serving() -> None:
     """engram up --demo publishes the bundled sessions, prints a summary with gate skips, lessons and a
     verified audit chain, says it is still serving, and stops with exit 0 on SIGTERM."""
     with _stack_dir() as scratch, EngramUp(scratch / "data", scratch / "demo.log", "--demo") as up:
-        data_dir = up.data_dir
         out = await up.wait_for_output("Still serving", DEMO_TIMEOUT_S)
+        info, postmaster = await up.connection(), _postmaster_pid(up.data_dir)
         assert _summary_row(out, "sessions published").isdigit(), out
         assert int(_summary_row(out, "sessions published")) > 0
         assert int(_summary_row(out, "lessons saved")) > 0
         assert _summary_row(out, "audit chain") == "verified"
         assert _summary_row(out, "skipped by the gate") not in ("", "0")  # e.g. "too_few_steps: 2, ..."
         assert await up.stop() == 0
-        assert not (data_dir / "connection.json").exists()
+        _assert_fully_stopped(up.data_dir, info["nats_url"], postmaster)
 
 
 @pytest.fixture

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.integration
 async def _dead_letters(nc: Client, since_seq: int) -> list[dict[str, object]]:
     js = nc.jetstream()
     sub = await js.pull_subscribe(
-        "engram.dlq.>", stream="ENGRAM_DLQ",
+        "engram.dlq.>",
+        stream="ENGRAM_DLQ",
         config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=since_seq + 1),
     )
     letters: list[dict[str, object]] = []
@@ -55,14 +56,20 @@ async def test_malformed_and_unauthorized_events_are_dead_lettered_with_reasons(
     start = await _dlq_last_seq(nc)
     other_org = uuid4()
     forged = TokenService({"test-key": secrets.token_urlsafe(48)}).mint(
-        org_id=org, principal=Principal(kind="service", id="x"), permissions=ALL_PERMISSIONS)
-    expired = tokens.mint(org_id=org, principal=Principal(kind="service", id="x"), permissions=ALL_PERMISSIONS,
-                          ttl_seconds=-10)
-    foreign = tokens.mint(org_id=other_org, principal=Principal(kind="service", id="x"),
-                          permissions=ALL_PERMISSIONS)
-    alice = tokens.mint(org_id=org, principal=Principal(kind="end_user", id="alice"),
-                        permissions={"memory.write"})
-    read_only = tokens.mint(org_id=org, principal=Principal(kind="service", id="ro"), permissions={"memory.read"})
+        org_id=org, principal=Principal(kind="service", id="x"), permissions=ALL_PERMISSIONS
+    )
+    expired = tokens.mint(
+        org_id=org, principal=Principal(kind="service", id="x"), permissions=ALL_PERMISSIONS, ttl_seconds=-10
+    )
+    foreign = tokens.mint(
+        org_id=other_org, principal=Principal(kind="service", id="x"), permissions=ALL_PERMISSIONS
+    )
+    alice = tokens.mint(
+        org_id=org, principal=Principal(kind="end_user", id="alice"), permissions={"memory.write"}
+    )
+    read_only = tokens.mint(
+        org_id=org, principal=Principal(kind="service", id="ro"), permissions={"memory.read"}
+    )
     trace = [{"tool": "deploy", "input": {}, "error": "boom"}]
 
     def valid() -> dict[str, object]:
@@ -72,7 +79,11 @@ async def test_malformed_and_unauthorized_events_are_dead_lettered_with_reasons(
         (b"{not json", service_token, "INVALID_REQUEST"),
         ({**valid(), "schema_version": 2}, service_token, "INVALID_REQUEST"),
         ({k: v for k, v in valid().items() if k != "status"}, service_token, "INVALID_REQUEST"),
-        ({**valid(), "tool_trace": [{"tool": "x", "output": "y" * 600_000}]}, service_token, "PAYLOAD_TOO_LARGE"),
+        (
+            {**valid(), "tool_trace": [{"tool": "x", "output": "y" * 600_000}]},
+            service_token,
+            "PAYLOAD_TOO_LARGE",
+        ),
         (valid(), None, "UNAUTHENTICATED"),
         (valid(), "not-a-token", "UNAUTHENTICATED"),
         (valid(), forged, "UNAUTHENTICATED"),
@@ -96,8 +107,17 @@ async def test_malformed_and_unauthorized_events_are_dead_lettered_with_reasons(
 
     async def distilled() -> bool:
         async with db.read() as s:
-            rows = (await s.execute(select(AuditRecord.details).where(
-                AuditRecord.org_id == org, AuditRecord.kind == "distill.completed"))).scalars().all()  # type: ignore[arg-type,call-overload]
+            rows = (
+                (
+                    await s.execute(
+                        select(AuditRecord.details).where(
+                            AuditRecord.org_id == org, AuditRecord.kind == "distill.completed"
+                        )
+                    )
+                )
+                .scalars()
+                .all()
+            )  # type: ignore[arg-type,call-overload]
         return {d["event_id"] for d in rows} == {g["event_id"] for g in good}
 
     await eventually(distilled, what="the 10 valid sessions distilled")
@@ -106,7 +126,11 @@ async def test_malformed_and_unauthorized_events_are_dead_lettered_with_reasons(
     assert all(letter["reason"] and letter["original_b64"] for letter in letters)
 
     async with db.read() as s:
-        rejected = (await s.execute(select(AuditRecord).where(AuditRecord.kind == "session.rejected"))).scalars().all()
+        rejected = (
+            (await s.execute(select(AuditRecord).where(AuditRecord.kind == "session.rejected")))
+            .scalars()
+            .all()
+        )
     mine = [r for r in rejected if r.org_id == org]
     system = [r for r in rejected if r.org_id == audit.SYSTEM_ORG]
     # Rejections with a verified token go to that org's chain; unverifiable ones to the system chain.
@@ -119,15 +143,25 @@ async def test_ingest_keeps_consuming_after_bad_input(
     engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
 ) -> None:
     """A burst of garbage does not stall the consumer: a valid session after it is distilled."""
-    await asyncio.gather(*(publish_session(nc, bytes([i % 256]) * (i + 1), service_token, msg_id=None)
-                           for i in range(50)))
+    await asyncio.gather(
+        *(publish_session(nc, bytes([i % 256]) * (i + 1), service_token, msg_id=None) for i in range(50))
+    )
     payload = session_payload(org, agent, tool_trace=[{"tool": "t", "input": {}, "error": "e"}])
     await publish_session(nc, payload, service_token)
 
     async def done() -> bool:
         async with db.read() as s:
-            rows = (await s.execute(select(AuditRecord).where(
-                AuditRecord.org_id == org, AuditRecord.kind == "distill.completed"))).scalars().all()  # type: ignore[arg-type]
+            rows = (
+                (
+                    await s.execute(
+                        select(AuditRecord).where(
+                            AuditRecord.org_id == org, AuditRecord.kind == "distill.completed"
+                        )
+                    )
+                )
+                .scalars()
+                .all()
+            )  # type: ignore[arg-type]
         return len(rows) == 1
 
     await eventually(done, what="the valid session after the garbage")

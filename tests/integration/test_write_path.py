@@ -13,7 +13,6 @@ from nats.aio.msg import Msg
 from sqlalchemy import func, select
 
 from contracts.events import SessionEnded
-from shared.auth import TokenService
 from shared.db.engine import Database
 from shared.db.models import AuditRecord, MemoryEntry
 from shared.distillers.builtin import distill_session
@@ -24,8 +23,12 @@ from tests.platform import eventually, publish_session, session_payload
 pytestmark = pytest.mark.integration
 
 N_SESSIONS = 200
-OWNERS = [{"kind": "end_user", "id": "alice"}, {"kind": "end_user", "id": "bob"},
-          {"kind": "actor", "id": "carol"}, {"kind": "none"}]
+OWNERS = [
+    {"kind": "end_user", "id": "alice"},
+    {"kind": "end_user", "id": "bob"},
+    {"kind": "actor", "id": "carol"},
+    {"kind": "none"},
+]
 
 
 def _sessions(org: UUID, agent: UUID) -> list[dict[str, object]]:
@@ -37,8 +40,17 @@ def _sessions(org: UUID, agent: UUID) -> list[dict[str, object]]:
             {"tool": "deploy", "input": {"env": "staging"}, "error": f"quota exceeded in region r{i % 7}"},
         ]
         transcript = [{"role": "user", "content": f"Remember: ticket {i} must be closed by Friday."}]
-        out.append(session_payload(org, agent, principal=OWNERS[i % len(OWNERS)], tool_trace=trace,
-                                   transcript=transcript, task=f"Task {i}", session_id=f"s-{i}"))
+        out.append(
+            session_payload(
+                org,
+                agent,
+                principal=OWNERS[i % len(OWNERS)],
+                tool_trace=trace,
+                transcript=transcript,
+                task=f"Task {i}",
+                session_id=f"s-{i}",
+            )
+        )
     return out
 
 
@@ -60,8 +72,15 @@ async def _rows(db: Database, org: UUID) -> list[MemoryEntry]:
 
 async def _audit_count(db: Database, org: UUID, kind: str) -> int:
     async with db.read() as s:
-        return int((await s.execute(select(func.count()).select_from(AuditRecord).where(
-            AuditRecord.org_id == org, AuditRecord.kind == kind))).scalar_one())  # type: ignore[arg-type]
+        return int(
+            (
+                await s.execute(
+                    select(func.count())
+                    .select_from(AuditRecord)
+                    .where(AuditRecord.org_id == org, AuditRecord.kind == kind)
+                )
+            ).scalar_one()
+        )  # type: ignore[arg-type]
 
 
 async def test_200_sessions_give_each_expected_lesson_exactly_once(
@@ -148,8 +167,16 @@ async def test_gate_skips_are_audited_not_errors(
 
     await eventually(all_skipped, what="three skips")
     async with db.read() as s:
-        reasons = sorted(r.details["reason"] for r in (await s.execute(select(AuditRecord).where(
-            AuditRecord.org_id == org, AuditRecord.kind == "distill.skipped"))).scalars())  # type: ignore[arg-type]
+        reasons = sorted(
+            r.details["reason"]
+            for r in (
+                await s.execute(
+                    select(AuditRecord).where(
+                        AuditRecord.org_id == org, AuditRecord.kind == "distill.skipped"
+                    )
+                )
+            ).scalars()
+        )  # type: ignore[arg-type]
     assert reasons == ["status_cancelled", "status_timeout", "too_few_steps"]
     assert await _rows(db, org) == []
 
@@ -158,7 +185,13 @@ async def test_secrets_in_traces_are_redacted_before_storage(
     engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
 ) -> None:
     """An e-mail and an API key in a failing call's error never reach Postgres unredacted."""
-    trace = [{"tool": "send_email", "input": {}, "error": "SMTP 550 for jane.doe@example.com key AKIAIOSFODNN7EXAMPLE"}]
+    trace = [
+        {
+            "tool": "send_email",
+            "input": {},
+            "error": "SMTP 550 for jane.doe@example.com key AKIAIOSFODNN7EXAMPLE",
+        }
+    ]
     await publish_session(nc, session_payload(org, agent, tool_trace=trace), service_token)
 
     async def stored() -> bool:

@@ -1,0 +1,42 @@
+# Two commands on a fresh machine (only Python 3.11+ needed): `make run` and `make test`.
+# Everything installs into ./.venv; nothing is installed system-wide.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: install run test lint bench schema clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+install: $(STAMP)
+
+## Start the embedded stack (NATS, Postgres, every service) and run the demo; Ctrl-C stops.
+run: install
+	$(BIN)/engram up --demo
+
+## Lint, types, then the whole suite (unit, integration, end-to-end, faults).
+test: install lint
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## Benchmarks: write-path throughput and latency, with the bare NATS round trip as yardstick.
+bench: install
+	$(BIN)/python -m tests.bench.write_path
+
+## Regenerate the checked-in JSON Schema and AsyncAPI documents after changing contracts/.
+schema: install
+	$(BIN)/python -m contracts.schema_export
+	$(BIN)/python -m services.asyncapi
+
+clean:
+	rm -rf $(VENV) .engram .pytest_cache .mypy_cache .ruff_cache

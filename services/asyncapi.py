@@ -1,0 +1,243 @@
+"""Generate the checked-in AsyncAPI document of Engram's NATS interface: ``contracts/asyncapi.json``.
+
+    python -m services.asyncapi            # (re)write the file
+    python -m services.asyncapi --check    # exit 1 if the file is missing or stale
+
+FastStream describes the brokers' subscribers (the three services' routers, built exactly as
+``services.runtime`` builds them, but never connected) plus the events Engram publishes, which
+are declared here as documentation-only publishers. Our handlers take the raw ``NatsMessage``
+(so bad input can be dead-lettered), which FastStream cannot see through; so every message
+payload is then set from the contract model of its subject (:data:`PAYLOADS`), and request-reply
+operations get their reply. ``tests/unit/test_asyncapi_sync.py`` fails when the file drifts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, cast
+
+from faststream.nats import NatsBroker
+from faststream.specification import AsyncAPI
+from nats.js import JetStreamContext
+from pydantic import BaseModel, SecretStr
+from pydantic.json_schema import JsonSchemaMode
+
+from contracts import subjects
+from contracts.common import Inbound
+from contracts.errors import ErrorCode
+from contracts.events import AuditEvent, DeadLetter, MemoryPurged, MemoryWritten, SessionEnded
+from contracts.internal import AcceptedSave
+from contracts.requests import (
+    Accepted,
+    AuditQuery,
+    AuditQueryReply,
+    AuditVerify,
+    AuditVerifyReply,
+    ConfigGet,
+    ConfigPut,
+    ConfigReply,
+    SaveOutcome,
+    SaveRequest,
+)
+from services.distill.router import build_router as distill_router
+from services.governance_audit.router import build_router as governance_router
+from services.ingest.router import build_router as ingest_router
+from shared.auth import TokenService
+from shared.db.engine import Database
+from shared.distillers.builtin import BuiltinDistiller
+from shared.infra import Infra
+from shared.outbox import OutboxRelay
+from shared.settings import EngramSettings
+
+__all__ = ["ASYNCAPI_FILE", "PAYLOADS", "REPLIES", "build_document", "main", "render"]
+
+ASYNCAPI_FILE = Path(__file__).resolve().parent.parent / "contracts" / "asyncapi.json"
+AUDIT_RECORDS = f"{subjects.AUDIT}.*.*"  # what the ENGRAM_AUDIT stream binds
+DEAD_LETTERS = f"{subjects.DEAD_LETTER_PREFIX}.>"  # what the ENGRAM_DLQ stream binds
+
+#: The payload of every channel, by address (subject): what is actually on the wire.
+PAYLOADS: dict[str, type[BaseModel]] = {
+    subjects.SESSION_ENDED: SessionEnded,
+    subjects.SESSION_VALIDATED: SessionEnded,
+    subjects.MEMORY_SAVE_ACCEPTED: AcceptedSave,
+    subjects.MEMORY_SAVE: SaveRequest,
+    subjects.CONFIG_GET: ConfigGet,
+    subjects.CONFIG_PUT: ConfigPut,
+    subjects.AUDIT_QUERY: AuditQuery,
+    subjects.AUDIT_VERIFY: AuditVerify,
+    subjects.MEMORY_WRITTEN: MemoryWritten,
+    subjects.MEMORY_PURGED: MemoryPurged,
+    AUDIT_RECORDS: AuditEvent,
+    DEAD_LETTERS: DeadLetter,
+}
+
+#: What a request-reply subject answers; any of them may instead answer the error envelope.
+REPLIES: dict[str, tuple[type[BaseModel], ...]] = {
+    subjects.MEMORY_SAVE: (Accepted, SaveOutcome),
+    subjects.CONFIG_GET: (ConfigReply,),
+    subjects.CONFIG_PUT: (ConfigReply,),
+    subjects.AUDIT_QUERY: (AuditQueryReply,),
+    subjects.AUDIT_VERIFY: (AuditVerifyReply,),
+}
+
+#: The SPEC 9 error envelope (``EngramError.to_wire``), which has no pydantic model.
+_ERROR_REPLY: dict[str, Any] = {
+    "title": "ErrorReply",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "status", "message", "details"],
+            "properties": {
+                "code": {"enum": [code.value for code in ErrorCode], "type": "string"},
+                "status": {"type": "integer"},
+                "message": {"type": "string"},
+                "details": {"type": "object"},
+            },
+        }
+    },
+}
+
+_SCHEMAS = "#/components/schemas/"
+
+
+def _broker() -> NatsBroker:
+    """A never-connected broker carrying everything ``services.runtime`` would run."""
+    settings = EngramSettings(
+        nats_url="nats://localhost:4222",
+        database_url="postgresql://localhost/x",
+        token_keys=SecretStr("doc=" + "x" * 40),
+        _env_file=None,
+    )
+    broker = NatsBroker(settings.nats_url)
+    db = Database(settings.database_url)  # creates the engine; connects on first use only
+    infra = Infra(
+        settings=settings,
+        db=db,
+        tokens=TokenService(settings.signing_keys(), settings.token_issuer),
+        broker=broker,
+        # The relay only stores its JetStream context until started; it never is here.
+        relay=OutboxRelay(db, cast(JetStreamContext, None)),
+    )
+    broker.include_router(ingest_router(infra))
+    broker.include_router(distill_router(infra, BuiltinDistiller()))
+    broker.include_router(governance_router(infra))
+
+    # Documentation only: what Engram publishes (through the outbox relay, not these objects).
+    for subject, model, title, description in (
+        (subjects.SESSION_VALIDATED, SessionEnded, "ingest:session.validated",
+         "ingest → distill: a session whose token, schema and size were verified."),
+        (subjects.MEMORY_SAVE_ACCEPTED, AcceptedSave, "ingest:save.accepted",
+         "ingest → distill: an elective save, durably accepted before ingest answers 202."),
+        (subjects.MEMORY_WRITTEN, MemoryWritten, "engram:memory.written",
+         "One per stored or reinforced entry: ids and metadata, never memory text."),
+        (subjects.MEMORY_PURGED, MemoryPurged, "engram:memory.purged",
+         "What was erased (ids and scope), counts, and who asked."),
+        (AUDIT_RECORDS, AuditEvent, "engram:audit",
+         "engram.audit.<kind> (kinds have two tokens, e.g. memory.saved): one hash-chained audit record."),
+        (DEAD_LETTERS, DeadLetter, "engram:dlq",
+         "engram.dlq.<source>: an event that could not be processed, with the reason and original bytes."),
+    ):  # fmt: skip
+        broker.publisher(subject, schema=model, title=title, description=description)
+    return broker
+
+
+def _schema(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:
+    """Add ``model`` (and the models it nests) to ``schemas``; return a ``$ref`` to it.
+
+    Modes as in ``contracts.schema_export``: what we receive as validated, what we send as
+    serialized; refs point into ``components/schemas`` instead of a local ``$defs``.
+    """
+    mode: JsonSchemaMode = "validation" if issubclass(model, Inbound) else "serialization"
+    body = model.model_json_schema(mode=mode, ref_template=_SCHEMAS + "{model}")
+    for name, schema in {**body.pop("$defs", {}), model.__name__: body}.items():
+        if schemas.setdefault(name, schema) != schema:
+            raise RuntimeError(f"two different schemas are named {name}")
+    return {"$ref": _SCHEMAS + model.__name__}
+
+
+def build_document() -> dict[str, Any]:
+    """The AsyncAPI 3.0 document, as JSON-compatible data."""
+    try:
+        engram_version = version("engram")
+    except PackageNotFoundError:
+        engram_version = "0.1.0"
+    doc: dict[str, Any] = (
+        AsyncAPI(
+            _broker(),
+            title="Engram",
+            version=engram_version,
+            description="Long-term memory for AI agents, on NATS: the events platforms publish, "
+            "the request-reply subjects they call, and the events Engram publishes.",
+        )
+        .to_specification()
+        .to_jsonable()
+    )
+
+    # Every payload is replaced from PAYLOADS, so the schemas section is rebuilt from scratch
+    # (dropping FastStream's placeholder for the raw ``NatsMessage`` handlers).
+    components = doc["components"]
+    schemas: dict[str, Any] = {}
+    components["schemas"] = schemas
+    for key, channel in list(doc["channels"].items()):
+        address = channel["address"]
+        if address not in PAYLOADS:
+            raise RuntimeError(f"channel {key} ({address}) has no payload model in PAYLOADS")
+        for message_ref in channel["messages"].values():
+            message_name = message_ref["$ref"].rsplit("/", 1)[-1]
+            components["messages"][message_name]["payload"] = _schema(PAYLOADS[address], schemas)
+
+        if address in REPLIES and doc["operations"][key]["action"] == "receive":
+            # The reply goes to the request's NATS reply inbox: a channel with a dynamic
+            # (null) address, referenced from the operation's ``reply``.
+            reply_key = f"{key}:reply"
+            models = [_schema(model, schemas) for model in REPLIES[address]]
+            schemas["ErrorReply"] = _ERROR_REPLY
+            components["messages"][reply_key] = {
+                "title": reply_key,
+                "payload": {"oneOf": [*models, {"$ref": _SCHEMAS + "ErrorReply"}]},
+            }
+            doc["channels"][reply_key] = {
+                "address": None,
+                "description": f"The reply to {address}, on the request's reply inbox.",
+                "messages": {"Reply": {"$ref": f"#/components/messages/{reply_key}"}},
+            }
+            doc["operations"][key]["reply"] = {
+                "channel": {"$ref": f"#/channels/{reply_key}"},
+                "messages": [{"$ref": f"#/channels/{reply_key}/messages/Reply"}],
+            }
+    return doc
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The file's text: pretty-printed, sorted keys, trailing newline."""
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m services.asyncapi", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="report drift and exit 1 instead of writing")
+    args = parser.parse_args(argv)
+    expected = render(build_document())
+    on_disk = ASYNCAPI_FILE.read_bytes().decode("utf-8") if ASYNCAPI_FILE.is_file() else None
+    if args.check:
+        if on_disk != expected:
+            state = "missing" if on_disk is None else "out of date"
+            print(f"{ASYNCAPI_FILE} is {state}; run `python -m services.asyncapi`", file=sys.stderr)
+            return 1
+        print(f"{ASYNCAPI_FILE} is up to date")
+        return 0
+    if on_disk != expected:
+        # Bytes, so the newline is ``\n`` on every platform and the test compares exactly.
+        ASYNCAPI_FILE.write_bytes(expected.encode("utf-8"))
+        print(f"wrote: {ASYNCAPI_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Write-path benchmark (``make bench``): sessions/s and lessons/s through ingest → distill →
+saved with the built-in distiller, and publish → ``memory.written`` latency, with the bare NATS
+request-reply round trip and JetStream publish measured in the same run as the yardstick.
+
+Everything runs on this machine: a fresh nats-server from the wheel, a throwaway Postgres
+database, and the services in-process (as ``engram up`` runs them). Results go to
+``bench-results/write_path.json`` and a markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from pydantic import SecretStr
+
+from contracts.common import Principal
+from services.runtime import running_services
+from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.settings import EngramSettings
+from shared.testing.servers import nats_server, throwaway_database
+from tests.platform import session_payload
+
+KID, SECRET = "bench", "b" * 48
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _summary(ms: list[float]) -> dict[str, float]:
+    return {"n": len(ms), "p50_ms": round(_pct(ms, 0.50), 3), "p99_ms": round(_pct(ms, 0.99), 3),
+            "mean_ms": round(statistics.fmean(ms), 3)}
+
+
+async def yardstick(nc: Client, n: int) -> dict[str, Any]:
+    """Bare core-NATS request-reply and JetStream publish→ack on the same server."""
+
+    async def echo(msg: Msg) -> None:
+        await msg.respond(msg.data)
+
+    sub = await nc.subscribe("bench.echo", cb=echo)
+    payload = b"x" * 256
+    for _ in range(200):  # warm-up
+        await nc.request("bench.echo", payload, timeout=2)
+    rtt = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await nc.request("bench.echo", payload, timeout=2)
+        rtt.append((time.perf_counter() - t0) * 1000)
+    await sub.unsubscribe()
+    js = nc.jetstream()
+    await js.add_stream(name="BENCH", subjects=["bench.js"])
+    pub = []
+    for _ in range(min(n, 1000)):
+        t0 = time.perf_counter()
+        await js.publish("bench.js", payload)
+        pub.append((time.perf_counter() - t0) * 1000)
+    await js.delete_stream("BENCH")
+    return {"nats_request_reply": _summary(rtt), "jetstream_publish_ack": _summary(pub)}
+
+
+def _sessions(org: Any, agent: Any, n: int, tag: str) -> list[dict[str, Any]]:
+    """Sessions shaped like real ones: a few calls, one failure, one explicit statement —
+    the built-in distiller turns each into 2–3 lessons."""
+    owners = [{"kind": "end_user", "id": f"user-{i}"} for i in range(50)] + [{"kind": "none"}]
+    out = []
+    for i in range(n):
+        trace = [
+            {"tool": "search_kb", "input": {"q": f"{tag} topic {i}"}, "output": "3 hits", "duration_ms": 40},
+            {"tool": "http_get", "input": {"url": f"https://api.example.com/v1/items/{i}"},
+             "error": f"HTTP 503 from upstream shard {i % 13}", "duration_ms": 900},
+            {"tool": "http_get", "input": {"url": f"https://api.example.com/v2/items/{i}"}, "output": "200 OK"},
+        ]
+        transcript = [{"role": "user", "content": f"Remember: order {tag}-{i} ships from the Lyon warehouse."}]
+        out.append(session_payload(org, agent, status="success", principal=owners[i % len(owners)],
+                                   tool_trace=trace, transcript=transcript, task=f"Resolve ticket {tag}-{i}",
+                                   session_id=f"{tag}-{i}"))
+    return out
+
+
+class WrittenWatcher:
+    """Arrival time of the first memory.written per session, and the count of all of them."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, float] = {}
+        self.count = 0
+
+    async def on_message(self, msg: Msg) -> None:
+        self.count += 1
+        session_id = json.loads(msg.data).get("session_id")
+        self.first.setdefault(session_id, time.perf_counter())
+
+
+async def _publish(nc: Client, token: str, payload: dict[str, Any]) -> float:
+    sent = time.perf_counter()
+    await nc.jetstream().publish(
+        "engram.session.ended", json.dumps(payload).encode(),
+        headers={"Authorization": f"Bearer {token}", "Nats-Msg-Id": payload["event_id"]},
+    )
+    return sent
+
+
+async def _wait_for(watcher: WrittenWatcher, session_ids: list[str], timeout: float) -> None:
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if all(s in watcher.first for s in session_ids):
+            return
+        await asyncio.sleep(0.02)
+    missing = sum(1 for s in session_ids if s not in watcher.first)
+    raise RuntimeError(f"{missing} sessions produced no memory.written within {timeout}s")
+
+
+async def throughput(nc: Client, token: str, org: Any, agent: Any, n: int, watcher: WrittenWatcher) -> dict[str, Any]:
+    """Publish n sessions as fast as possible; time until every one has its lessons saved."""
+    sessions = _sessions(org, agent, n, f"burst{uuid4().hex[:6]}")
+    before = watcher.count
+    start = time.perf_counter()
+    sent = await asyncio.gather(*(_publish(nc, token, s) for s in sessions))
+    publish_s = time.perf_counter() - start
+    await _wait_for(watcher, [s["session_id"] for s in sessions], timeout=600)
+    # The last lesson of the last session may trail its first one by a moment.
+    await asyncio.sleep(0.5)
+    elapsed = max(watcher.first[s["session_id"]] for s in sessions) - start
+    lessons = watcher.count - before
+    latency = [(watcher.first[s["session_id"]] - t) * 1000 for s, t in zip(sessions, sent, strict=True)]
+    return {"sessions": n, "lessons_written": lessons, "elapsed_s": round(elapsed, 3),
+            "publish_s": round(publish_s, 3), "sessions_per_s": round(n / elapsed, 1),
+            "lessons_per_s": round(lessons / elapsed, 1), "latency_under_burst": _summary(latency)}
+
+
+async def steady(nc: Client, token: str, org: Any, agent: Any, rate: float, seconds: float,
+                 watcher: WrittenWatcher) -> dict[str, Any]:
+    """Publish at a fixed rate; publish → first memory.written latency per session."""
+    sessions = _sessions(org, agent, int(rate * seconds), f"steady{uuid4().hex[:6]}")
+    sent: list[float] = []
+    start = time.perf_counter()
+    for i, payload in enumerate(sessions):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        sent.append(await _publish(nc, token, payload))
+    await _wait_for(watcher, [s["session_id"] for s in sessions], timeout=120)
+    latency = [(watcher.first[s["session_id"]] - t) * 1000 for s, t in zip(sessions, sent, strict=True)]
+    return {"rate_per_s": rate, "sessions": len(sessions), "latency": _summary(latency)}
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        async with nats_server(Path(tmp) / "nats") as server, \
+                throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url:
+            settings = EngramSettings(nats_url=server.url, database_url=db_url,
+                                      token_keys=SecretStr(f"{KID}={SECRET}"), _env_file=None)  # type: ignore[call-arg]
+            nc = await nats.connect(server.url)
+            results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+            results["yardstick"] = await yardstick(nc, args.rtt_samples)
+            async with running_services(settings):
+                org, agent = uuid4(), uuid4()
+                token = TokenService({KID: SECRET}).mint(org_id=org, principal=Principal(kind="service", id="b"),
+                                                         permissions=ALL_PERMISSIONS)
+                # Raise the cap so pruning does not interfere with counting.
+                await nc.request("engram.config.put", json.dumps({"agent_config_id": str(agent),
+                                 "config": {"retention": {"max_entries": 1_000_000}}}).encode(),
+                                 headers={"Authorization": f"Bearer {token}"}, timeout=5)
+                watcher = WrittenWatcher()
+                await nc.subscribe("engram.memory.written", cb=watcher.on_message)
+                await throughput(nc, token, org, agent, 100, watcher)  # warm-up
+                results["steady"] = await steady(nc, token, org, agent, args.rate, args.seconds, watcher)
+                results["burst"] = await throughput(nc, token, org, agent, args.sessions, watcher)
+            await nc.drain()
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    y, b, s = results["yardstick"], results["burst"], results["steady"]
+    rows = [
+        "| measurement | value |",
+        "|---|---|",
+        f"| bare NATS request-reply p50 / p99 | {y['nats_request_reply']['p50_ms']} / "
+        f"{y['nats_request_reply']['p99_ms']} ms |",
+        f"| JetStream publish→ack p50 / p99 | {y['jetstream_publish_ack']['p50_ms']} / "
+        f"{y['jetstream_publish_ack']['p99_ms']} ms |",
+        f"| burst: sessions/s | {b['sessions_per_s']} ({b['sessions']} sessions in {b['elapsed_s']} s) |",
+        f"| burst: lessons/s (memory.written) | {b['lessons_per_s']} ({b['lessons_written']} lessons) |",
+        f"| burst: publish→memory.written p50 / p99 | {b['latency_under_burst']['p50_ms']} / "
+        f"{b['latency_under_burst']['p99_ms']} ms |",
+        f"| steady {s['rate_per_s']}/s: publish→memory.written p50 / p99 | {s['latency']['p50_ms']} / "
+        f"{s['latency']['p99_ms']} ms |",
+    ]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sessions", type=int, default=2000)
+    parser.add_argument("--rate", type=float, default=20.0, help="steady-state sessions per second")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rtt-samples", type=int, default=5000)
+    parser.add_argument("--out", type=Path, default=Path("bench-results/write_path.json"))
+    args = parser.parse_args()
+    results = asyncio.run(main(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(render(results))
+    print(f"\n(full results: {args.out})")
