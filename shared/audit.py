@@ -2,8 +2,10 @@
 
 Each record carries the previous record's hash; the hash covers every field, so altering,
 deleting or reordering a row breaks the chain at that row. ``audit_heads`` holds each chain's
-newest link and is locked while appending, which serializes appends per organization (and is
-why :func:`append` belongs at the start of a writer's transaction: one lock order, no deadlocks).
+newest link and is locked while appending, which serializes appends per organization. So that
+this serialization costs little, :func:`append` is the *last* thing a writer does before it
+commits: the chain lock is held only for the audit rows and the commit, and since a holder never
+waits for any other lock, it cannot be part of a deadlock.
 Records are also published on ``engram.audit.<kind>`` through the outbox.
 """
 
@@ -17,14 +19,14 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from contracts.events import AuditEvent
 from contracts.subjects import audit_subject
-from shared.db.models import AuditHead, AuditRecord
+from shared.db.models import AUDIT_HEADS, AUDIT_LOG, AuditHead, AuditRecord
 from shared.outbox import enqueue
 from shared.time import utcnow
 
@@ -43,6 +45,19 @@ GENESIS = "0" * 64
 #: Records about input whose organization cannot be trusted (no valid token) go to this chain,
 #: so an attacker cannot write into a real organization's trail by naming it.
 SYSTEM_ORG = UUID(int=0)
+
+
+# Built once: every writer's transaction ends with these.
+_RECORD_INSERT = insert(AUDIT_LOG)
+_LOCK = pg_insert(AUDIT_HEADS)
+_HEAD_LOCK = _LOCK.on_conflict_do_update(
+    index_elements=["org_id"], set_={"org_id": _LOCK.excluded.org_id}
+).returning(AUDIT_HEADS.c.seq, AUDIT_HEADS.c.hash)
+_HEAD_UPDATE = (
+    update(AUDIT_HEADS)
+    .where(AUDIT_HEADS.c.org_id == bindparam("org"))
+    .values(seq=bindparam("seq"), hash=bindparam("hash"))
+)
 
 
 @dataclass(frozen=True)
@@ -78,27 +93,24 @@ def record_hash(record: AuditRecord) -> str:
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 
 
-async def lock_chain(session: AsyncSession, org_id: UUID) -> AuditHead:
-    """Take (creating if needed) the organization's chain head, locked until commit."""
-    await session.execute(
-        pg_insert(AuditHead).values(org_id=org_id, seq=0, hash=GENESIS).on_conflict_do_nothing()
-    )
-    head = (
-        await session.execute(select(AuditHead).where(col(AuditHead.org_id) == org_id).with_for_update())
-    ).scalar_one()
-    return head
+async def lock_chain(session: AsyncSession, org_id: UUID) -> tuple[int, str]:
+    """Take (creating if needed) the organization's chain head, locked until commit; returns
+    its ``(seq, hash)``. One statement: the no-op update takes the row lock and returns it."""
+    row = (await session.execute(_HEAD_LOCK, {"org_id": org_id, "seq": 0, "hash": GENESIS})).one()
+    return int(row[0]), str(row[1])
 
 
 async def append(session: AsyncSession, org_id: UUID, entries: Sequence[AuditEntry]) -> list[AuditRecord]:
     """Append records to the organization's chain and queue them for ``engram.audit.<kind>``."""
     if not entries:
         return []
-    head = await lock_chain(session, org_id)
+    seq, prev_hash = await lock_chain(session, org_id)
     out: list[AuditRecord] = []
     for entry in entries:
+        seq += 1
         record = AuditRecord(
             org_id=org_id,
-            seq=head.seq + 1,
+            seq=seq,
             id=uuid4(),
             kind=entry.kind,
             occurred_at=utcnow(),
@@ -107,15 +119,15 @@ async def append(session: AsyncSession, org_id: UUID, entries: Sequence[AuditEnt
             session_id=entry.session_id,
             entry_ids=[str(i) for i in entry.entry_ids],
             details=dict(entry.details or {}),
-            prev_hash=head.hash,
+            prev_hash=prev_hash,
             hash="",
         )
-        record.hash = record_hash(record)
-        session.add(record)
-        head.seq, head.hash = record.seq, record.hash
-        enqueue(session, audit_subject(entry.kind), to_event(record), record.id)
+        record.hash = prev_hash = record_hash(record)
         out.append(record)
-    session.add(head)
+    await session.execute(_RECORD_INSERT, [r.model_dump() for r in out])
+    for record in out:
+        await enqueue(session, audit_subject(record.kind), to_event(record), record.id)
+    await session.execute(_HEAD_UPDATE, {"org": org_id, "seq": seq, "hash": prev_hash})
     return out
 
 

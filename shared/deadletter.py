@@ -69,5 +69,5 @@ async def dead_letter(
         deliveries=msg.metadata.num_delivered,
         original_b64=base64.b64encode(msg.data).decode(),
     )
-    enqueue(session, dead_letter_subject(source), letter, letter.event_id)
+    await enqueue(session, dead_letter_subject(source), letter, letter.event_id)
     return True

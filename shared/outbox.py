@@ -15,13 +15,13 @@ from uuid import UUID
 
 from nats.js import JetStreamContext
 from pydantic import BaseModel
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from shared.db.engine import Database
-from shared.db.models import InboxRecord, OutboxMessage
+from shared.db.models import INBOX, OUTBOX, OutboxMessage
 from shared.telemetry import inject_trace_headers
 from shared.time import utcnow
 
@@ -29,21 +29,29 @@ __all__ = ["OutboxRelay", "already_processed", "claim_inbox", "enqueue", "enqueu
 
 log = logging.getLogger(__name__)
 
+# Built once: these run several times per message.
+_OUTBOX_INSERT = insert(OUTBOX)
+_INBOX_CLAIM = pg_insert(INBOX).on_conflict_do_nothing().returning(INBOX.c.event_id)
+_INBOX_SEEN = select(INBOX.c.event_id).where(
+    INBOX.c.consumer == bindparam("consumer"), INBOX.c.event_id == bindparam("event_id")
+)
 
-def enqueue(session: AsyncSession, subject: str, event: BaseModel, event_id: UUID) -> None:
+
+async def enqueue(session: AsyncSession, subject: str, event: BaseModel, event_id: UUID) -> None:
     """Add an event to the outbox of the current transaction."""
-    enqueue_raw(session, subject, event.model_dump_json().encode(), event_id)
+    await enqueue_raw(session, subject, event.model_dump_json().encode(), event_id)
 
 
-def enqueue_raw(session: AsyncSession, subject: str, payload: bytes, event_id: UUID) -> None:
-    session.add(
-        OutboxMessage(
-            event_id=event_id,
-            subject=subject,
-            payload=payload,
-            headers=inject_trace_headers({}),
-            created_at=utcnow(),
-        )
+async def enqueue_raw(session: AsyncSession, subject: str, payload: bytes, event_id: UUID) -> None:
+    await session.execute(
+        _OUTBOX_INSERT,
+        {
+            "event_id": event_id,
+            "subject": subject,
+            "payload": payload,
+            "headers": inject_trace_headers({}),
+            "created_at": utcnow(),
+        },
     )
 
 
@@ -54,17 +62,14 @@ async def claim_inbox(session: AsyncSession, consumer: str, event_id: str) -> bo
     winner's transaction and then sees the conflict, so exactly one takes effect.
     """
     result = await session.execute(
-        pg_insert(InboxRecord)
-        .values(consumer=consumer, event_id=event_id, processed_at=utcnow())
-        .on_conflict_do_nothing()
-        .returning(col(InboxRecord.event_id))
+        _INBOX_CLAIM, {"consumer": consumer, "event_id": event_id, "processed_at": utcnow()}
     )
     return result.first() is not None
 
 
 async def already_processed(session: AsyncSession, consumer: str, event_id: str) -> bool:
-    found = await session.get(InboxRecord, (consumer, event_id))
-    return found is not None
+    found = await session.execute(_INBOX_SEEN, {"consumer": consumer, "event_id": event_id})
+    return found.first() is not None
 
 
 class OutboxRelay:

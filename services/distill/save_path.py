@@ -9,12 +9,13 @@ outcome. The caller owns the transaction, so rows, outbox, inbox and audit commi
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Table, delete, func, literal_column, select, text
+from sqlalchemy import delete, func, literal_column, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,14 +24,25 @@ from contracts.config import MemoryConfig
 from contracts.events import MemoryPurged, MemoryWritten
 from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
 from shared import audit
-from shared.db.models import MemoryEntry
+from shared.db.models import ENTRIES
 from shared.outbox import enqueue
 from shared.policy import PolicyDecision, apply_write_policy, fingerprint
 from shared.time import utcnow
 
 __all__ = ["MIN_IMPORTANCE", "Draft", "SaveContext", "SaveResult", "owner_key", "save_entries"]
 
-_ENTRIES = cast(Table, MemoryEntry.__table__)  # type: ignore[attr-defined]  # SQLModel leaves it untyped
+_INSERT = pg_insert(ENTRIES)
+#: Insert, or — same owner scope, same fingerprint — reinforce: keep the higher importance and
+#: count. One statement, built once, so racing writers still produce one row.
+_UPSERT = _INSERT.on_conflict_do_update(
+    index_elements=["org_id", "agent_config_id", "owner_key", "fingerprint"],
+    index_where=text("lifecycle <> 'superseded'"),
+    set_={
+        "importance": func.greatest(ENTRIES.c.importance, _INSERT.excluded.importance),
+        "reinforcement_count": ENTRIES.c.reinforcement_count + 1,
+        "updated_at": _INSERT.excluded.updated_at,
+    },
+).returning(ENTRIES.c.id, literal_column("(xmax = 0)"), ENTRIES.c.version, ENTRIES.c.importance)
 
 #: Entries below this importance are not worth remembering (SPEC 4.3: 0.09 skipped, 0.1 kept).
 MIN_IMPORTANCE = 0.1
@@ -92,12 +104,21 @@ def _expires_at(config: MemoryConfig, draft: Draft, now: datetime) -> datetime |
 
 
 async def save_entries(
-    session: AsyncSession, ctx: SaveContext, drafts: list[Draft], config: MemoryConfig
+    session: AsyncSession,
+    ctx: SaveContext,
+    drafts: list[Draft],
+    config: MemoryConfig,
+    *,
+    also_audit: Sequence[audit.AuditEntry] = (),
 ) -> SaveResult:
-    """Run every draft through the save path inside the caller's transaction."""
-    # The audit chain lock comes first in every writer's transaction: one lock order, no deadlocks.
-    await audit.lock_chain(session, ctx.org_id)
+    """Run every draft through the save path inside the caller's transaction.
+
+    The outcome is audited as the last step, together with ``also_audit`` (the caller's own
+    records), so the transaction takes the organization's chain lock once, just before commit.
+    """
     result = SaveResult()
+    # A fixed order of row locks across concurrent writers: no deadlock between two upserts.
+    drafts = sorted(drafts, key=lambda d: fingerprint(d.text))
     allowed_types = config.policy.memory_types_allowed
     now = utcnow()
     for draft in drafts:
@@ -123,7 +144,7 @@ async def save_entries(
         result.ids.append(entry_id)
         if decision.quarantined:
             result.quarantined.append(entry_id)
-        enqueue(
+        await enqueue(
             session,
             MEMORY_WRITTEN,
             event := MemoryWritten(
@@ -144,7 +165,7 @@ async def save_entries(
         )
     if result.saved:
         result.pruned = await _prune_over_cap(session, ctx, config.retention.max_entries)
-    await audit.append(session, ctx.org_id, _audit_entries(ctx, result))
+    await audit.append(session, ctx.org_id, [*_audit_entries(ctx, result), *also_audit])
     return result
 
 
@@ -161,55 +182,52 @@ async def _upsert(
     One statement, so two writers racing on the same text still produce one row.
     """
     owner = ctx.owner if owner_key(ctx.owner) else None
-    stmt = pg_insert(MemoryEntry).values(
-        id=uuid4(),
-        org_id=ctx.org_id,
-        agent_config_id=ctx.agent_config_id,
-        owner_key=owner_key(owner),
-        owner_kind=owner.kind if owner else None,
-        owner_id=owner.id if owner else None,
-        session_id=ctx.session_id,
-        text=decision.text,
-        fingerprint=fingerprint(decision.text),
-        importance=draft.importance,
-        reinforcement_count=0,
-        memory_type=draft.memory_type,
-        layer=draft.layer,
-        source=ctx.source,
-        source_agent=ctx.source_agent,
-        confidence=draft.confidence,
-        reliability=1.0,
-        lifecycle="active",
-        pinned=False,
-        redaction=list(decision.redactions),
-        quarantined=decision.quarantined,
-        quarantine_reasons=list(decision.quarantine_reasons),
-        provenance=ctx.provenance if decision.quarantined else {},
-        expires_at=_expires_at(config, draft, now),
-        created_at=now,
-        updated_at=now,
-        access_count=0,
-        version=1,
-        embedding_status="pending",
-        metadata=draft.metadata,
-    )
-    table = _ENTRIES
-    upsert = stmt.on_conflict_do_update(
-        index_elements=["org_id", "agent_config_id", "owner_key", "fingerprint"],
-        index_where=text("lifecycle <> 'superseded'"),
-        set_={
-            "importance": func.greatest(table.c.importance, stmt.excluded.importance),
-            "reinforcement_count": table.c.reinforcement_count + 1,
-            "updated_at": now,
-        },
-    ).returning(table.c.id, literal_column("(xmax = 0)"), table.c.version, table.c.importance)
-    row = (await session.execute(upsert)).one()
+    params = {
+        "id": uuid4(),
+        "org_id": ctx.org_id,
+        "agent_config_id": ctx.agent_config_id,
+        "owner_key": owner_key(owner),
+        "owner_kind": owner.kind if owner else None,
+        "owner_id": owner.id if owner else None,
+        "session_id": ctx.session_id,
+        "text": decision.text,
+        "fingerprint": fingerprint(decision.text),
+        "importance": draft.importance,
+        "reinforcement_count": 0,
+        "memory_type": draft.memory_type,
+        "layer": draft.layer,
+        "source": ctx.source,
+        "source_agent": ctx.source_agent,
+        "confidence": draft.confidence,
+        "reliability": 1.0,
+        "lifecycle": "active",
+        "pinned": False,
+        "redaction": list(decision.redactions),
+        "quarantined": decision.quarantined,
+        "quarantine_reasons": list(decision.quarantine_reasons),
+        "provenance": ctx.provenance if decision.quarantined else {},
+        "expires_at": _expires_at(config, draft, now),
+        "created_at": now,
+        "updated_at": now,
+        "last_accessed_at": None,
+        "access_count": 0,
+        "version": 1,
+        "supersedes": None,
+        "superseded_by": None,
+        "embedding_status": "pending",
+        "category": None,
+        "confirmation": None,
+        "sensitivity": None,
+        "consent": None,
+        "metadata": draft.metadata,
+    }
+    row = (await session.execute(_UPSERT, params)).one()
     return row[0], bool(row[1]), row[2], row[3]
 
 
 async def _prune_over_cap(session: AsyncSession, ctx: SaveContext, max_entries: int) -> list[UUID]:
     """Drop lowest importance, then oldest, until the agent config is within its cap (pinned exempt)."""
-    table = _ENTRIES
+    table = ENTRIES
     scope = (table.c.org_id == ctx.org_id) & (table.c.agent_config_id == ctx.agent_config_id)
     total = (await session.execute(select(func.count()).select_from(table).where(scope))).scalar_one()
     excess = total - max_entries
@@ -240,7 +258,7 @@ async def _prune_over_cap(session: AsyncSession, ctx: SaveContext, max_entries: 
         requested_by="engram:max_entries",
         reason="prune",
     )
-    enqueue(session, MEMORY_PURGED, purged, purged.event_id)
+    await enqueue(session, MEMORY_PURGED, purged, purged.event_id)
     return list(victims)
 
 

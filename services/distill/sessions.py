@@ -69,12 +69,11 @@ async def handle_validated_session(infra: Infra, distiller: Distiller, msg: Msg)
         )
         return
     key = f"{session.org_id}/{session.event_id}"
-    async with infra.db.read() as db:
-        if await already_processed(db, CONSUMER, key):
-            await msg.ack()
-            return
     try:
         async with infra.db.transaction() as db:
+            if await already_processed(db, CONSUMER, key):
+                await msg.ack()
+                return
             config, _ = await claim_agent_config(db, session.org_id, session.agent_config_id, by="distill")
             org_enabled = await org_memory_enabled(db, session.org_id)
     except Forbidden as exc:
@@ -111,32 +110,26 @@ async def handle_validated_session(infra: Infra, distiller: Distiller, msg: Msg)
         source_agent=distiller.name,
         provenance={"event_id": str(session.event_id), "session_id": session.session_id},
     )
+    details: dict[str, object] = {"event_id": str(session.event_id)}
+    if skip:
+        details["reason"] = skip
+    else:
+        details.update(distiller=distiller.name, lessons=len(lessons), **summary_note)
+    outcome = audit.AuditEntry(
+        kind="distill.skipped" if skip else "distill.completed",
+        actor_ref=session.principal.ref,
+        agent_config_id=session.agent_config_id,
+        session_id=session.session_id,
+        details=details,
+    )
     async with infra.db.transaction() as db:
         if not await claim_inbox(db, CONSUMER, key):
             await msg.ack()  # another instance finished it first
             return
         if drafts:
-            await save_entries(db, ctx, drafts, config)
-        await audit.append(
-            db,
-            session.org_id,
-            [
-                audit.AuditEntry(
-                    kind="distill.skipped" if skip else "distill.completed",
-                    actor_ref=session.principal.ref,
-                    agent_config_id=session.agent_config_id,
-                    session_id=session.session_id,
-                    details={"reason": skip, "event_id": str(session.event_id)}
-                    if skip
-                    else {
-                        "distiller": distiller.name,
-                        "lessons": len(lessons),
-                        **summary_note,
-                        "event_id": str(session.event_id),
-                    },
-                )
-            ],
-        )
+            await save_entries(db, ctx, drafts, config, also_audit=[outcome])
+        else:
+            await audit.append(db, session.org_id, [outcome])
     infra.relay.wake()
     await msg.ack()
 

@@ -23,7 +23,6 @@ async def set_config(infra: Infra, credential: Credential, request: ConfigPut) -
     credential.require(ADMIN)
     credential.require_agent_config(request.agent_config_id)
     async with infra.db.transaction() as db:
-        await audit.lock_chain(db, credential.org_id)
         config, version = await put_config(
             db, credential.org_id, request.agent_config_id, request.config, by=credential.principal.ref
         )

@@ -8,7 +8,7 @@ read-then-write race in application code.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -16,6 +16,11 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
 __all__ = [
+    "AUDIT_HEADS",
+    "AUDIT_LOG",
+    "ENTRIES",
+    "INBOX",
+    "OUTBOX",
     "AuditHead",
     "AuditRecord",
     "InboxRecord",
@@ -182,3 +187,12 @@ class AuditHead(SQLModel, table=True):
     org_id: UUID = Field(primary_key=True)
     seq: int
     hash: str = Field(max_length=64)
+
+
+# Core ``Table`` handles for the hot paths: statements built on these skip the ORM's unit of
+# work and are compiled once (SQLModel leaves ``__table__`` untyped, hence the casts).
+ENTRIES = cast(sa.Table, MemoryEntry.__table__)  # type: ignore[attr-defined]
+OUTBOX = cast(sa.Table, OutboxMessage.__table__)  # type: ignore[attr-defined]
+INBOX = cast(sa.Table, InboxRecord.__table__)  # type: ignore[attr-defined]
+AUDIT_LOG = cast(sa.Table, AuditRecord.__table__)  # type: ignore[attr-defined]
+AUDIT_HEADS = cast(sa.Table, AuditHead.__table__)  # type: ignore[attr-defined]

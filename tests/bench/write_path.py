@@ -42,8 +42,12 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _summary(ms: list[float]) -> dict[str, float]:
-    return {"n": len(ms), "p50_ms": round(_pct(ms, 0.50), 3), "p99_ms": round(_pct(ms, 0.99), 3),
-            "mean_ms": round(statistics.fmean(ms), 3)}
+    return {
+        "n": len(ms),
+        "p50_ms": round(_pct(ms, 0.50), 3),
+        "p99_ms": round(_pct(ms, 0.99), 3),
+        "mean_ms": round(statistics.fmean(ms), 3),
+    }
 
 
 async def yardstick(nc: Client, n: int) -> dict[str, Any]:
@@ -75,20 +79,39 @@ async def yardstick(nc: Client, n: int) -> dict[str, Any]:
 
 def _sessions(org: Any, agent: Any, n: int, tag: str) -> list[dict[str, Any]]:
     """Sessions shaped like real ones: a few calls, one failure, one explicit statement —
-    the built-in distiller turns each into 2–3 lessons."""
+    the built-in distiller turns each into 2-3 lessons."""
     owners = [{"kind": "end_user", "id": f"user-{i}"} for i in range(50)] + [{"kind": "none"}]
     out = []
     for i in range(n):
         trace = [
             {"tool": "search_kb", "input": {"q": f"{tag} topic {i}"}, "output": "3 hits", "duration_ms": 40},
-            {"tool": "http_get", "input": {"url": f"https://api.example.com/v1/items/{i}"},
-             "error": f"HTTP 503 from upstream shard {i % 13}", "duration_ms": 900},
-            {"tool": "http_get", "input": {"url": f"https://api.example.com/v2/items/{i}"}, "output": "200 OK"},
+            {
+                "tool": "http_get",
+                "input": {"url": f"https://api.example.com/v1/items/{i}"},
+                "error": f"HTTP 503 from upstream shard {i % 13}",
+                "duration_ms": 900,
+            },
+            {
+                "tool": "http_get",
+                "input": {"url": f"https://api.example.com/v2/items/{i}"},
+                "output": "200 OK",
+            },
         ]
-        transcript = [{"role": "user", "content": f"Remember: order {tag}-{i} ships from the Lyon warehouse."}]
-        out.append(session_payload(org, agent, status="success", principal=owners[i % len(owners)],
-                                   tool_trace=trace, transcript=transcript, task=f"Resolve ticket {tag}-{i}",
-                                   session_id=f"{tag}-{i}"))
+        transcript = [
+            {"role": "user", "content": f"Remember: order {tag}-{i} ships from the Lyon warehouse."}
+        ]
+        out.append(
+            session_payload(
+                org,
+                agent,
+                status="success",
+                principal=owners[i % len(owners)],
+                tool_trace=trace,
+                transcript=transcript,
+                task=f"Resolve ticket {tag}-{i}",
+                session_id=f"{tag}-{i}",
+            )
+        )
     return out
 
 
@@ -108,7 +131,8 @@ class WrittenWatcher:
 async def _publish(nc: Client, token: str, payload: dict[str, Any]) -> float:
     sent = time.perf_counter()
     await nc.jetstream().publish(
-        "engram.session.ended", json.dumps(payload).encode(),
+        "engram.session.ended",
+        json.dumps(payload).encode(),
         headers={"Authorization": f"Bearer {token}", "Nats-Msg-Id": payload["event_id"]},
     )
     return sent
@@ -124,7 +148,9 @@ async def _wait_for(watcher: WrittenWatcher, session_ids: list[str], timeout: fl
     raise RuntimeError(f"{missing} sessions produced no memory.written within {timeout}s")
 
 
-async def throughput(nc: Client, token: str, org: Any, agent: Any, n: int, watcher: WrittenWatcher) -> dict[str, Any]:
+async def throughput(
+    nc: Client, token: str, org: Any, agent: Any, n: int, watcher: WrittenWatcher
+) -> dict[str, Any]:
     """Publish n sessions as fast as possible; time until every one has its lessons saved."""
     sessions = _sessions(org, agent, n, f"burst{uuid4().hex[:6]}")
     before = watcher.count
@@ -137,13 +163,20 @@ async def throughput(nc: Client, token: str, org: Any, agent: Any, n: int, watch
     elapsed = max(watcher.first[s["session_id"]] for s in sessions) - start
     lessons = watcher.count - before
     latency = [(watcher.first[s["session_id"]] - t) * 1000 for s, t in zip(sessions, sent, strict=True)]
-    return {"sessions": n, "lessons_written": lessons, "elapsed_s": round(elapsed, 3),
-            "publish_s": round(publish_s, 3), "sessions_per_s": round(n / elapsed, 1),
-            "lessons_per_s": round(lessons / elapsed, 1), "latency_under_burst": _summary(latency)}
+    return {
+        "sessions": n,
+        "lessons_written": lessons,
+        "elapsed_s": round(elapsed, 3),
+        "publish_s": round(publish_s, 3),
+        "sessions_per_s": round(n / elapsed, 1),
+        "lessons_per_s": round(lessons / elapsed, 1),
+        "latency_under_burst": _summary(latency),
+    }
 
 
-async def steady(nc: Client, token: str, org: Any, agent: Any, rate: float, seconds: float,
-                 watcher: WrittenWatcher) -> dict[str, Any]:
+async def steady(
+    nc: Client, token: str, org: Any, agent: Any, rate: float, seconds: float, watcher: WrittenWatcher
+) -> dict[str, Any]:
     """Publish at a fixed rate; publish → first memory.written latency per session."""
     sessions = _sessions(org, agent, int(rate * seconds), f"steady{uuid4().hex[:6]}")
     sent: list[float] = []
@@ -160,21 +193,35 @@ async def steady(nc: Client, token: str, org: Any, agent: Any, rate: float, seco
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        async with nats_server(Path(tmp) / "nats") as server, \
-                throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url:
-            settings = EngramSettings(nats_url=server.url, database_url=db_url,
-                                      token_keys=SecretStr(f"{KID}={SECRET}"), _env_file=None)  # type: ignore[call-arg]
+        async with (
+            nats_server(Path(tmp) / "nats") as server,
+            throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url,
+        ):
+            settings = EngramSettings(
+                nats_url=server.url,
+                database_url=db_url,
+                token_keys=SecretStr(f"{KID}={SECRET}"),
+                _env_file=None,
+            )  # type: ignore[call-arg]
             nc = await nats.connect(server.url)
-            results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
+            results: dict[str, Any] = {
+                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}
+            }
             results["yardstick"] = await yardstick(nc, args.rtt_samples)
             async with running_services(settings):
                 org, agent = uuid4(), uuid4()
-                token = TokenService({KID: SECRET}).mint(org_id=org, principal=Principal(kind="service", id="b"),
-                                                         permissions=ALL_PERMISSIONS)
+                token = TokenService({KID: SECRET}).mint(
+                    org_id=org, principal=Principal(kind="service", id="b"), permissions=ALL_PERMISSIONS
+                )
                 # Raise the cap so pruning does not interfere with counting.
-                await nc.request("engram.config.put", json.dumps({"agent_config_id": str(agent),
-                                 "config": {"retention": {"max_entries": 1_000_000}}}).encode(),
-                                 headers={"Authorization": f"Bearer {token}"}, timeout=5)
+                await nc.request(
+                    "engram.config.put",
+                    json.dumps(
+                        {"agent_config_id": str(agent), "config": {"retention": {"max_entries": 1_000_000}}}
+                    ).encode(),
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=5,
+                )
                 watcher = WrittenWatcher()
                 await nc.subscribe("engram.memory.written", cb=watcher.on_message)
                 await throughput(nc, token, org, agent, 100, watcher)  # warm-up

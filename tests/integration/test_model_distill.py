@@ -37,16 +37,22 @@ async def model() -> AsyncIterator[FakeOpenAI]:
 
 
 @pytest.fixture(scope="module")
-async def engram_with_model(settings: EngramSettings, model: FakeOpenAI) -> AsyncIterator[Infra]:
+def breaker() -> CircuitBreaker:
+    return CircuitBreaker(failure_threshold=5, reset_after_s=0.3)
+
+
+@pytest.fixture(autouse=True)
+def closed_breaker(breaker: CircuitBreaker) -> None:
+    """Each test starts with a closed breaker: one test's failures must not decide the next."""
+    breaker.record_success()
+
+
+@pytest.fixture(scope="module")
+async def engram_with_model(
+    settings: EngramSettings, model: FakeOpenAI, breaker: CircuitBreaker
+) -> AsyncIterator[Infra]:
     # Short timeout and no in-call retries: the bus's redelivery is what this module tests.
-    # A breaker that half-opens quickly, so one test's failures don't short-circuit the next.
-    distiller = OpenAICompatDistiller(
-        model.base_url,
-        "fake-model",
-        timeout_s=0.5,
-        retries=0,
-        breaker=CircuitBreaker(failure_threshold=5, reset_after_s=0.3),
-    )
+    distiller = OpenAICompatDistiller(model.base_url, "fake-model", timeout_s=0.5, retries=0, breaker=breaker)
     async with running_services(settings, distiller=distiller) as infra:
         yield infra
 
