@@ -26,7 +26,7 @@ def build_router(infra: Infra) -> NatsRouter:
         SESSION_ENDED,
         stream=JStream("ENGRAM_SESSIONS", declare=False),
         durable=CONSUMER,
-        pull_sub=PullSub(batch_size=64, timeout=1.0),
+        pull_sub=PullSub(batch_size=32, timeout=1.0),
         ack_policy=AckPolicy.MANUAL,
         # Bad input is dead-lettered on its first delivery; what is redelivered failed on an
         # outage (NATS, Postgres), so it is retried until the outage ends rather than dropped.
