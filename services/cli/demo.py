@@ -59,6 +59,10 @@ async def run_demo(
     report = DemoReport(published=len(sessions))
     clients = {org: await EngramClient.connect(nats_url, token) for org, token in org_tokens.items()}
     try:
+        # Keep raw tool activity as observations too: that is where the demo's e-mails, card
+        # numbers and injection attempts sit, so redaction and quarantine have something to show.
+        for org, agent in orgs.items():
+            await clients[org].put_config(agent, {"keep_observations": True})
         with Progress(console=console, transient=False) as progress:
             task = progress.add_task("publishing session.ended", total=len(sessions))
             for payload in sessions:
@@ -121,52 +125,72 @@ def _tally(report: DemoReport, records: list[dict[str, Any]], events: set[str]) 
             report.distilled += 1
         elif record["kind"] == "distill.skipped":
             report.skipped[str(details.get("reason"))] += 1
-        elif record["kind"] == "memory.saved":
-            report.saved += int(details.get("saved", 0))
-            report.reinforced += int(details.get("reinforced", 0))
-            report.redactions.update({k: int(v) for k, v in details.get("redactions", {}).items()})
-            report.quarantined += len(details.get("quarantined", []))
 
 
-async def _show(console: Console, database_url: str, orgs: dict[UUID, UUID], report: DemoReport) -> None:
+async def _stored(database_url: str, orgs: dict[UUID, UUID]) -> list[MemoryEntry]:
     db = Database(database_url, pool_size=1)
     try:
         async with db.read() as session:
-            rows = (
-                (
-                    await session.execute(
-                        select(MemoryEntry)
-                        .where(col(MemoryEntry.org_id).in_(list(orgs)), col(MemoryEntry.layer) == "memory")
-                        .order_by(col(MemoryEntry.org_id), col(MemoryEntry.created_at))
-                    )
-                )
-                .scalars()
-                .all()
+            result = await session.execute(
+                select(MemoryEntry)
+                .where(col(MemoryEntry.org_id).in_(list(orgs)))
+                .order_by(col(MemoryEntry.org_id), col(MemoryEntry.created_at))
             )
+            return list(result.scalars().all())
     finally:
         await db.close()
-    table = Table(title="What Engram remembered (read from Postgres)", show_lines=False, expand=True)
-    for column in ("org", "owner", "type", "imp.", "×", "flags", "lesson"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        flags = ",".join([*(["QUARANTINED"] if row.quarantined else []), *row.redaction])
+
+
+async def _show(console: Console, database_url: str, orgs: dict[UUID, UUID], report: DemoReport) -> None:
+    rows = await _stored(database_url, orgs)
+    lessons = [r for r in rows if r.layer == "memory"]
+    observations = [r for r in rows if r.layer == "observation"]
+    report.saved = len(lessons)
+    report.reinforced = sum(r.reinforcement_count for r in lessons)
+    report.redactions = Counter(kind for r in rows for kind in r.redaction)
+    report.quarantined = sum(1 for r in rows if r.quarantined)
+
+    table = Table(title="Lessons Engram distilled (read from Postgres)", expand=True)
+    table.add_column("owner", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("imp", no_wrap=True)
+    table.add_column("x", no_wrap=True, header_style="bold", justify="right")
+    table.add_column("lesson", ratio=1, overflow="fold")
+    for row in lessons:
+        flags = " ".join(f"[{k}]" for k in row.redaction)
+        text = "[quarantined: not shown]" if row.quarantined else row.text
         table.add_row(
-            str(row.org_id)[:8],
             row.owner_key or "(shared)",
             row.memory_type,
             f"{row.importance:.2f}",
-            str(row.reinforcement_count),
-            flags,
-            row.text if not row.quarantined else "[quarantined]",
+            str(row.reinforcement_count + 1),
+            f"{text} {flags}".strip(),
         )
     console.print(table)
+    if observations:
+        flagged = [r for r in observations if r.quarantined or r.redaction]
+        obs = Table(
+            title=f"Observations kept: {len(observations)}; the ones the write policy touched", expand=True
+        )
+        obs.add_column("owner", no_wrap=True)
+        obs.add_column("policy", no_wrap=True)
+        obs.add_column("stored text", ratio=1, overflow="fold")
+        for row in flagged:
+            policy = ",".join([*(["QUARANTINED"] if row.quarantined else []), *row.redaction])
+            obs.add_row(
+                row.owner_key or "(shared)",
+                policy,
+                "[quarantined: never rendered into a prompt]" if row.quarantined else row.text,
+            )
+        console.print(obs)
     summary = Table(title="Demo summary", show_header=False)
     summary.add_row("sessions published", str(report.published))
     summary.add_row("distilled", str(report.distilled))
     summary.add_row("skipped by the gate", ", ".join(f"{k}: {v}" for k, v in report.skipped.items()) or "0")
     summary.add_row("lessons saved", str(report.saved))
     summary.add_row("reinforced (same lesson again)", str(report.reinforced))
-    summary.add_row("redacted", ", ".join(f"{k}: {v}" for k, v in report.redactions.items()) or "0")
+    summary.add_row("observations kept", str(len(observations)))
+    summary.add_row("redacted", ", ".join(f"{k}: {v}" for k, v in sorted(report.redactions.items())) or "0")
     summary.add_row("quarantined (injection)", str(report.quarantined))
     summary.add_row("audit chain", "verified" if report.chain_ok else "BROKEN")
     console.print(summary)

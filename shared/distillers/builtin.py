@@ -56,9 +56,9 @@ class BuiltinDistiller:
 def distill_session(session: SessionEnded) -> list[Lesson]:
     """At most five lessons, by importance (highest first) and then text, without duplicates.
 
-    - an unrecovered failed call: "<tool> failed with '<error>'" — deliberately without the task,
-      so the same failure seen again by the same owner reinforces one lesson instead of adding
-      a near-copy per task
+    - every failed call: "<tool> failed with '<error>'" — deliberately without the task, so the
+      same failure seen again by the same owner reinforces one lesson instead of adding a
+      near-copy per task
       (``lesson``, 0.6, +0.1 when the tool failed more than once, +0.1 for the last error of a
       failed session);
     - a recovered one: "After <tool> failed with '<error>' …, retrying <tool> … worked" or
@@ -94,10 +94,10 @@ def _trace_lessons(session: SessionEnded) -> Iterator[Lesson]:
         retry = next((j for j in range(i + 1, len(trace)) if trace[j].tool == failed.tool), None)
         if retry is not None and trace[retry].error is None:
             yield Lesson(_finish(f"{after}, {_retry_phrase(trace, i, retry)} worked"), 0.7, "procedural")
-            continue
-        if retry is None and session.status == "success" and _succeeded_elsewhere(trace, i):
+        elif retry is None and session.status == "success" and _succeeded_elsewhere(trace, i):
             yield Lesson(_finish(f"{after}, using {trace[i + 1].tool} instead worked"), 0.7, "procedural")
-            continue
+        # The failure is a lesson of its own, recovered or not: phrased without the task, the same
+        # failure met again by the same owner reinforces it rather than adding a near-copy.
         importance = 0.6
         if failures_per_tool[failed.tool] > 1:
             importance += 0.1
