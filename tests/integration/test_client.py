@@ -1,0 +1,67 @@
+"""EngramClient, the convenience client for Python platforms, against the real services."""
+
+from __future__ import annotations
+
+from uuid import UUID, uuid4
+
+import pytest
+
+from contracts.client import EngramClient
+from contracts.common import Principal
+from contracts.errors import Forbidden, InvalidRequest, Unauthenticated
+from contracts.requests import SaveEntry, SaveOutcome
+from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.infra import Infra
+from shared.settings import EngramSettings
+from tests.platform import eventually, session_payload
+
+pytestmark = pytest.mark.integration
+
+
+async def test_client_round_trip(
+    engram: Infra, settings: EngramSettings, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """publish_session, save (wait), config and audit calls work and return typed models."""
+    async with await EngramClient.connect(settings.nats_url, service_token) as client:
+        seq = await client.publish_session(
+            session_payload(org, agent, tool_trace=[{"tool": "t", "input": {}, "error": "e"}])
+        )
+        assert seq > 0
+        outcome = await client.save(
+            agent,
+            [SaveEntry(text="Prefers dark mode.", importance=0.6)],
+            wait=True,
+            principal={"kind": "end_user", "id": "alice"},
+        )
+        assert isinstance(outcome, SaveOutcome)
+        assert outcome.saved == 1
+        accepted = await client.save(agent, [{"text": "Second fact."}])
+        assert accepted.status == 202
+        config = await client.put_config(agent, {"top_k": 7})
+        assert (config.version, config.config.top_k) == (2, 7)  # v1: defaults, made by the first write
+        assert (await client.get_config(agent)).config.top_k == 7
+
+        async def distilled() -> bool:
+            return bool((await client.audit_query(kind="distill.completed")).records)
+
+        await eventually(distilled, what="the published session distilled")
+        assert (await client.audit_verify()).ok
+
+
+async def test_client_raises_typed_errors(
+    engram: Infra, settings: EngramSettings, tokens: TokenService, agent: UUID, service_token: str
+) -> None:
+    """Wire errors come back as the matching EngramError subclass."""
+    async with await EngramClient.connect(settings.nats_url, "forged") as anonymous:
+        with pytest.raises(Unauthenticated):
+            await anonymous.get_config(agent)
+    async with await EngramClient.connect(settings.nats_url, service_token) as client:
+        with pytest.raises(InvalidRequest):
+            await client.put_config(agent, {"top_k": 0})
+        await client.put_config(agent, {"top_k": 3})
+    foreign = tokens.mint(
+        org_id=uuid4(), principal=Principal(kind="service", id="x"), permissions=ALL_PERMISSIONS
+    )
+    async with await EngramClient.connect(settings.nats_url, foreign) as intruder:
+        with pytest.raises(Forbidden):
+            await intruder.get_config(agent)

@@ -1,0 +1,45 @@
+"""The README's code runs as written (STYLE habit 13: examples are tests)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from sqlalchemy import select
+
+from shared.db.engine import Database
+from shared.db.models import AuditRecord
+from shared.infra import Infra
+from shared.settings import EngramSettings
+from tests.platform import eventually
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
+async def test_readme_platform_snippet_publishes_and_saves(
+    engram: Infra, settings: EngramSettings, db: Database, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """The README's raw nats-py snippet publishes a session that is distilled and saves with wait."""
+    (block,) = _python_blocks()
+    namespace: dict[str, Any] = {}
+    exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 (our own README)
+    reply = await namespace["publish_one"](settings.nats_url, service_token, str(org), str(agent))
+    assert (reply["status"], reply["saved"], reply["skipped"], reply["reinforced"]) == (200, 1, 0, 0)
+
+    async def distilled() -> bool:
+        async with db.read() as s:
+            found = await s.execute(
+                select(AuditRecord).where(AuditRecord.org_id == org, AuditRecord.kind == "distill.completed")  # type: ignore[arg-type]
+            )
+            return found.first() is not None
+
+    await eventually(distilled, what="the README's session distilled")
