@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from faststream.nats import NatsBroker
 
 from shared.auth import TokenService
-from shared.bus import ensure_streams, patch_pull_timeout
+from shared.bus import configured_streams, ensure_streams, patch_pull_timeout
 from shared.db.engine import Database
 from shared.distillers.builtin import BuiltinDistiller
 from shared.distillers.openai_compat import OpenAICompatDistiller
@@ -66,7 +66,13 @@ async def running_services(
     db = Database(settings.database_url)
     await broker.connect()
     js = broker.connection.jetstream()
-    await ensure_streams(js)
+    await ensure_streams(
+        js,
+        configured_streams(
+            session_retention_s=settings.session_retention_s,
+            dead_letter_retention_s=settings.dead_letter_retention_s,
+        ),
+    )
     relay = OutboxRelay(db, js)
     infra = Infra(
         settings=settings,

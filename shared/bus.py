@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
@@ -10,7 +11,7 @@ from nats.js.errors import NotFoundError
 
 from contracts.subjects import STREAMS, StreamDef
 
-__all__ = ["ensure_streams", "patch_pull_timeout", "stream_config"]
+__all__ = ["configured_streams", "ensure_streams", "patch_pull_timeout", "stream_config"]
 
 
 def stream_config(definition: StreamDef, *, replicas: int = 1) -> StreamConfig:
@@ -28,6 +29,12 @@ def stream_config(definition: StreamDef, *, replicas: int = 1) -> StreamConfig:
         max_msg_size=definition.max_msg_bytes,
         num_replicas=replicas,
     )
+
+
+def configured_streams(*, session_retention_s: int, dead_letter_retention_s: int) -> list[StreamDef]:
+    """The contract's streams with the deployment's retention settings applied."""
+    overrides = {"ENGRAM_SESSIONS": session_retention_s, "ENGRAM_DLQ": dead_letter_retention_s}
+    return [replace(d, max_age_seconds=overrides.get(d.name, d.max_age_seconds)) for d in STREAMS]
 
 
 async def ensure_streams(js: JetStreamContext, definitions: Iterable[StreamDef] = STREAMS) -> None:

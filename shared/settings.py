@@ -36,6 +36,12 @@ class EngramSettings(BaseSettings):
     distill_timeout_s: float = Field(default=20.0, gt=0)
     distill_retries: int = Field(default=2, ge=0, le=10)
 
+    #: How long raw sessions (and their tokens, in headers) stay in ``ENGRAM_SESSIONS``: long
+    #: enough to ride out an outage of the services, short because traces hold raw text.
+    session_retention_s: int = Field(default=24 * 3600, ge=600)
+    #: How long dead letters are kept for an operator to inspect and replay.
+    dead_letter_retention_s: int = Field(default=7 * 24 * 3600, ge=3600)
+
     #: JetStream redelivery: attempts before a message is dead-lettered, and the backoff.
     max_deliver: int = Field(default=5, ge=1)
     redeliver_backoff_s: tuple[float, ...] = (1.0, 5.0, 15.0, 30.0)

@@ -54,6 +54,7 @@ def settings(nats_proc: NatsServerProcess, database_url: str) -> EngramSettings:
         token_keys=SecretStr(f"{TEST_KID}={TEST_SECRET}"),
         max_deliver=3,
         redeliver_backoff_s=(0.2, 0.4),
+        session_retention_s=3600,
         _env_file=None,  # type: ignore[call-arg]
     )
 

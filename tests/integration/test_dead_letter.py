@@ -165,3 +165,13 @@ async def test_ingest_keeps_consuming_after_bad_input(
         return len(rows) == 1
 
     await eventually(done, what="the valid session after the garbage")
+
+
+async def test_stream_retention_follows_settings(engram: Infra, nc: Client) -> None:
+    """ENGRAM_SESSIONS and ENGRAM_DLQ keep messages only as long as the settings say."""
+    sessions = await nc.jetstream().stream_info("ENGRAM_SESSIONS")
+    dlq = await nc.jetstream().stream_info("ENGRAM_DLQ")
+    assert sessions.config.max_age == engram.settings.session_retention_s
+    assert dlq.config.max_age == engram.settings.dead_letter_retention_s
+    assert sessions.config.duplicate_window
+    assert sessions.config.duplicate_window >= 120

@@ -206,7 +206,9 @@ async def test_one_trace_spans_ingest_and_distill_processes_and_memory_written(
         for service, label in (("ingest", "engram-ingest"), ("distill", "engram-distill")):
             for span in spans[service]:
                 assert span["resource"]["attributes"]["service.name"] == label
-                assert _hex(span["context"]["trace_id"]) == trace_id, f"{service} span outside our trace: {span}"
+                assert _hex(span["context"]["trace_id"]) == trace_id, (
+                    f"{service} span outside our trace: {span}"
+                )
 
         ingest_process = _by_name(ingest, f"{SESSION_ENDED} process")
         distill_process = _by_name(distill, "engram.session.validated process")
