@@ -101,8 +101,11 @@ async def running_services(
     try:
         yield infra
     finally:
-        await broker.stop()
+        # Subscribers first (in-flight handlers finish and commit), then the relay's last flush
+        # while the connection is still open, then the connection itself.
+        await asyncio.gather(*(sub.stop() for sub in broker.subscribers), return_exceptions=True)
         await relay.stop()
+        await broker.stop()
         close = getattr(distiller, "aclose", None)
         if close is not None:
             await close()

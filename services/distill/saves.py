@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
@@ -111,11 +113,6 @@ async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
         reply = exc.to_wire()
     infra.relay.wake()
     if request.wait:
-        await infra.nc.publish(save_result_subject(str(request.request_id)), outcome_bytes(reply))
+        # Core NATS: the waiting caller is live or gone; the stored outcome is the durable part.
+        await infra.nc.publish(save_result_subject(str(request.request_id)), json.dumps(reply).encode())
     await msg.ack()
-
-
-def outcome_bytes(reply: dict[str, object]) -> bytes:
-    import json
-
-    return json.dumps(reply, default=str).encode()
