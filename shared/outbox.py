@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from uuid import UUID
 
 from nats.js import JetStreamContext
@@ -25,7 +26,16 @@ from shared.db.models import INBOX, OUTBOX, OutboxMessage
 from shared.telemetry import inject_trace_headers
 from shared.time import utcnow
 
-__all__ = ["OutboxRelay", "already_processed", "claim_inbox", "enqueue", "enqueue_raw"]
+__all__ = [
+    "OutboxRelay",
+    "already_processed",
+    "claim_inbox",
+    "claim_inbox_many",
+    "enqueue",
+    "enqueue_many",
+    "enqueue_raw",
+    "processed_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +50,30 @@ _INBOX_SEEN = select(INBOX.c.event_id).where(
 async def enqueue(session: AsyncSession, subject: str, event: BaseModel, event_id: UUID) -> None:
     """Add an event to the outbox of the current transaction."""
     await enqueue_raw(session, subject, event.model_dump_json().encode(), event_id)
+
+
+async def enqueue_many(
+    session: AsyncSession, events: Sequence[tuple[str, BaseModel, UUID, dict[str, str] | None]]
+) -> None:
+    """Add several events in one statement: ``(subject, event, event_id, trace headers)``, where
+    ``None`` headers mean the current span's (a batch carries each session's own trace)."""
+    if not events:
+        return
+    current = inject_trace_headers({})
+    now = utcnow()
+    await session.execute(
+        _OUTBOX_INSERT,
+        [
+            {
+                "event_id": event_id,
+                "subject": subject,
+                "payload": event.model_dump_json().encode(),
+                "headers": current if headers is None else headers,
+                "created_at": now,
+            }
+            for subject, event, event_id, headers in events
+        ],
+    )
 
 
 async def enqueue_raw(session: AsyncSession, subject: str, payload: bytes, event_id: UUID) -> None:
@@ -65,6 +99,27 @@ async def claim_inbox(session: AsyncSession, consumer: str, event_id: str) -> bo
         _INBOX_CLAIM, {"consumer": consumer, "event_id": event_id, "processed_at": utcnow()}
     )
     return result.first() is not None
+
+
+async def claim_inbox_many(session: AsyncSession, consumer: str, event_ids: Sequence[str]) -> set[str]:
+    """:func:`claim_inbox` for a batch in one statement; returns the ids this call claimed."""
+    if not event_ids:
+        return set()
+    now = utcnow()
+    result = await session.execute(
+        _INBOX_CLAIM, [{"consumer": consumer, "event_id": e, "processed_at": now} for e in event_ids]
+    )
+    return {str(row[0]) for row in result}
+
+
+async def processed_of(session: AsyncSession, consumer: str, event_ids: Sequence[str]) -> set[str]:
+    """Which of ``event_ids`` the consumer has already taken effect for."""
+    if not event_ids:
+        return set()
+    result = await session.execute(
+        select(INBOX.c.event_id).where(INBOX.c.consumer == consumer, INBOX.c.event_id.in_(list(event_ids)))
+    )
+    return {str(row[0]) for row in result}
 
 
 async def already_processed(session: AsyncSession, consumer: str, event_id: str) -> bool:

@@ -2,8 +2,9 @@
 
 Per entry: importance floor → type policy → write policy (PII, size, injection flag) →
 normalize + fingerprint → owner-scoped upsert (insert, or reinforce the existing row) →
-``memory.written`` in the outbox. Then the ``max_entries`` prune, then one audit record for the
+``memory.written`` in the outbox. Then the ``max_entries`` prune, then the audit records of the
 outcome. The caller owns the transaction, so rows, outbox, inbox and audit commit together.
+A batch of writers goes through in one pass (:func:`save_batch`); one writer is a batch of one.
 """
 
 from __future__ import annotations
@@ -25,24 +26,44 @@ from contracts.events import MemoryPurged, MemoryWritten
 from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
 from shared import audit
 from shared.db.models import ENTRIES
-from shared.outbox import enqueue
+from shared.outbox import enqueue, enqueue_many
 from shared.policy import PolicyDecision, apply_write_policy, fingerprint
 from shared.time import utcnow
 
-__all__ = ["MIN_IMPORTANCE", "Draft", "SaveContext", "SaveResult", "owner_key", "save_entries"]
+__all__ = [
+    "MIN_IMPORTANCE",
+    "Draft",
+    "SaveContext",
+    "SaveItem",
+    "SaveResult",
+    "owner_key",
+    "save_batch",
+    "save_entries",
+]
 
 _INSERT = pg_insert(ENTRIES)
 #: Insert, or — same owner scope, same fingerprint — reinforce: keep the higher importance and
-#: count. One statement, built once, so racing writers still produce one row.
+#: count (a new row arrives with ``reinforcement_count`` = its recurrences within the batch).
+#: One statement, built once, so racing writers still produce one row.
 _UPSERT = _INSERT.on_conflict_do_update(
     index_elements=["org_id", "agent_config_id", "owner_key", "fingerprint"],
     index_where=text("lifecycle <> 'superseded'"),
     set_={
         "importance": func.greatest(ENTRIES.c.importance, _INSERT.excluded.importance),
-        "reinforcement_count": ENTRIES.c.reinforcement_count + 1,
+        "reinforcement_count": ENTRIES.c.reinforcement_count + _INSERT.excluded.reinforcement_count + 1,
         "updated_at": _INSERT.excluded.updated_at,
     },
-).returning(ENTRIES.c.id, literal_column("(xmax = 0)"), ENTRIES.c.version, ENTRIES.c.importance)
+).returning(
+    ENTRIES.c.id,
+    literal_column("(xmax = 0)"),
+    ENTRIES.c.version,
+    ENTRIES.c.importance,
+    # The key, to match returned rows to the batch's rows (RETURNING order is not guaranteed).
+    ENTRIES.c.org_id,
+    ENTRIES.c.agent_config_id,
+    ENTRIES.c.owner_key,
+    ENTRIES.c.fingerprint,
+)
 
 #: Entries below this importance are not worth remembering (SPEC 4.3: 0.09 skipped, 0.1 kept).
 MIN_IMPORTANCE = 0.1
@@ -72,6 +93,8 @@ class SaveContext:
     source_agent: str | None = None
     #: where the text came from (event or request id), kept with quarantined entries for review.
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: the writer's trace context for the events it causes (None: the current span's).
+    trace_headers: dict[str, str] | None = None
 
 
 @dataclass
@@ -103,6 +126,33 @@ def _expires_at(config: MemoryConfig, draft: Draft, now: datetime) -> datetime |
     return min(candidates) if candidates else None
 
 
+@dataclass(frozen=True)
+class SaveItem:
+    """One writer's request to the save path: its drafts, context, config, and audit records of
+    its own to commit with the outcome (e.g. ``distill.completed``)."""
+
+    ctx: SaveContext
+    drafts: list[Draft]
+    config: MemoryConfig
+    also_audit: Sequence[audit.AuditEntry] = ()
+
+
+@dataclass
+class _Row:
+    """One row of the batch upsert: the first draft of a dedupe key, and how often it recurs."""
+
+    params: dict[str, Any]
+    occurrences: int = 1
+
+
+@dataclass(frozen=True)
+class _Occurrence:
+    item: int
+    key: tuple[UUID, UUID, str, str]
+    draft: Draft
+    decision: PolicyDecision
+
+
 async def save_entries(
     session: AsyncSession,
     ctx: SaveContext,
@@ -111,78 +161,116 @@ async def save_entries(
     *,
     also_audit: Sequence[audit.AuditEntry] = (),
 ) -> SaveResult:
-    """Run every draft through the save path inside the caller's transaction.
-
-    The outcome is audited as the last step, together with ``also_audit`` (the caller's own
-    records), so the transaction takes the organization's chain lock once, just before commit.
-    """
-    result = SaveResult()
-    # A fixed order of row locks across concurrent writers: no deadlock between two upserts.
-    drafts = sorted(drafts, key=lambda d: fingerprint(d.text))
-    allowed_types = config.policy.memory_types_allowed
-    now = utcnow()
-    for draft in drafts:
-        if draft.importance < MIN_IMPORTANCE:
-            result.skipped += 1
-            result.skip_reasons["low_importance"] += 1
-            continue
-        if allowed_types is not None and draft.memory_type not in allowed_types:
-            result.skipped += 1
-            result.skip_reasons["type_not_allowed"] += 1
-            continue
-        decision = apply_write_policy(draft.text, config.pii_handling)
-        if decision.denied is not None:
-            result.skipped += 1
-            result.skip_reasons[f"policy:{decision.denied}"] += 1
-            continue
-        result.redactions.update(decision.redactions)
-        entry_id, inserted, version, importance = await _upsert(session, ctx, draft, decision, config, now)
-        if inserted:
-            result.saved += 1
-        else:
-            result.reinforced += 1
-        result.ids.append(entry_id)
-        if decision.quarantined:
-            result.quarantined.append(entry_id)
-        await enqueue(
-            session,
-            MEMORY_WRITTEN,
-            event := MemoryWritten(
-                org_id=ctx.org_id,
-                agent_config_id=ctx.agent_config_id,
-                entry_id=entry_id,
-                outcome="saved" if inserted else "reinforced",
-                owner=ctx.owner if owner_key(ctx.owner) else None,
-                session_id=ctx.session_id,
-                layer="observation" if draft.layer == "observation" else "memory",
-                memory_type=draft.memory_type,
-                source=ctx.source,
-                importance=importance,
-                version=version,
-                quarantined=decision.quarantined,
-            ),
-            event.event_id,
-        )
-    if result.saved:
-        result.pruned = await _prune_over_cap(session, ctx, config.retention.max_entries)
-    await audit.append(session, ctx.org_id, [*_audit_entries(ctx, result), *also_audit])
+    """Run one writer's drafts through the save path inside the caller's transaction."""
+    (result,) = await save_batch(session, [SaveItem(ctx, drafts, config, also_audit)])
     return result
 
 
-async def _upsert(
-    session: AsyncSession,
-    ctx: SaveContext,
-    draft: Draft,
-    decision: PolicyDecision,
-    config: MemoryConfig,
-    now: datetime,
-) -> tuple[UUID, bool, int, float]:
-    """Insert the entry, or reinforce the one with the same fingerprint in the same owner scope.
+async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[SaveResult]:
+    """Run many writers' drafts through the save path in the caller's transaction, with one
+    upsert, one outbox insert and one audit append per organization for the whole batch.
 
-    One statement, so two writers racing on the same text still produce one row.
+    The outcome is exactly what saving the items one after another would give: the first
+    occurrence of a text (per agent config and owner) is saved or reinforces the stored row, and
+    each further occurrence reinforces it. Each stored or reinforced occurrence gets its own
+    ``memory.written`` event. The chain locks come last, just before the caller commits.
     """
+    now = utcnow()
+    results = [SaveResult() for _ in items]
+    rows: dict[tuple[UUID, UUID, str, str], _Row] = {}
+    occurrences: list[_Occurrence] = []
+    for index, item in enumerate(items):
+        for draft in item.drafts:
+            decision = _admit(draft, item.config, results[index])
+            if decision is None:
+                continue
+            owner = owner_key(item.ctx.owner)
+            key = (item.ctx.org_id, item.ctx.agent_config_id, owner, fingerprint(decision.text))
+            if key in rows:
+                row = rows[key]
+                row.occurrences += 1
+                row.params["importance"] = max(row.params["importance"], draft.importance)
+            else:
+                rows[key] = _Row(_row_params(item, draft, decision, now))
+            occurrences.append(_Occurrence(index, key, draft, decision))
+
+    stored = await _upsert(session, rows) if rows else {}
+    events: list[tuple[MemoryWritten, dict[str, str] | None]] = []
+    first_seen: set[tuple[UUID, UUID, str, str]] = set()
+    for occ in occurrences:
+        entry_id, inserted, version, importance = stored[occ.key]
+        saved = inserted and occ.key not in first_seen
+        first_seen.add(occ.key)
+        result, ctx = results[occ.item], items[occ.item].ctx
+        result.saved += saved
+        result.reinforced += not saved
+        result.ids.append(entry_id)
+        result.redactions.update(occ.decision.redactions)
+        if occ.decision.quarantined:
+            result.quarantined.append(entry_id)
+        event = MemoryWritten(
+            org_id=ctx.org_id,
+            agent_config_id=ctx.agent_config_id,
+            entry_id=entry_id,
+            outcome="saved" if saved else "reinforced",
+            owner=ctx.owner if owner_key(ctx.owner) else None,
+            session_id=ctx.session_id,
+            layer="observation" if occ.draft.layer == "observation" else "memory",
+            memory_type=occ.draft.memory_type,
+            source=ctx.source,
+            importance=importance,
+            version=version,
+            quarantined=occ.decision.quarantined,
+        )
+        events.append((event, ctx.trace_headers))
+    await enqueue_many(session, [(MEMORY_WRITTEN, e, e.event_id, h) for e, h in events])
+
+    # Prune each agent config that grew, once, with the cap its config sets.
+    grown = {(i.ctx.org_id, i.ctx.agent_config_id): i for i, r in zip(items, results, strict=True) if r.saved}
+    for (org_id, agent_config_id), item in sorted(
+        grown.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))
+    ):
+        pruned = await _prune_over_cap(session, item.ctx, item.config.retention.max_entries)
+        # The prune belongs to whichever item of that agent config saved; report it on the first.
+        for i, r in zip(items, results, strict=True):
+            if (i.ctx.org_id, i.ctx.agent_config_id) == (org_id, agent_config_id) and r.saved:
+                r.pruned = pruned
+                break
+
+    by_org: dict[UUID, list[audit.AuditEntry]] = {}
+    for item, result in zip(items, results, strict=True):
+        own = _audit_entries(item.ctx, result) if item.drafts else []
+        by_org.setdefault(item.ctx.org_id, []).extend([*own, *item.also_audit])
+    # Chain locks in a fixed order, so two batches spanning the same organizations never deadlock.
+    for org_id in sorted(by_org, key=str):
+        await audit.append(session, org_id, by_org[org_id])
+    return results
+
+
+def _admit(draft: Draft, config: MemoryConfig, result: SaveResult) -> PolicyDecision | None:
+    """The checks before anything is stored; None (and a counted reason) when skipped."""
+    reason: str | None = None
+    decision: PolicyDecision | None = None
+    allowed_types = config.policy.memory_types_allowed
+    if draft.importance < MIN_IMPORTANCE:
+        reason = "low_importance"
+    elif allowed_types is not None and draft.memory_type not in allowed_types:
+        reason = "type_not_allowed"
+    else:
+        decision = apply_write_policy(draft.text, config.pii_handling)
+        if decision.denied is not None:
+            reason = f"policy:{decision.denied}"
+    if reason is not None:
+        result.skipped += 1
+        result.skip_reasons[reason] += 1
+        return None
+    return decision
+
+
+def _row_params(item: SaveItem, draft: Draft, decision: PolicyDecision, now: datetime) -> dict[str, Any]:
+    ctx = item.ctx
     owner = ctx.owner if owner_key(ctx.owner) else None
-    params = {
+    return {
         "id": uuid4(),
         "org_id": ctx.org_id,
         "agent_config_id": ctx.agent_config_id,
@@ -206,7 +294,7 @@ async def _upsert(
         "quarantined": decision.quarantined,
         "quarantine_reasons": list(decision.quarantine_reasons),
         "provenance": ctx.provenance if decision.quarantined else {},
-        "expires_at": _expires_at(config, draft, now),
+        "expires_at": _expires_at(item.config, draft, now),
         "created_at": now,
         "updated_at": now,
         "last_accessed_at": None,
@@ -221,8 +309,24 @@ async def _upsert(
         "consent": None,
         "metadata": draft.metadata,
     }
-    row = (await session.execute(_UPSERT, params)).one()
-    return row[0], bool(row[1]), row[2], row[3]
+
+
+async def _upsert(
+    session: AsyncSession, rows: dict[tuple[UUID, UUID, str, str], _Row]
+) -> dict[tuple[UUID, UUID, str, str], tuple[UUID, bool, int, float]]:
+    """One multi-row upsert for the batch: ``key → (id, inserted, version, importance)``.
+
+    Keys are unique within the batch (recurrences were folded into ``reinforcement_count``), as
+    Postgres requires of one ``ON CONFLICT DO UPDATE`` statement; rows go in key order, so two
+    batches lock the rows they share in the same order and cannot deadlock.
+    """
+    ordered = sorted(rows.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]), kv[0][2], kv[0][3]))
+    params = [{**row.params, "reinforcement_count": row.occurrences - 1} for _, row in ordered]
+    returned = await session.execute(_UPSERT, params)
+    out = {}
+    for entry_id, inserted, version, importance, org_id, agent_config_id, owner, fp in returned:
+        out[(org_id, agent_config_id, owner, fp)] = (entry_id, bool(inserted), version, importance)
+    return out
 
 
 async def _prune_over_cap(session: AsyncSession, ctx: SaveContext, max_entries: int) -> list[UUID]:

@@ -1,105 +1,165 @@
-"""``engram.session.validated``: gate → trace summary → distiller → the save path.
+"""``engram.session.validated``, a batch at a time: gate → trace summary → distiller → the save path.
 
-The model call happens outside any transaction; the effect (inbox row, entries, outbox, audit)
-commits as one. A distiller that keeps failing never fails the session: the event is retried
-with backoff and, after ``max_deliver`` attempts, dead-lettered with its reason.
+Per batch: one transaction reads which sessions are already done and the agent configs; the
+distiller runs outside any transaction; then one transaction claims the inbox rows and saves every
+session's lessons (entries, outbox, audit) — and only then are the messages acked. A distiller
+that keeps failing never fails the session: that message alone is retried with backoff and, after
+``max_deliver`` attempts, dead-lettered with its reason, while the rest of the batch goes on.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
+from dataclasses import dataclass
 from uuid import UUID
 
 from nats.aio.msg import Msg
+from opentelemetry import trace
+from opentelemetry.trace import Span
 from pydantic import ValidationError
 
+from contracts.config import MemoryConfig
 from contracts.errors import EngramError, Forbidden
-from contracts.events import SessionEnded, ToolCall
+from contracts.events import SessionEnded
 from services.distill.gate import distill_gate
-from services.distill.save_path import Draft, SaveContext, save_entries
+from services.distill.observations import observation_drafts
+from services.distill.save_path import Draft, SaveContext, SaveItem, save_batch
 from services.distill.summary import summarize_trace
 from shared import audit
 from shared.config_store import claim_agent_config, org_memory_enabled
 from shared.deadletter import dead_letter
 from shared.infra import Infra
-from shared.outbox import already_processed, claim_inbox
+from shared.outbox import claim_inbox_many, processed_of
 from shared.ports import Distiller, Lesson
+from shared.telemetry import extract_context, inject_trace_headers, tracer
 
-__all__ = ["CONSUMER", "handle_validated_session", "observation_drafts"]
+__all__ = ["CONSUMER", "handle_validated_sessions"]
 
 CONSUMER = "distill"
+MAX_LESSONS = 5
 log = logging.getLogger(__name__)
-
-#: Observations are raw activity: cheap to keep, short-lived, and ranked below lessons.
-OBSERVATION_IMPORTANCE = 0.3
-_OBS_FIELD_CHARS = 300
-
-
-def observation_drafts(session: SessionEnded) -> list[Draft]:
-    """One ``layer="observation"`` entry per tool call of the trace."""
-    return [_observation(i, call) for i, call in enumerate(session.tool_trace)]
+_tracer = tracer(__name__)
+#: Skips for which not even raw activity may be kept.
+_WRITE_OFF = {"memory_disabled", "org_memory_disabled", "write_disabled"}
 
 
-def _observation(index: int, call: ToolCall) -> Draft:
-    def short(value: object) -> str:
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-        return text if len(text) <= _OBS_FIELD_CHARS else text[:_OBS_FIELD_CHARS] + "…"
+@dataclass
+class _Work:
+    msg: Msg
+    session: SessionEnded
+    span: Span
 
-    outcome = f"error: {short(call.error)}" if call.error else f"-> {short(call.output)}"
-    return Draft(
-        text=f"{call.tool}({short(call.input)}) {outcome}",
-        importance=OBSERVATION_IMPORTANCE,
-        memory_type="episodic",
-        layer="observation",
-        metadata={"call_index": index, "tool": call.tool, "failed": call.error is not None},
+    @property
+    def key(self) -> str:
+        # Scoped by organization, so one tenant cannot pre-empt another's event id.
+        return f"{self.session.org_id}/{self.session.event_id}"
+
+
+async def handle_validated_sessions(infra: Infra, distiller: Distiller, msgs: list[Msg]) -> None:
+    work: list[_Work] = []
+    for msg in msgs:
+        try:
+            session = SessionEnded.model_validate_json(msg.data)
+        except ValidationError as exc:  # only ingest publishes here: a bug or a version skew
+            await _dead_letter(
+                infra,
+                msg,
+                audit.SYSTEM_ORG,
+                "INVALID_REQUEST",
+                f"unreadable session: {exc.error_count()} errors",
+            )
+            continue
+        # One span per session, parented on the trace the platform started (via ingest).
+        span = _tracer.start_span("engram.distill.session", context=extract_context(msg.headers))
+        work.append(_Work(msg, session, span))
+    try:
+        await _process(infra, distiller, work)
+    finally:
+        for item in work:
+            item.span.end()
+
+
+async def _process(infra: Infra, distiller: Distiller, work: list[_Work]) -> None:
+    configs: dict[tuple[UUID, UUID], MemoryConfig] = {}
+    forbidden: dict[tuple[UUID, UUID], Forbidden] = {}
+    async with infra.db.transaction() as db:
+        done = await processed_of(db, CONSUMER, [w.key for w in work])
+        todo = [w for w in work if w.key not in done]
+        for pair in {(w.session.org_id, w.session.agent_config_id) for w in todo}:
+            try:
+                configs[pair], _ = await claim_agent_config(db, pair[0], pair[1], by="distill")
+            except Forbidden as exc:  # the agent config belongs to another organization
+                forbidden[pair] = exc
+        enabled = {org: await org_memory_enabled(db, org) for org in {w.session.org_id for w in todo}}
+    for item in work:
+        if item.key in done:
+            await item.msg.ack()
+
+    ready: list[_Work] = []
+    for item in todo:
+        pair = (item.session.org_id, item.session.agent_config_id)
+        if pair in forbidden:
+            refusal = forbidden[pair]
+            await _dead_letter(
+                infra, item.msg, item.session.org_id, refusal.code.value, refusal.message, item.session
+            )
+        else:
+            ready.append(item)
+
+    outcomes = await asyncio.gather(
+        *(
+            _distill(
+                distiller,
+                w,
+                configs[(w.session.org_id, w.session.agent_config_id)],
+                enabled[w.session.org_id],
+            )
+            for w in ready
+        ),
+        return_exceptions=True,
     )
-
-
-def _lesson_draft(lesson: Lesson) -> Draft:
-    return Draft(text=lesson.text, importance=lesson.importance, memory_type=lesson.memory_type)
-
-
-async def handle_validated_session(infra: Infra, distiller: Distiller, msg: Msg) -> None:
-    try:
-        session = SessionEnded.model_validate_json(msg.data)
-    except ValidationError as exc:  # only ingest publishes here; this is a bug or a version skew
-        await _dead_letter(
-            infra, msg, audit.SYSTEM_ORG, "INVALID_REQUEST", f"unreadable session: {exc.error_count()} errors"
-        )
-        return
-    key = f"{session.org_id}/{session.event_id}"
-    try:
-        async with infra.db.transaction() as db:
-            if await already_processed(db, CONSUMER, key):
-                await msg.ack()
-                return
-            config, _ = await claim_agent_config(db, session.org_id, session.agent_config_id, by="distill")
-            org_enabled = await org_memory_enabled(db, session.org_id)
-    except Forbidden as exc:
-        await _dead_letter(infra, msg, session.org_id, exc.code.value, exc.message, session)
+    items: list[tuple[_Work, SaveItem]] = []
+    for item, outcome in zip(ready, outcomes, strict=True):
+        if isinstance(outcome, EngramError):
+            await _retry_or_dead_letter(infra, item.msg, item.session, outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome  # unexpected: the whole batch is redelivered
+        else:
+            items.append((item, outcome))
+    if not items:
         return
 
+    async with infra.db.transaction() as db:
+        claimed = await claim_inbox_many(db, CONSUMER, [w.key for w, _ in items])
+        # Another instance may have finished some of these meanwhile: only what we claimed is saved.
+        await save_batch(db, [save for w, save in items if w.key in claimed])
+    infra.relay.wake()
+    for item, _ in items:
+        await item.msg.ack()
+
+
+async def _distill(distiller: Distiller, work: _Work, config: MemoryConfig, org_enabled: bool) -> SaveItem:
+    """The gate, and the distiller if it lets the session through: what to save and audit."""
+    session = work.session
     skip = distill_gate(session, config, org_enabled)
     lessons: list[Lesson] = []
-    summary_note: dict[str, object] = {}
+    details: dict[str, object] = {"event_id": str(session.event_id)}
     if skip is None:
         summary = summarize_trace(session)
-        summary_note = {"kept_calls": list(summary.kept_indexes), "total_calls": summary.total_calls}
-        try:
-            lessons = (await distiller.distill(session, summary))[:5]
-        except EngramError as exc:
-            await _retry_or_dead_letter(infra, msg, session, exc)
-            return
-
-    keep_observations = config.keep_observations and skip not in {
-        "memory_disabled",
-        "org_memory_disabled",
-        "write_disabled",
-    }
-    drafts = [_lesson_draft(lesson) for lesson in lessons]
-    if keep_observations:
+        lessons = (await distiller.distill(session, summary))[:MAX_LESSONS]
+        details.update(
+            distiller=distiller.name,
+            lessons=len(lessons),
+            kept_calls=list(summary.kept_indexes),
+            total_calls=summary.total_calls,
+        )
+    else:
+        details["reason"] = skip
+    drafts = [Draft(text=x.text, importance=x.importance, memory_type=x.memory_type) for x in lessons]
+    if config.keep_observations and skip not in _WRITE_OFF:
         drafts += observation_drafts(session)
+    work.span.set_attribute("engram.lessons", len(lessons))
     ctx = SaveContext(
         org_id=session.org_id,
         agent_config_id=session.agent_config_id,
@@ -109,12 +169,8 @@ async def handle_validated_session(infra: Infra, distiller: Distiller, msg: Msg)
         requested_by=session.principal.ref,
         source_agent=distiller.name,
         provenance={"event_id": str(session.event_id), "session_id": session.session_id},
+        trace_headers=_headers_of(work.span),
     )
-    details: dict[str, object] = {"event_id": str(session.event_id)}
-    if skip:
-        details["reason"] = skip
-    else:
-        details.update(distiller=distiller.name, lessons=len(lessons), **summary_note)
     outcome = audit.AuditEntry(
         kind="distill.skipped" if skip else "distill.completed",
         actor_ref=session.principal.ref,
@@ -122,16 +178,12 @@ async def handle_validated_session(infra: Infra, distiller: Distiller, msg: Msg)
         session_id=session.session_id,
         details=details,
     )
-    async with infra.db.transaction() as db:
-        if not await claim_inbox(db, CONSUMER, key):
-            await msg.ack()  # another instance finished it first
-            return
-        if drafts:
-            await save_entries(db, ctx, drafts, config, also_audit=[outcome])
-        else:
-            await audit.append(db, session.org_id, [outcome])
-    infra.relay.wake()
-    await msg.ack()
+    return SaveItem(ctx, drafts, config, also_audit=[outcome])
+
+
+def _headers_of(span: Span) -> dict[str, str]:
+    with trace.use_span(span, end_on_exit=False):
+        return inject_trace_headers({})
 
 
 async def _retry_or_dead_letter(infra: Infra, msg: Msg, session: SessionEnded, exc: EngramError) -> None:
