@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Annotated, Any
 
-from faststream import AckPolicy
+from faststream import AckPolicy, Context
 from faststream.nats import ConsumerConfig, JStream, NatsRouter, PullSub
 from faststream.nats.annotations import NatsMessage
+from faststream.nats.message import NatsBatchMessage
+from nats.aio.msg import Msg
+from nats.errors import MsgAlreadyAckdError
 
 from contracts.requests import SaveRequest
 from contracts.subjects import MEMORY_SAVE, SESSION_ENDED
 from services.ingest.saves import handle_save
-from services.ingest.sessions import CONSUMER, handle_session_ended
+from services.ingest.sessions import CONSUMER, handle_sessions_ended
 from shared.handlers import answer
 from shared.infra import Infra
 
@@ -26,20 +30,24 @@ def build_router(infra: Infra) -> NatsRouter:
         SESSION_ENDED,
         stream=JStream("ENGRAM_SESSIONS", declare=False),
         durable=CONSUMER,
-        pull_sub=PullSub(batch_size=32, timeout=1.0),
+        # Batches amortize the inbox transaction; the timeout bounds a lone session's wait.
+        pull_sub=PullSub(batch_size=100, timeout=0.02, batch=True),
         ack_policy=AckPolicy.MANUAL,
         # Bad input is dead-lettered on its first delivery; what is redelivered failed on an
         # outage (NATS, Postgres), so it is retried until the outage ends rather than dropped.
         config=ConsumerConfig(ack_wait=settings.ack_wait_s, max_deliver=-1),
         title="ingest:session.ended",
     )
-    async def on_session_ended(msg: NatsMessage) -> None:
-        """Verify, validate and dedupe a platform's session, then hand it to distill."""
+    async def on_sessions_ended(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
+        """Verify, validate and dedupe platforms' sessions, then hand them to distill."""
+        raw: list[Msg] = msg.raw_message
         try:
-            await handle_session_ended(infra, msg.raw_message)
+            await handle_sessions_ended(infra, raw)
         except Exception:
             # Postgres or NATS away: try again later; the steps before the ack are idempotent.
-            await msg.nack(delay=infra.backoff(msg.raw_message.metadata.num_delivered))
+            for m in raw:
+                with contextlib.suppress(MsgAlreadyAckdError):
+                    await m.nak(delay=infra.backoff(m.metadata.num_delivered))
             raise
 
     @router.subscriber(MEMORY_SAVE, queue="ingest", title="ingest:memory.save")

@@ -6,6 +6,7 @@ The ack comes last: a crash anywhere before it means redelivery, and every step 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from nats.aio.msg import Msg
@@ -17,14 +18,15 @@ from shared import audit
 from shared.auth import WRITE, Credential, act_as, bearer_from_headers
 from shared.deadletter import dead_letter
 from shared.infra import Infra
-from shared.outbox import already_processed, claim_inbox
-from shared.telemetry import inject_trace_headers
+from shared.outbox import claim_inbox_many, processed_of
+from shared.telemetry import extract_context, inject_trace_headers, tracer
 from shared.wire import parse_model
 
-__all__ = ["CONSUMER", "handle_session_ended", "inbox_key"]
+__all__ = ["CONSUMER", "handle_sessions_ended", "inbox_key"]
 
 CONSUMER = "ingest"
 log = logging.getLogger(__name__)
+_tracer = tracer(__name__)
 
 
 def inbox_key(session: SessionEnded) -> str:
@@ -44,7 +46,34 @@ def authorize(credential: Credential, session: SessionEnded) -> None:
     act_as(credential, session.principal)
 
 
-async def handle_session_ended(infra: Infra, msg: Msg) -> None:
+async def handle_sessions_ended(infra: Infra, msgs: list[Msg]) -> None:
+    """A batch of ``session.ended``: rejects are dead-lettered one by one; valid sessions are
+    forwarded together, their inbox rows written in one transaction, and then acked."""
+    valid: list[tuple[Msg, str, dict[str, str]]] = []
+    for msg in msgs:
+        # Each message keeps its own trace: a span parented on what its publisher sent, whose
+        # context travels on with the forwarded session.
+        with _tracer.start_as_current_span("engram.ingest.session", context=extract_context(msg.headers)):
+            checked = await _check(infra, msg)
+            if checked is not None:
+                key = inbox_key(checked)
+                valid.append((msg, key, inject_trace_headers({"Nats-Msg-Id": key})))
+    if not valid:
+        return
+    async with infra.db.read() as db:
+        done = await processed_of(db, CONSUMER, [key for _, key, _ in valid])
+    todo = [(msg, key, headers) for msg, key, headers in valid if key not in done]
+    # Forward the verified bytes as they came (the caller's token stays behind); the msg id
+    # makes a re-forward after a crash a no-op.
+    await asyncio.gather(*(infra.js.publish(SESSION_VALIDATED, m.data, headers=h) for m, _, h in todo))
+    async with infra.db.transaction() as db:
+        await claim_inbox_many(db, CONSUMER, [key for _, key, _ in todo])
+    for msg, _, _ in valid:
+        await msg.ack()
+
+
+async def _check(infra: Infra, msg: Msg) -> SessionEnded | None:
+    """The verified session, or None after dead-lettering the message with its reason."""
     credential: Credential | None = None
     session: SessionEnded | None = None
     try:
@@ -53,22 +82,8 @@ async def handle_session_ended(infra: Infra, msg: Msg) -> None:
         authorize(credential, session)
     except EngramError as exc:
         await _reject(infra, msg, exc, credential, session)
-        return
-
-    key = inbox_key(session)
-    async with infra.db.read() as db:
-        if await already_processed(db, CONSUMER, key):
-            await msg.ack()
-            return
-    # Forward the verified bytes as they came; the msg id makes a re-forward after a crash a no-op.
-    await infra.js.publish(
-        SESSION_VALIDATED,
-        msg.data,
-        headers=inject_trace_headers({"Nats-Msg-Id": key}),
-    )
-    async with infra.db.transaction() as db:
-        await claim_inbox(db, CONSUMER, key)
-    await msg.ack()
+        return None
+    return session
 
 
 async def _reject(

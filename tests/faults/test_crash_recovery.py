@@ -30,6 +30,7 @@ from tests.faults.workload import (
     ledger,
     outbox_size,
     publish_all,
+    raise_cap,
     saved_and_reinforced,
     sessions,
     written_events,
@@ -135,8 +136,9 @@ async def test_kill_9_distill_worker_mid_stream_loses_and_doubles_nothing(
 ) -> None:
     """kill -9 of the distill worker mid-stream, then a new worker: every lesson exactly once."""
     settings = _settings(fresh_nats.url, database_url)
-    payloads = sessions(org, agent, range(200))
+    payloads = sessions(org, agent, range(600))
     expected = expected_lessons(payloads)
+    await raise_cap(db, org, agent)
     worker = DistillWorker(settings, tmp_path)
     nc = await nats.connect(fresh_nats.url)
     try:
@@ -153,7 +155,7 @@ async def test_kill_9_distill_worker_mid_stream_loses_and_doubles_nothing(
             async def all_distilled() -> bool:
                 return await audit_count(db, org, "distill.completed") >= len(payloads)
 
-            await eventually(all_distilled, timeout=120, interval=0.2, what="200 sessions distilled")
+            await eventually(all_distilled, timeout=120, interval=0.2, what="every session distilled")
 
             async def drained() -> bool:
                 return await _drained(nc, "distill")
@@ -170,7 +172,8 @@ async def test_kill_9_distill_worker_mid_stream_loses_and_doubles_nothing(
         events = await written_events(nc, org)
         event_ids = [e["event_id"] for e in events]
         print(
-            f"\nkill -9 distill at {at_kill}/200 distilled, {redelivered} redelivered: {result.summary()} "
+            f"\nkill -9 distill at {at_kill}/{len(payloads)} distilled, {redelivered} redelivered: "
+            f"{result.summary()} "
             f"memory.written={len(events)} (unique {len(set(event_ids))})"
         )
         assert redelivered > 0, "the killed worker held nothing un-acked: the crash tested nothing"
@@ -199,9 +202,11 @@ async def test_nats_kill_9_and_restart_mid_stream_loses_and_doubles_nothing(
     server = NatsServerProcess(store, port=port)
     await server.start()
     settings = _settings(server.url, database_url)
-    first = sessions(org, agent, range(100))
-    second = sessions(org, agent, range(100, 200))
+    # distill takes up to 100 sessions per transaction: the first wave must outlast a few batches.
+    first = sessions(org, agent, range(600))
+    second = sessions(org, agent, range(600, 700))
     expected = expected_lessons(first + second)
+    await raise_cap(db, org, agent)
     nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
         async with running_services(settings):
@@ -223,7 +228,7 @@ async def test_nats_kill_9_and_restart_mid_stream_loses_and_doubles_nothing(
             async def all_distilled() -> bool:
                 return await audit_count(db, org, "distill.completed") >= len(first) + len(second)
 
-            await eventually(all_distilled, timeout=120, interval=0.2, what="200 sessions distilled")
+            await eventually(all_distilled, timeout=120, interval=0.2, what="every session distilled")
 
             async def drained() -> bool:
                 return await _drained(nc, "ingest") and await _drained(nc, "distill")
@@ -235,7 +240,7 @@ async def test_nats_kill_9_and_restart_mid_stream_loses_and_doubles_nothing(
             events = await written_events(nc, org)
         event_ids = [e["event_id"] for e in events]
         print(
-            f"\nkill -9 NATS at {at_kill}/100 distilled: {result.summary()} "
+            f"\nkill -9 NATS at {at_kill}/{len(first)} distilled: {result.summary()} "
             f"memory.written={len(events)} (unique {len(set(event_ids))})"
         )
         assert result.lost == [], "lessons lost"

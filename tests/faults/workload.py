@@ -19,6 +19,7 @@ from sqlalchemy import func, select, text
 from contracts.events import SessionEnded
 from contracts.subjects import MEMORY_WRITTEN
 from shared import audit
+from shared.config_store import put_config
 from shared.db.engine import Database
 from shared.db.models import AuditRecord, MemoryEntry
 from shared.distillers.builtin import distill_session
@@ -32,6 +33,7 @@ __all__ = [
     "ledger",
     "outbox_size",
     "publish_all",
+    "raise_cap",
     "saved_and_reinforced",
     "sessions",
     "written_events",
@@ -66,6 +68,13 @@ def sessions(org: UUID, agent: UUID, indexes: Iterable[int]) -> list[dict[str, A
             )
         )
     return out
+
+
+async def raise_cap(db: Database, org: UUID, agent: UUID) -> None:
+    """Lift the agent config's max_entries (default 500) above what the workload stores, so that
+    pruning — correct behaviour — is not mistaken for loss."""
+    async with db.transaction() as s:
+        await put_config(s, org, agent, {"retention": {"max_entries": 100_000}}, by="test")
 
 
 def expected_lessons(payloads: Iterable[dict[str, Any]]) -> Counter[tuple[str, str]]:

@@ -206,13 +206,14 @@ async def test_one_trace_spans_ingest_and_distill_processes_and_memory_written(
         for service, label in (("ingest", "engram-ingest"), ("distill", "engram-distill")):
             for span in spans[service]:
                 assert span["resource"]["attributes"]["service.name"] == label
-        # distill consumes in batches: FastStream's batch spans stand for many sessions at once,
-        # so each session gets its own span, parented on the trace its message carried.
-        per_session = [s for s in distill if s["name"] == "engram.distill.session"]
-        for span in [*ingest, *per_session]:
+        # ingest and distill consume in batches: FastStream's batch spans stand for many sessions
+        # at once, so each session gets its own span, parented on the trace its message carried.
+        per_session = [s for s in [*ingest, *distill] if s["name"].endswith(".session")]
+        assert len(per_session) == 2
+        for span in per_session:
             assert _hex(span["context"]["trace_id"]) == trace_id, f"span outside our trace: {span}"
 
-        ingest_process = _by_name(ingest, f"{SESSION_ENDED} process")
+        ingest_process = _by_name(ingest, "engram.ingest.session")
         distill_process = _by_name(distill, "engram.distill.session")
         # Our publisher → ingest's consume span → (raw publish with injected headers) → distill's.
         assert _hex(ingest_process["parent_id"]) == root_span_id
