@@ -3,12 +3,23 @@ them (``shared/distillers/…``) and are chosen at the composition root."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+from uuid import UUID
 
 from contracts.events import SessionEnded
 
-__all__ = ["Distiller", "Lesson", "TraceSummary"]
+__all__ = [
+    "Distiller",
+    "Embedder",
+    "Lesson",
+    "TenantFilter",
+    "TraceSummary",
+    "VectorHit",
+    "VectorIndex",
+    "VectorPoint",
+]
 
 
 @dataclass(frozen=True)
@@ -41,3 +52,72 @@ class Distiller(Protocol):
     name: str
 
     async def distill(self, session: SessionEnded, summary: TraceSummary) -> list[Lesson]: ...
+
+
+# -- recall ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TenantFilter:
+    """What every vector query must carry: the organization, the agent config, and the owner
+    scopes the caller may see (``""`` is the shared pool). Narrowing fields are optional."""
+
+    org_id: UUID
+    agent_config_id: UUID
+    owner_keys: tuple[str, ...]
+    layer: str | None = None
+    session_id: str | None = None
+    memory_types: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class VectorPoint:
+    """One entry's vector and the tenancy fields indexed beside it (never its text)."""
+
+    id: UUID
+    vector: Sequence[float]
+    org_id: UUID
+    agent_config_id: UUID
+    owner_key: str
+    layer: str
+    memory_type: str
+    session_id: str | None
+    created_at: float  # epoch seconds
+
+
+@dataclass(frozen=True)
+class VectorHit:
+    id: UUID
+    score: float
+
+
+@runtime_checkable
+class VectorIndex(Protocol):
+    """Nearest-neighbour search over entry vectors, always within one tenant's scope.
+
+    ``search`` refuses (``ValueError``) a filter without organization, agent config or owner
+    scopes; an empty ``owner_keys`` means "sees nothing" and returns nothing.
+    """
+
+    dimension: int
+
+    async def upsert(self, points: Sequence[VectorPoint]) -> None: ...
+
+    async def delete(self, ids: Sequence[UUID]) -> None: ...
+
+    async def search(self, vector: Sequence[float], tenant: TenantFilter, limit: int) -> list[VectorHit]: ...
+
+    async def count(self) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Texts → vectors of ``dimension`` floats (L2-normalized). Raising ``Unavailable`` means
+    "try again later"; a wrong dimension raises ``EmbeddingDimensionMismatch``."""
+
+    name: str
+    dimension: int
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...

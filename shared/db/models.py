@@ -12,7 +12,7 @@ from typing import Any, cast
 from uuid import UUID
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlmodel import Field, SQLModel
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "ENTRIES",
     "INBOX",
     "OUTBOX",
+    "RECALLS",
     "AuditHead",
     "AuditRecord",
     "InboxRecord",
@@ -29,6 +30,7 @@ __all__ = [
     "MemoryEntry",
     "OrgSettings",
     "OutboxMessage",
+    "RecallRecord",
 ]
 
 
@@ -57,6 +59,9 @@ class MemoryEntry(SQLModel, table=True):
             postgresql_where=sa.text("lifecycle <> 'superseded'"),
         ),
         sa.Index("ix_memory_entries_scope", "org_id", "agent_config_id", "owner_key", "created_at"),
+        sa.Index("ix_memory_entries_importance", "org_id", "agent_config_id", "owner_key", "importance"),
+        sa.Index("ix_memory_entries_search", "search", postgresql_using="gin"),
+        sa.Index("ix_memory_entries_embedding", "embedding_status", "created_at"),
     )
 
     id: UUID = Field(primary_key=True)
@@ -99,6 +104,32 @@ class MemoryEntry(SQLModel, table=True):
     embedding_status: str = Field(default="pending", max_length=16)
     # ``metadata`` is reserved by SQLAlchemy's declarative base; the column keeps its wire name.
     meta: dict[str, Any] = Field(default_factory=dict, sa_column=sa.Column("metadata", JSONB, nullable=False))
+    #: Lexical search (recall's ``hybrid`` and ``pack`` candidates): Postgres keeps it in step
+    #: with ``text``; English stemming and stop words.
+    search: Any = Field(
+        default=None,
+        sa_column=sa.Column("search", TSVECTOR, sa.Computed("to_tsvector('english', text)", persisted=True)),
+    )
+
+
+class RecallRecord(SQLModel, table=True):
+    """One recall (SPEC 5.6): what was disclosed to whom, labelled by how the session went."""
+
+    __tablename__ = "recall_records"
+    __table_args__ = (sa.Index("ix_recall_records_session", "org_id", "agent_config_id", "session_id"),)
+
+    pack_id: UUID = Field(primary_key=True)
+    org_id: UUID
+    agent_config_id: UUID
+    caller_ref: str = Field(max_length=256)
+    session_id: str | None = Field(default=None, max_length=200)
+    strategy: str = Field(max_length=16)
+    #: sha256 of the cue: enough to group recalls, not enough to read what was asked.
+    cue_hash: str | None = Field(default=None, max_length=64)
+    entry_ids: list[str] = _json(list)
+    created_at: datetime = _ts()
+    label: str | None = Field(default=None, max_length=16)
+    label_source: str | None = Field(default=None, max_length=16)
 
 
 class MemoryConfigRow(SQLModel, table=True):
@@ -196,3 +227,4 @@ OUTBOX = cast(sa.Table, OutboxMessage.__table__)  # type: ignore[attr-defined]
 INBOX = cast(sa.Table, InboxRecord.__table__)  # type: ignore[attr-defined]
 AUDIT_LOG = cast(sa.Table, AuditRecord.__table__)  # type: ignore[attr-defined]
 AUDIT_HEADS = cast(sa.Table, AuditHead.__table__)  # type: ignore[attr-defined]
+RECALLS = cast(sa.Table, RecallRecord.__table__)  # type: ignore[attr-defined]
