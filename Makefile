@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install run test lint bench schema clean
+.PHONY: install run test lint bench eval schema clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ lint: install
 ## Benchmarks: write-path throughput and latency, with the bare NATS round trip as yardstick.
 bench: install
 	$(BIN)/python -m tests.bench.write_path
+
+## Recall quality on LoCoMo (evidence recall@5/@10, latency); skipped when ../shared/eval is absent.
+eval: install
+	$(BIN)/python -m tests.eval.locomo
 
 ## Regenerate the checked-in JSON Schema and AsyncAPI documents after changing contracts/.
 schema: install

@@ -19,6 +19,14 @@ from pydantic import BaseModel
 from contracts.config import MemoryConfig
 from contracts.errors import error_for_code
 from contracts.events import SessionEnded
+from contracts.recall import (
+    ExpandReply,
+    ExpandRequest,
+    FeedbackReply,
+    FeedbackRequest,
+    RecallReply,
+    RecallRequest,
+)
 from contracts.requests import (
     Accepted,
     AuditQueryReply,
@@ -32,7 +40,10 @@ from contracts.subjects import (
     AUDIT_VERIFY,
     CONFIG_GET,
     CONFIG_PUT,
+    MEMORY_FEEDBACK,
     MEMORY_SAVE,
+    RECALL,
+    RECALL_EXPAND,
     SESSION_ENDED,
 )
 
@@ -125,6 +136,24 @@ class EngramClient:
         return (
             SaveOutcome.model_validate(data) if data.get("status") == 200 else Accepted.model_validate(data)
         )
+
+    async def recall(self, agent_config_id: UUID, **fields: Any) -> RecallReply:
+        """``engram.recall``; ``fields`` are RecallRequest's (cue, strategy, top_k, format, ...)."""
+        request = RecallRequest.model_validate({"agent_config_id": agent_config_id, **fields})
+        data = await self.request(RECALL, request.model_dump(mode="json", exclude_none=True))
+        return RecallReply.model_validate(data)
+
+    async def expand(self, agent_config_id: UUID, ids: list[UUID], **fields: Any) -> ExpandReply:
+        request = ExpandRequest.model_validate({"agent_config_id": agent_config_id, "ids": ids, **fields})
+        data = await self.request(RECALL_EXPAND, request.model_dump(mode="json", exclude_none=True))
+        return ExpandReply.model_validate(data)
+
+    async def feedback(self, agent_config_id: UUID, *, success: bool, **fields: Any) -> FeedbackReply:
+        request = FeedbackRequest.model_validate(
+            {"agent_config_id": agent_config_id, "success": success, **fields}
+        )
+        data = await self.request(MEMORY_FEEDBACK, request.model_dump(mode="json", exclude_none=True))
+        return FeedbackReply.model_validate(data)
 
     async def get_config(self, agent_config_id: UUID) -> ConfigReply:
         return ConfigReply.model_validate(

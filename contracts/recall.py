@@ -68,15 +68,20 @@ class RecallRequest(Inbound):
 
 
 class RecallResult(Outbound):
+    """One recalled entry. ``text`` and ``full`` carry the SPEC 5 fields; ``compact`` and
+    ``narrative`` carry fewer (id, text, score, and for compact the type) — which is why only
+    ``id``, ``text`` and ``score`` are required. Fields a format does not carry are absent on the
+    wire, so ``tokens_used`` counts exactly what was sent."""
+
     id: UUID
     text: str
     score: float
-    memory_type: str
-    layer: str
-    importance: float
-    created_at: datetime
-    session_id: str | None
-    metadata: dict[str, JsonValue]
+    memory_type: str | None = None
+    layer: str | None = None
+    importance: float | None = None
+    created_at: datetime | None = None
+    session_id: str | None = None
+    metadata: dict[str, JsonValue] | None = None
     source: str | None = None
     reinforcement_count: int | None = None
     #: The text was shortened to fit the budget (SPEC 5.3); ``engram.recall.expand`` has it whole.

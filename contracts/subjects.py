@@ -15,10 +15,13 @@ __all__ = [
     "CONFIG_GET",
     "CONFIG_PUT",
     "DEAD_LETTER_PREFIX",
+    "MEMORY_FEEDBACK",
     "MEMORY_PURGED",
     "MEMORY_SAVE",
     "MEMORY_SAVE_ACCEPTED",
     "MEMORY_WRITTEN",
+    "RECALL",
+    "RECALL_EXPAND",
     "SAVE_RESULT_PREFIX",
     "SESSION_ENDED",
     "SESSION_VALIDATED",
@@ -48,6 +51,9 @@ DEAD_LETTER_PREFIX = "engram.dlq"
 
 # -- request-reply (core NATS, queue groups) ----------------------------------------------
 MEMORY_SAVE = "engram.memory.save"
+RECALL = "engram.recall"
+RECALL_EXPAND = "engram.recall.expand"
+MEMORY_FEEDBACK = "engram.memory.feedback"
 CONFIG_GET = "engram.config.get"
 CONFIG_PUT = "engram.config.put"
 AUDIT_QUERY = "engram.audit.query"

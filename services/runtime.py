@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from faststream.nats import NatsBroker
 
@@ -17,13 +17,13 @@ from shared.distillers.builtin import BuiltinDistiller
 from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.infra import Infra
 from shared.outbox import OutboxRelay
-from shared.ports import Distiller
+from shared.ports import Distiller, Embedder, VectorIndex
 from shared.settings import EngramSettings
 from shared.telemetry import nats_telemetry_middleware, setup_telemetry
 
-__all__ = ["SERVICES", "build_distiller", "running_services"]
+__all__ = ["SERVICES", "build_distiller", "build_embedder", "build_vector_index", "running_services"]
 
-SERVICES = ("ingest", "distill", "governance-audit")
+SERVICES = ("ingest", "distill", "embed", "recall", "governance-audit")
 log = logging.getLogger(__name__)
 
 
@@ -39,12 +39,45 @@ def build_distiller(settings: EngramSettings) -> Distiller:
     return BuiltinDistiller()
 
 
+def build_embedder(settings: EngramSettings) -> Embedder:
+    from shared.embedders import build_embedder as choose
+
+    return choose(
+        settings.embedder,
+        url=settings.embedder_url,
+        api_key=settings.embedder_api_key.get_secret_value(),
+        dimension=settings.embedder_dimension,
+    )
+
+
+def build_vector_index(settings: EngramSettings, embedder: Embedder) -> VectorIndex | None:
+    """A Qdrant server when ``ENGRAM_VECTOR_STORE`` is a URL, Qdrant Edge in-process under the
+    data dir otherwise (one process only: separate processes need a server), none for ``none``."""
+    if settings.vector_store == "none":
+        return None
+    collection = f"engram_{embedder.name}".replace("-", "_").replace(".", "_").lower()
+    if settings.vector_store:
+        from qdrant_client import AsyncQdrantClient
+        from shared.vectors.qdrant_server import QdrantServerIndex
+
+        return QdrantServerIndex(AsyncQdrantClient(url=settings.vector_store), collection, embedder.dimension)
+    from shared.vectors.qdrant_edge import QdrantEdgeIndex
+
+    return QdrantEdgeIndex(settings.data_dir.resolve() / "vectors" / collection, embedder.dimension)
+
+
 @asynccontextmanager
 async def running_services(
-    settings: EngramSettings, names: Sequence[str] = SERVICES, *, distiller: Distiller | None = None
+    settings: EngramSettings,
+    names: Sequence[str] = SERVICES,
+    *,
+    distiller: Distiller | None = None,
+    embedder: Embedder | None = None,
+    vector_index: VectorIndex | None = None,
 ) -> AsyncIterator[Infra]:
     """Start the named services against ``settings.nats_url`` / ``settings.database_url`` and
-    yield once they consume; stops them cleanly on exit."""
+    yield once they consume; stops them cleanly on exit. Adapters not passed in are built from
+    the settings."""
     unknown = set(names) - set(SERVICES)
     if unknown:
         raise ValueError(f"unknown services {sorted(unknown)}; choose from {', '.join(SERVICES)}")
@@ -64,52 +97,77 @@ async def running_services(
         graceful_timeout=10.0,
     )
     db = Database(settings.database_url)
-    await broker.connect()
-    js = broker.connection.jetstream()
-    await ensure_streams(
-        js,
-        configured_streams(
-            session_retention_s=settings.session_retention_s,
-            dead_letter_retention_s=settings.dead_letter_retention_s,
-        ),
-    )
-    relay = OutboxRelay(db, js)
-    infra = Infra(
-        settings=settings,
-        db=db,
-        tokens=TokenService(settings.signing_keys(), settings.token_issuer),
-        broker=broker,
-        relay=relay,
-    )
-    distiller = distiller or build_distiller(settings)
-    # Imported here: each service's router is only loaded when that service runs.
-    if "ingest" in names:
-        from services.ingest.router import build_router as ingest_router
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(db.close)
+        await broker.connect()
+        js = broker.connection.jetstream()
+        await ensure_streams(
+            js,
+            configured_streams(
+                session_retention_s=settings.session_retention_s,
+                dead_letter_retention_s=settings.dead_letter_retention_s,
+            ),
+        )
+        relay = OutboxRelay(db, js)
+        infra = Infra(
+            settings=settings,
+            db=db,
+            tokens=TokenService(settings.signing_keys(), settings.token_issuer),
+            broker=broker,
+            relay=relay,
+        )
+        needs_vectors = {"embed", "recall"} & set(names)
+        if needs_vectors and embedder is None:
+            embedder = build_embedder(settings)
+        if needs_vectors and vector_index is None and embedder is not None:
+            vector_index = build_vector_index(settings, embedder)
+            if vector_index is not None:
+                stack.push_async_callback(vector_index.close)
+        # Imported here: each service's code is only loaded when that service runs.
+        if "ingest" in names:
+            from services.ingest.router import build_router as ingest_router
 
-        broker.include_router(ingest_router(infra))
-    if "distill" in names:
-        from services.distill.router import build_router as distill_router
+            broker.include_router(ingest_router(infra))
+        if "distill" in names:
+            from services.distill.router import build_router as distill_router
 
-        broker.include_router(distill_router(infra, distiller))
-    if "governance-audit" in names:
-        from services.governance_audit.router import build_router as governance_router
+            distiller = distiller or build_distiller(settings)
+            close = getattr(distiller, "aclose", None)
+            if close is not None:
+                stack.push_async_callback(close)
+            broker.include_router(distill_router(infra, distiller))
+        if "embed" in names and vector_index is not None and embedder is not None:
+            from services.embed.router import build_router as embed_router
 
-        broker.include_router(governance_router(infra))
-    await broker.start()
-    await relay.start()
-    log.info("services running: %s", ", ".join(names))
-    try:
-        yield infra
-    finally:
-        # Subscribers first (in-flight handlers finish and commit), then the relay's last flush
-        # while the connection is still open, then the connection itself.
-        await asyncio.gather(*(sub.stop() for sub in broker.subscribers), return_exceptions=True)
-        await relay.stop()
-        await broker.stop()
-        close = getattr(distiller, "aclose", None)
-        if close is not None:
-            await close()
-        await db.close()
+            broker.include_router(embed_router(infra, embedder, vector_index))
+        if "recall" in names:
+            from services.recall.router import build_router as recall_router
+            from services.recall.service import Recall
+            from services.recall.side_effects import SideEffects
+
+            effects = SideEffects(db)
+            await effects.start()
+            stack.push_async_callback(effects.stop)
+            recall = Recall(
+                db, effects, embedder=embedder, index=vector_index, config_cache_s=settings.config_cache_s
+            )
+            broker.include_router(recall_router(infra, recall))
+        if "governance-audit" in names:
+            from services.governance_audit.router import build_router as governance_router
+
+            broker.include_router(governance_router(infra))
+        await broker.start()
+        await relay.start()
+        log.info("services running: %s", ", ".join(names))
+        try:
+            yield infra
+        finally:
+            # Subscribers first (in-flight handlers finish and commit), then the relay's last
+            # flush while the connection is still open, then the connection itself; the exit
+            # stack then closes side effects, adapters and the database.
+            await asyncio.gather(*(sub.stop() for sub in broker.subscribers), return_exceptions=True)
+            await relay.stop()
+            await broker.stop()
 
 
 async def serve_forever(settings: EngramSettings, names: Sequence[str] = SERVICES) -> None:

@@ -22,6 +22,8 @@ async def answer(
     body: bytes,
     model: type[M],
     handler: Callable[[Credential, M], Awaitable[BaseModel | dict[str, Any]]],
+    *,
+    exclude_unset: bool = False,
 ) -> dict[str, Any]:
     """Authenticate before parsing: an anonymous caller learns nothing about the schema."""
     try:
@@ -30,4 +32,7 @@ async def answer(
         result = await handler(credential, request)
     except Exception as exc:
         return error_reply(exc)
-    return result.model_dump(mode="json") if isinstance(result, BaseModel) else result
+    if isinstance(result, BaseModel):
+        # exclude_unset: fields a reply did not set (e.g. a format's absent fields) stay absent.
+        return result.model_dump(mode="json", exclude_unset=exclude_unset)
+    return result

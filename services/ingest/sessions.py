@@ -10,12 +10,15 @@ import asyncio
 import logging
 
 from nats.aio.msg import Msg
+from sqlalchemy import bindparam, or_, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.errors import EngramError, Forbidden, InvalidRequest
 from contracts.events import MAX_SESSION_BYTES, SessionEnded
 from contracts.subjects import SESSION_VALIDATED
 from shared import audit
 from shared.auth import WRITE, Credential, act_as, bearer_from_headers
+from shared.db.models import RECALLS
 from shared.deadletter import dead_letter
 from shared.infra import Infra
 from shared.outbox import claim_inbox_many, processed_of
@@ -50,6 +53,7 @@ async def handle_sessions_ended(infra: Infra, msgs: list[Msg]) -> None:
     """A batch of ``session.ended``: rejects are dead-lettered one by one; valid sessions are
     forwarded together, their inbox rows written in one transaction, and then acked."""
     valid: list[tuple[Msg, str, dict[str, str]]] = []
+    ended: list[SessionEnded] = []
     for msg in msgs:
         # Each message keeps its own trace: a span parented on what its publisher sent, whose
         # context travels on with the forwarded session.
@@ -58,6 +62,7 @@ async def handle_sessions_ended(infra: Infra, msgs: list[Msg]) -> None:
             if checked is not None:
                 key = inbox_key(checked)
                 valid.append((msg, key, inject_trace_headers({"Nats-Msg-Id": key})))
+                ended.append(checked)
     if not valid:
         return
     async with infra.db.read() as db:
@@ -67,9 +72,34 @@ async def handle_sessions_ended(infra: Infra, msgs: list[Msg]) -> None:
     # makes a re-forward after a crash a no-op.
     await asyncio.gather(*(infra.js.publish(SESSION_VALIDATED, m.data, headers=h) for m, _, h in todo))
     async with infra.db.transaction() as db:
-        await claim_inbox_many(db, CONSUMER, [key for _, key, _ in todo])
+        claimed = await claim_inbox_many(db, CONSUMER, [key for _, key, _ in todo])
+        await label_recalls(db, [s for s in ended if inbox_key(s) in claimed])
     for msg, _, _ in valid:
         await msg.ack()
+
+
+_LABEL = (
+    update(RECALLS)
+    .where(
+        RECALLS.c.org_id == bindparam("org"),
+        RECALLS.c.agent_config_id == bindparam("agent"),
+        RECALLS.c.session_id == bindparam("session"),
+        or_(RECALLS.c.label_source.is_(None), RECALLS.c.label_source == "session"),
+    )
+    .values(label=bindparam("label"), label_source="session")
+)
+
+
+async def label_recalls(db: AsyncSession, sessions: list[SessionEnded]) -> None:
+    """SPEC 5.6: the recalls made for a session are labelled by how it ended — unless an explicit
+    rating (``engram.memory.feedback``) already labelled them."""
+    rows = [
+        {"org": s.org_id, "agent": s.agent_config_id, "session": s.session_id, "label": s.status}
+        for s in sessions
+        if s.status in ("success", "failed")
+    ]
+    if rows:
+        await db.execute(_LABEL, rows)
 
 
 async def _check(infra: Infra, msg: Msg) -> SessionEnded | None:

@@ -1,0 +1,57 @@
+"""Adapters of the :class:`~shared.ports.Embedder` port, and the choice between them.
+
+- ``hashing.py``: deterministic feature hashing; zero dependencies; for tests and offline demos.
+- ``local_model.py``: all-MiniLM-L6-v2 in-process, from a packaged copy (the ``local-model`` extra).
+- ``openai_compat.py``: any OpenAI-compatible ``/v1/embeddings`` endpoint.
+"""
+
+from __future__ import annotations
+
+import re
+
+from shared.embedders.hashing import HashingEmbedder
+from shared.embedders.local_model import MODEL_NAME, SentenceTransformerEmbedder, missing_dependencies
+from shared.embedders.openai_compat import OpenAICompatEmbedder
+from shared.ports import Embedder
+
+__all__ = ["HashingEmbedder", "OpenAICompatEmbedder", "SentenceTransformerEmbedder", "build_embedder"]
+
+_HASHING_RE = re.compile(r"hashing(?:-(?P<dimension>\d+))?")
+_LOCAL_MODEL_NAMES = (MODEL_NAME, f"sentence-transformers/{MODEL_NAME}")
+
+
+def build_embedder(name: str, *, url: str = "", api_key: str = "", dimension: int = 384) -> Embedder:
+    """The embedder that ``ENGRAM_EMBEDDER`` (``name``) and ``ENGRAM_EMBEDDER_URL`` (``url``) select.
+
+    - ``hashing-<dimension>`` (or ``hashing``, taking ``dimension``): :class:`HashingEmbedder`.
+    - any model name with a ``url``: :class:`OpenAICompatEmbedder` on that endpoint, expecting
+      vectors of ``dimension`` (``ENGRAM_EMBEDDER_DIMENSION``). This includes all-MiniLM-L6-v2
+      served by an endpoint: a URL says where the model runs.
+    - ``all-MiniLM-L6-v2`` without a URL: :class:`SentenceTransformerEmbedder`, in-process.
+
+    Raises :class:`ValueError` with what to set or install when the choice cannot work here, so a
+    misconfigured service fails at start rather than at its first write.
+    """
+    name = name.strip()
+    hashing = _HASHING_RE.fullmatch(name)
+    if hashing:
+        if url:
+            raise ValueError(
+                f"ENGRAM_EMBEDDER={name} is computed in-process, but ENGRAM_EMBEDDER_URL is set too; "
+                "unset ENGRAM_EMBEDDER_URL or name the endpoint's model in ENGRAM_EMBEDDER"
+            )
+        return HashingEmbedder(int(hashing["dimension"] or dimension))
+    if url:
+        return OpenAICompatEmbedder(url, name, dimension, api_key=api_key or None)
+    if name in _LOCAL_MODEL_NAMES:
+        missing = missing_dependencies()
+        if missing:
+            raise ValueError(
+                f"ENGRAM_EMBEDDER={name} runs the model in-process and needs {', '.join(missing)}: "
+                "pip install -e '.[local-model]' (or set ENGRAM_EMBEDDER=hashing-384)"
+            )
+        return SentenceTransformerEmbedder()
+    raise ValueError(
+        f"unknown embedder {name!r}: set ENGRAM_EMBEDDER to hashing-384 or {MODEL_NAME}, or set "
+        "ENGRAM_EMBEDDER_URL to an OpenAI-compatible /v1 endpoint serving that model"
+    )

@@ -1,4 +1,4 @@
-"""A tiny real HTTP server speaking the OpenAI chat-completions protocol, for tests.
+"""A tiny real HTTP server speaking the OpenAI chat-completions and embeddings protocols, for tests.
 
 It is a real socket on 127.0.0.1 (a random port), so adapters are tested through their real
 HTTP client, timeouts and connection handling, not through a mock. It runs on the caller's
@@ -11,6 +11,11 @@ Modes: ``ok`` (answers lessons), ``slow`` (waits ``delay_s``, then answers like 
 ``fail`` (answers ``fail_status``, 500 by default), ``flaky`` (fails the first ``fail_first``
 requests, then answers like ``ok``) and ``garbage`` (a valid completion whose content is not JSON).
 ``mode`` may be changed while the server runs. Every request is recorded in :attr:`requests`.
+
+``/v1/embeddings`` answers every input with a vector of ``embedding_dimension`` floats, under the
+same modes (``garbage`` answers a body without ``data``). The vectors are the hashing embedder's,
+scaled to length 3 so that a client has to normalize them itself; ``shuffle_embeddings`` lists
+the answer's items in a shuffled order (each still carrying its input's ``index``).
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
+
+from shared.embedders.hashing import HashingEmbedder
 
 __all__ = ["FakeOpenAI", "FakeOpenAIMode", "RecordedRequest"]
 
@@ -31,6 +39,8 @@ LessonItems = list[dict[str, Any]]
 LessonSource = LessonItems | Callable[[dict[str, Any]], LessonItems]
 
 GARBAGE_CONTENT = "Sure! Here are some lessons: be careful, and good luck."
+#: The length of the vectors ``/v1/embeddings`` answers (not 1: clients must normalize).
+EMBEDDING_NORM = 3.0
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests"}
 
 
@@ -55,7 +65,8 @@ class RecordedRequest:
 
 
 class FakeOpenAI:
-    """An OpenAI-compatible ``/v1/chat/completions`` endpoint with scriptable failures."""
+    """OpenAI-compatible ``/v1/chat/completions`` and ``/v1/embeddings`` endpoints with scriptable
+    failures."""
 
     def __init__(
         self,
@@ -67,6 +78,8 @@ class FakeOpenAI:
         fail_first: int = 1,
         fail_status: int = 500,
         model: str = "fake-model",
+        embedding_dimension: int = 8,
+        shuffle_embeddings: bool = False,
     ) -> None:
         self.mode: FakeOpenAIMode = mode
         #: Lessons answered in ``ok`` mode (``{"lessons": [...]}``), unless ``content`` is set.
@@ -77,6 +90,8 @@ class FakeOpenAI:
         self.fail_first = fail_first
         self.fail_status = fail_status
         self.model = model
+        self.embedding_dimension = embedding_dimension
+        self.shuffle_embeddings = shuffle_embeddings
         self.requests: list[RecordedRequest] = []
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -140,12 +155,15 @@ class FakeOpenAI:
                 self._handlers.discard(task)
 
     async def _respond(self, request: RecordedRequest) -> tuple[int, dict[str, Any]]:
-        if request.method != "POST" or request.path.rstrip("/") != "/v1/chat/completions":
+        path = request.path.rstrip("/")
+        if request.method != "POST" or path not in ("/v1/chat/completions", "/v1/embeddings"):
             return 404, _error("not found", "invalid_request_error")
         if self.mode == "fail" or (self.mode == "flaky" and len(self.requests) <= self.fail_first):
             return self.fail_status, _error("the fake model is failing on purpose", "server_error")
         if self.mode == "slow":
             await asyncio.sleep(self.delay_s)
+        if path == "/v1/embeddings":
+            return 200, self._embeddings(request.json())
         if self.mode == "garbage":
             return 200, self._completion(GARBAGE_CONTENT)
         body = request.json()
@@ -168,6 +186,25 @@ class FakeOpenAI:
                 }
             ],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+
+    def _embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.mode == "garbage":
+            return {"object": "list", "model": self.model}
+        raw = body.get("input", [])
+        texts = [raw] if isinstance(raw, str) else [str(text) for text in raw]
+        vectors = HashingEmbedder(self.embedding_dimension).embed_sync(texts)
+        items = [
+            {"object": "embedding", "index": index, "embedding": [value * EMBEDDING_NORM for value in vector]}
+            for index, vector in enumerate(vectors)
+        ]
+        if self.shuffle_embeddings:
+            random.Random(len(self.requests)).shuffle(items)
+        return {
+            "object": "list",
+            "model": self.model,
+            "data": items,
+            "usage": {"prompt_tokens": 0, "total_tokens": 0},
         }
 
 

@@ -200,6 +200,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             settings = EngramSettings(
                 nats_url=server.url,
                 database_url=db_url,
+                data_dir=Path(tmp) / "data",
                 token_keys=SecretStr(f"{KID}={SECRET}"),
                 _env_file=None,
             )  # type: ignore[call-arg]

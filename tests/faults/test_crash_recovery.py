@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO
@@ -54,6 +55,7 @@ def _settings(nats_url: str, database_url: str) -> EngramSettings:
         max_deliver=3,
         redeliver_backoff_s=(0.2, 0.4),
         ack_wait_s=ACK_WAIT_S,
+        data_dir=Path(tempfile.mkdtemp(prefix="engram-faults-")),
         _env_file=None,  # type: ignore[call-arg]
     )
 

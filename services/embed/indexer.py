@@ -1,0 +1,133 @@
+"""The embed service's work: entries announced on ``memory.written`` get a vector; entries
+announced on ``memory.purged`` lose it. Postgres is the source of truth: the text is read from
+it (events carry none), and an entry no longer there is never indexed — so a late or replayed
+``memory.written`` cannot bring a purged memory back into the vector store."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import ValidationError
+from sqlalchemy import select, update
+
+from contracts.errors import EmbeddingDimensionMismatch
+from contracts.events import MemoryPurged, MemoryWritten
+from shared.db.engine import Database
+from shared.db.models import ENTRIES
+from shared.ports import Embedder, VectorIndex, VectorPoint
+
+__all__ = ["IndexOutcome", "index_entries", "parse_purged", "parse_written"]
+
+log = logging.getLogger(__name__)
+
+_LOAD = select(
+    ENTRIES.c.id,
+    ENTRIES.c.text,
+    ENTRIES.c.org_id,
+    ENTRIES.c.agent_config_id,
+    ENTRIES.c.owner_key,
+    ENTRIES.c.layer,
+    ENTRIES.c.memory_type,
+    ENTRIES.c.session_id,
+    ENTRIES.c.created_at,
+    ENTRIES.c.embedding_status,
+)
+
+
+def parse_written(data: Sequence[bytes]) -> list[UUID]:
+    """Entry ids of the ``memory.written`` events that parse (others are logged and skipped)."""
+    ids: list[UUID] = []
+    for raw in data:
+        try:
+            ids.append(MemoryWritten.model_validate_json(raw).entry_id)
+        except ValidationError:
+            log.warning("skipping an unreadable memory.written event")
+    return ids
+
+
+def parse_purged(data: Sequence[bytes]) -> list[UUID]:
+    ids: list[UUID] = []
+    for raw in data:
+        try:
+            ids.extend(MemoryPurged.model_validate_json(raw).entry_ids)
+        except ValidationError:
+            log.warning("skipping an unreadable memory.purged event")
+    return ids
+
+
+class IndexOutcome:
+    def __init__(self) -> None:
+        self.indexed = 0
+        self.skipped = 0
+        self.failed = 0
+
+
+async def index_entries(
+    db: Database,
+    embedder: Embedder,
+    index: VectorIndex,
+    ids: Sequence[UUID],
+    *,
+    force: bool = False,
+) -> IndexOutcome:
+    """Embed and index the given entries that exist and are not indexed yet (all with ``force``).
+
+    Raises ``Unavailable`` when the embedder or the vector store is down (the caller retries).
+    """
+    outcome = IndexOutcome()
+    unique = list(dict.fromkeys(ids))
+    if not unique:
+        return outcome
+    async with db.read() as session:
+        rows = (await session.execute(_LOAD.where(ENTRIES.c.id.in_(unique)))).all()
+    todo = [r for r in rows if force or r.embedding_status != "indexed"]
+    outcome.skipped = len(unique) - len(todo)
+    if not todo:
+        return outcome
+    try:
+        vectors = await embedder.embed([r.text for r in todo])
+    except EmbeddingDimensionMismatch:
+        # Not retried: the same model will answer the same way. Marked so an operator sees it.
+        await _mark(db, [r.id for r in todo], "failed")
+        outcome.failed = len(todo)
+        log.error("embedder answered with the wrong dimension; %d entries not indexed", len(todo))
+        return outcome
+    await index.upsert([_point(r, v) for r, v in zip(todo, vectors, strict=True)])
+    done = [r.id for r in todo]
+    still_there = await _mark(db, done, "indexed")
+    # Purged while we were embedding: its purge may have run before our upsert, so undo it here.
+    vanished = set(done) - still_there
+    if vanished:
+        await index.delete(list(vanished))
+    outcome.indexed = len(still_there)
+    return outcome
+
+
+def _point(row: object, vector: list[float]) -> VectorPoint:
+    created: datetime = row.created_at  # type: ignore[attr-defined]
+    return VectorPoint(
+        id=row.id,  # type: ignore[attr-defined]
+        vector=vector,
+        org_id=row.org_id,  # type: ignore[attr-defined]
+        agent_config_id=row.agent_config_id,  # type: ignore[attr-defined]
+        owner_key=row.owner_key,  # type: ignore[attr-defined]
+        layer=row.layer,  # type: ignore[attr-defined]
+        memory_type=row.memory_type,  # type: ignore[attr-defined]
+        session_id=row.session_id,  # type: ignore[attr-defined]
+        created_at=created.timestamp(),
+    )
+
+
+async def _mark(db: Database, ids: list[UUID], status: str) -> set[UUID]:
+    """Set ``embedding_status``; returns the ids whose rows still exist."""
+    async with db.transaction() as session:
+        result = await session.execute(
+            update(ENTRIES)
+            .where(ENTRIES.c.id.in_(ids))
+            .values(embedding_status=status)
+            .returning(ENTRIES.c.id)
+        )
+        return {row[0] for row in result}

@@ -1,0 +1,40 @@
+"""The entry fields recall ranks and renders, as read from the store (already scoped)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+__all__ = ["QUARANTINE_PLACEHOLDER", "Candidate", "display_text"]
+
+#: What a quarantined entry's text becomes in every result and context (SPEC 5.4): fixed and bounded.
+QUARANTINE_PLACEHOLDER = "[memory withheld: flagged as a possible prompt injection]"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One visible, active, unexpired entry that a strategy may return."""
+
+    id: UUID
+    text: str
+    importance: float
+    created_at: datetime
+    updated_at: datetime
+    memory_type: str
+    layer: str
+    session_id: str | None
+    metadata: dict[str, Any]
+    pinned: bool
+    quarantined: bool
+    source: str
+    reinforcement_count: int
+    confidence: float
+    reliability: float
+    owner_key: str
+
+
+def display_text(candidate: Candidate) -> str:
+    """The text recall may show for ``candidate``: the placeholder when it is quarantined."""
+    return QUARANTINE_PLACEHOLDER if candidate.quarantined else candidate.text

@@ -1,0 +1,109 @@
+"""``engram.memory.feedback`` (SPEC 5.6): how a recalled memory worked out.
+
+For one entry, ``success=false`` multiplies its reliability by its type's ``decay_on_failure``
+and deletes it when that falls below ``prune_below`` (announced on ``memory.purged``);
+``success=true`` leaves it unchanged. For a session, the rating labels that session's recall
+records, replacing the label its end gave them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select, update
+
+from contracts.errors import InvalidRequest, NotFound
+from contracts.events import MemoryPurged
+from contracts.recall import FeedbackReply, FeedbackRequest
+from contracts.subjects import MEMORY_PURGED
+from services.recall.visibility import visible_owner_keys
+from shared import audit
+from shared.auth import WRITE, Credential, act_as
+from shared.config_store import load_config
+from shared.db.engine import Database
+from shared.db.models import ENTRIES, RECALLS
+from shared.outbox import enqueue
+
+__all__ = ["give_feedback"]
+
+
+async def give_feedback(db: Database, credential: Credential, request: FeedbackRequest) -> FeedbackReply:
+    credential.require(WRITE)
+    credential.require_agent_config(request.agent_config_id)
+    caller = act_as(credential, request.principal)
+    if request.entry_id is None and request.session_id is None:
+        raise InvalidRequest("give an entry_id (entry feedback) or a session_id (session rating)")
+    updated = deleted = labelled = 0
+    async with db.transaction() as session:
+        config, _ = await load_config(session, credential.org_id, request.agent_config_id)
+        entries: list[audit.AuditEntry] = []
+        if request.entry_id is not None:
+            owner_keys = visible_owner_keys(caller, config.scope, request.session_id)
+            row = (
+                await session.execute(
+                    select(ENTRIES.c.reliability, ENTRIES.c.memory_type, ENTRIES.c.pinned)
+                    .where(
+                        ENTRIES.c.id == request.entry_id,
+                        ENTRIES.c.org_id == credential.org_id,
+                        ENTRIES.c.agent_config_id == request.agent_config_id,
+                        ENTRIES.c.owner_key.in_(owner_keys or ("\x00",)),
+                    )
+                    .with_for_update()
+                )
+            ).first()
+            if row is None:
+                raise NotFound("no such entry for this caller")
+            if not request.success:
+                policy = config.type_policy(row.memory_type)
+                reliability = row.reliability * policy.decay_on_failure
+                if reliability < policy.prune_below and not row.pinned:
+                    await session.execute(delete(ENTRIES).where(ENTRIES.c.id == request.entry_id))
+                    purged = MemoryPurged(
+                        org_id=credential.org_id,
+                        agent_config_id=request.agent_config_id,
+                        entry_ids=[request.entry_id],
+                        actor_ref=None,
+                        session_id=None,
+                        count=1,
+                        requested_by=caller.ref,
+                        reason="reliability",
+                    )
+                    await enqueue(session, MEMORY_PURGED, purged, purged.event_id)
+                    deleted = 1
+                else:
+                    await session.execute(
+                        update(ENTRIES)
+                        .where(ENTRIES.c.id == request.entry_id)
+                        .values(reliability=reliability)
+                    )
+                    updated = 1
+            entries.append(
+                audit.AuditEntry(
+                    kind="memory.feedback",
+                    actor_ref=caller.ref,
+                    agent_config_id=request.agent_config_id,
+                    session_id=request.session_id,
+                    entry_ids=[request.entry_id],
+                    details={"success": request.success, "deleted": bool(deleted)},
+                )
+            )
+        elif request.session_id is not None:
+            result = await session.execute(
+                update(RECALLS)
+                .where(
+                    RECALLS.c.org_id == credential.org_id,
+                    RECALLS.c.agent_config_id == request.agent_config_id,
+                    RECALLS.c.session_id == request.session_id,
+                )
+                .values(label="success" if request.success else "failed", label_source="rating")
+            )
+            labelled = int(result.rowcount or 0)  # type: ignore[attr-defined]
+            entries.append(
+                audit.AuditEntry(
+                    kind="session.rated",
+                    actor_ref=caller.ref,
+                    agent_config_id=request.agent_config_id,
+                    session_id=request.session_id,
+                    details={"success": request.success, "labelled": labelled},
+                )
+            )
+        await audit.append(session, credential.org_id, entries)
+    return FeedbackReply(updated=updated, deleted=deleted, labelled=labelled)

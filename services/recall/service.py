@@ -1,0 +1,350 @@
+"""``engram.recall`` and ``engram.recall.expand``: resolve who is asking, apply the config and
+the request's narrowing, run the strategy, fit the budget, render, and record the disclosure."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID, uuid4
+
+from contracts.config import MemoryConfig
+from contracts.errors import InvalidRequest, SemanticDisabled, VectorUnavailable
+from contracts.recall import (
+    MAX_EXPAND_EXAMINED,
+    MAX_EXPAND_RETURNED,
+    ExpandReply,
+    ExpandRequest,
+    RecallReply,
+    RecallRequest,
+    RecallResult,
+    Strategy,
+)
+from services.recall import queries
+from services.recall.budget import QUARANTINE_PLACEHOLDER, fit_budget
+from services.recall.candidates import Candidate
+from services.recall.overrides import apply_overrides
+from services.recall.ranking import (
+    Ranked,
+    fuse_hybrid,
+    rank_full,
+    rank_importance,
+    rank_last_k,
+    rank_pack,
+    rank_semantic,
+)
+from services.recall.render import render_context
+from services.recall.side_effects import Disclosure, SideEffects
+from services.recall.visibility import visible_owner_keys
+from shared.auth import READ, Credential, act_as
+from shared.config_store import load_config, org_memory_enabled
+from shared.db.engine import Database
+from shared.ports import Embedder, TenantFilter, VectorIndex
+from shared.time import utcnow
+
+__all__ = ["Recall"]
+
+log = logging.getLogger(__name__)
+
+#: How many ranked hits each of hybrid's two retrievers contributes to the fusion.
+HYBRID_DEPTH = 100
+SEMANTIC_MAX_TOP_K = 20
+_CUE_STRATEGIES = {"pack", "semantic", "hybrid"}
+
+
+@dataclass
+class _ConfigCache:
+    """Recall reads a config on every call; trusting it for ``ttl_s`` saves a query per recall."""
+
+    ttl_s: float
+    entries: dict[tuple[UUID, UUID], tuple[float, MemoryConfig, bool]] = field(default_factory=dict)
+
+    def get(self, key: tuple[UUID, UUID]) -> tuple[MemoryConfig, bool] | None:
+        hit = self.entries.get(key)
+        if hit is None or time.monotonic() - hit[0] > self.ttl_s:
+            return None
+        return hit[1], hit[2]
+
+    def put(self, key: tuple[UUID, UUID], config: MemoryConfig, enabled: bool) -> None:
+        if len(self.entries) > 10_000:
+            self.entries.clear()
+        self.entries[key] = (time.monotonic(), config, enabled)
+
+
+class Recall:
+    def __init__(
+        self,
+        db: Database,
+        side_effects: SideEffects,
+        *,
+        embedder: Embedder | None,
+        index: VectorIndex | None,
+        config_cache_s: float = 1.0,
+    ) -> None:
+        self._db = db
+        self._effects = side_effects
+        self._embedder = embedder
+        self._index = index
+        self._configs = _ConfigCache(config_cache_s)
+        self._cue_vectors: dict[str, list[float]] = {}
+
+    async def _config(self, org_id: UUID, agent_config_id: UUID) -> tuple[MemoryConfig, bool]:
+        key = (org_id, agent_config_id)
+        cached = self._configs.get(key)
+        if cached is not None:
+            return cached
+        async with self._db.read() as session:
+            config, _ = await load_config(session, org_id, agent_config_id)
+            enabled = config.memory_enabled and await org_memory_enabled(session, org_id)
+        self._configs.put(key, config, enabled)
+        return config, enabled
+
+    async def recall(self, credential: Credential, request: RecallRequest) -> RecallReply:
+        credential.require(READ)
+        credential.require_agent_config(request.agent_config_id)
+        credential.require_session(request.session_id)
+        caller = act_as(credential, request.principal)
+        config, enabled = await self._config(credential.org_id, request.agent_config_id)
+        explicit = request.strategy is not None
+        strategy: Strategy = request.strategy or config.memory_strategy
+        warnings: list[str] = []
+        if not enabled:  # memory off: empty context, no recall, no side effects
+            return _empty(strategy, warnings)
+        policy = apply_overrides(config, request.policy_override)
+        if strategy in {"semantic", "hybrid"} and not config.semantic_recall.enabled:
+            if explicit:
+                raise SemanticDisabled("semantic recall is disabled for this agent config")
+            strategy, warnings = "last_k", ["semantic_unavailable_fallback"]
+        if strategy in {"semantic", "hybrid"} and (self._index is None or self._embedder is None):
+            if explicit:
+                raise VectorUnavailable("the vector index is not available")
+            strategy, warnings = "last_k", ["semantic_unavailable_fallback"]
+        top_k = request.top_k or config.top_k
+        if strategy == "semantic" and top_k > SEMANTIC_MAX_TOP_K:
+            raise InvalidRequest(f"semantic recall takes top_k from 1 to {SEMANTIC_MAX_TOP_K}")
+        owner_keys = visible_owner_keys(caller, config.scope, request.session_id)
+        if not owner_keys:  # e.g. an end user who cannot be resolved: no memory, not an error
+            return _empty(strategy, warnings)
+        scope = queries.Scope(
+            org_id=credential.org_id,
+            agent_config_id=request.agent_config_id,
+            owner_keys=owner_keys,
+            now=utcnow(),
+            session_only=request.session_id if config.scope == "session" else None,
+            layer=None if request.target_layer == "all" else request.target_layer,
+            memory_types=policy.memory_types_allowed,
+            filters=request.filters,
+        )
+        cue = (request.cue or "").strip()
+        diagnostics: dict[str, Any] = {}
+        try:
+            ranked = await self._rank(strategy, scope, cue, top_k, diagnostics)
+        except VectorUnavailable:
+            if explicit:
+                raise
+            strategy, warnings = "last_k", [*warnings, "semantic_unavailable_fallback"]
+            ranked = await self._rank(strategy, scope, cue, top_k, diagnostics)
+
+        outcome = fit_budget(ranked, request.format, request.token_budget)
+        if outcome.quarantined:
+            warnings.append("memory_context_quarantined")
+        pack_id = uuid4()
+        returned = tuple(UUID(str(r["id"])) for r in outcome.results)
+        self._effects.record(
+            Disclosure(
+                pack_id=pack_id,
+                org_id=credential.org_id,
+                agent_config_id=request.agent_config_id,
+                caller_ref=caller.ref,
+                session_id=request.session_id,
+                strategy=strategy,
+                cue_hash=hashlib.sha256(cue.encode()).hexdigest() if cue else None,
+                entry_ids=returned,
+                at=scope.now,
+            )
+        )
+        reply: dict[str, Any] = {
+            "results": outcome.results,
+            "context": render_context(outcome.results, strategy, request.format),
+            "strategy": strategy,
+            "pack_id": pack_id,
+            "count": len(outcome.results),
+            "matched_count": len(ranked),
+            "tokens_used": outcome.tokens_used,
+            "truncated": outcome.truncated,
+            "warnings": warnings,
+        }
+        if request.token_budget is not None:
+            reply.update(
+                excluded_by_budget=outcome.excluded_by_budget,
+                excluded_results=outcome.excluded_results,
+                excluded_results_truncated=outcome.excluded_results_truncated,
+                minimum_budget=outcome.minimum_budget,
+            )
+        if request.diagnostics is not None:
+            reply["diagnostics"] = _diagnostics(request.diagnostics, diagnostics, ranked, outcome.results)
+        return RecallReply.model_validate(reply)
+
+    async def _rank(
+        self, strategy: Strategy, scope: queries.Scope, cue: str, top_k: int, diag: dict[str, Any]
+    ) -> list[Ranked]:
+        async with self._db.read() as session:
+            if strategy == "last_k":
+                cands = await queries.newest(session, scope, top_k)
+                diag["scope_query"] = len(cands)
+                return rank_last_k(cands, top_k)
+            if strategy == "full":
+                cands = await queries.newest(session, scope, 1000)
+                diag["scope_query"] = len(cands)
+                return rank_full(cands)
+            if strategy == "importance":
+                cands = await queries.top_importance(session, scope, top_k)
+                diag["scope_query"] = len(cands)
+                return rank_importance(cands, top_k)
+            if strategy == "pack":
+                cands = await queries.pack_candidates(session, scope)
+                diag["scope_query"] = len(cands)
+                return rank_pack(cands, cue or None, top_k, scope.now)
+            if not cue:
+                raise InvalidRequest(f"strategy {strategy!r} needs a cue")
+            hits = await self._vector_search(cue, scope, top_k if strategy == "semantic" else HYBRID_DEPTH)
+            diag["vector_rank"] = len(hits)
+            if strategy == "semantic":
+                scores = {h.id: h.score for h in hits}
+                cands = await queries.by_ids(session, scope, list(scores))
+                diag["scope_query"] = len(cands)
+                return rank_semantic(cands, scores, top_k)
+            lexical = await queries.lexical_ids(session, scope, cue, HYBRID_DEPTH)
+            diag["lexical_rank"] = len(lexical)
+            vector = [h.id for h in hits]
+            cands = await queries.by_ids(session, scope, list(dict.fromkeys([*lexical, *vector])))
+            diag["scope_query"] = len(cands)
+            return fuse_hybrid(cands, lexical, vector, top_k, scope.now)
+
+    async def _vector_search(self, cue: str, scope: queries.Scope, limit: int) -> list[Any]:
+        if self._index is None or self._embedder is None:
+            raise VectorUnavailable("the vector index is not available")
+        vector = self._cue_vectors.get(cue)
+        if vector is None:
+            (vector,) = await self._embedder.embed([cue])
+            if len(self._cue_vectors) > 10_000:
+                self._cue_vectors.clear()
+            self._cue_vectors[cue] = vector
+        tenant = TenantFilter(
+            org_id=scope.org_id,
+            agent_config_id=scope.agent_config_id,
+            owner_keys=scope.owner_keys,
+            layer=scope.layer,
+            session_id=scope.session_only,
+            memory_types=scope.memory_types,
+        )
+        try:
+            # Over-fetch: Postgres re-checks each hit (expiry, lifecycle, filters) and may drop some.
+            return list(await self._index.search(vector, tenant, limit * 2))
+        except VectorUnavailable:
+            raise
+        except Exception as exc:
+            log.warning("vector search failed", exc_info=True)
+            raise VectorUnavailable("vector search failed") from exc
+
+    async def expand(self, credential: Credential, request: ExpandRequest) -> ExpandReply:
+        credential.require(READ)
+        credential.require_agent_config(request.agent_config_id)
+        credential.require_session(request.session_id)
+        caller = act_as(credential, request.principal)
+        config, enabled = await self._config(credential.org_id, request.agent_config_id)
+        requested = list(dict.fromkeys(request.ids))
+        examined = requested[:MAX_EXPAND_EXAMINED]
+        owner_keys = visible_owner_keys(caller, config.scope, request.session_id) if enabled else ()
+        found: list[Candidate] = []
+        if owner_keys:
+            scope = queries.Scope(
+                org_id=credential.org_id,
+                agent_config_id=request.agent_config_id,
+                owner_keys=owner_keys,
+                now=utcnow(),
+                session_only=request.session_id if config.scope == "session" else None,
+            )
+            async with self._db.read() as session:
+                found = await queries.by_ids(session, scope, examined)
+        by_id = {c.id: c for c in found}
+        accessible = [by_id[i] for i in examined if i in by_id]
+        returned = accessible[:MAX_EXPAND_RETURNED]
+        truncated = len(requested) > len(examined) or len(accessible) > len(returned)
+        if returned:
+            self._effects.record(
+                Disclosure(
+                    pack_id=uuid4(),
+                    org_id=credential.org_id,
+                    agent_config_id=request.agent_config_id,
+                    caller_ref=caller.ref,
+                    session_id=request.session_id,
+                    strategy="expand",
+                    cue_hash=None,
+                    entry_ids=tuple(c.id for c in returned),
+                    at=utcnow(),
+                    kind="memory.expanded",
+                )
+            )
+        return ExpandReply(
+            results=[_full_result(c) for c in returned],
+            truncated=truncated,
+            not_found=[i for i in examined if i not in by_id],
+        )
+
+
+def _full_result(c: Candidate) -> RecallResult:
+    return RecallResult(
+        id=c.id,
+        text=QUARANTINE_PLACEHOLDER if c.quarantined else c.text,
+        score=1.0,
+        memory_type=c.memory_type,
+        layer=c.layer,
+        importance=c.importance,
+        created_at=c.created_at,
+        session_id=c.session_id,
+        metadata=c.metadata,
+        source=c.source,
+        reinforcement_count=c.reinforcement_count,
+        quarantined=c.quarantined,
+    )
+
+
+def _empty(strategy: Strategy, warnings: list[str]) -> RecallReply:
+    return RecallReply(
+        results=[],
+        context="",
+        strategy=strategy,
+        pack_id=None,
+        count=0,
+        matched_count=0,
+        tokens_used=0,
+        truncated=False,
+        warnings=warnings,
+    )
+
+
+def _diagnostics(
+    level: str, counts: dict[str, Any], ranked: list[Ranked], results: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Counts, and with ``candidates`` one bounded decision per candidate — never content."""
+    out: dict[str, Any] = {
+        "scope_query": counts.get("scope_query", 0),
+        "policy_filter": counts.get("policy_filter", 0),
+        "vector_rank": counts.get("vector_rank", 0),
+        "lexical_rank": counts.get("lexical_rank", 0),
+    }
+    if level == "candidates":
+        returned = {str(r["id"]) for r in results}
+        out["candidates"] = [
+            {
+                "id": str(r.candidate.id),
+                "decision": "returned" if str(r.candidate.id) in returned else "excluded",
+                "reason": "ranked" if str(r.candidate.id) in returned else "budget",
+                "score": round(r.score, 6),
+            }
+            for r in ranked[:100]
+        ]
+    return out

@@ -1,0 +1,47 @@
+"""``engram reindex``: rebuild every vector from Postgres, the source of truth. Only entries that
+exist are embedded, so a purged memory cannot come back this way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from uuid import UUID
+
+from sqlalchemy import func, select
+
+from services.embed.indexer import index_entries
+from shared.db.engine import Database
+from shared.db.models import ENTRIES
+from shared.ports import Embedder, VectorIndex
+
+__all__ = ["reindex_all"]
+
+
+async def reindex_all(
+    database_url: str,
+    embedder: Embedder,
+    index: VectorIndex,
+    *,
+    batch: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    db = Database(database_url, pool_size=2)
+    try:
+        async with db.read() as session:
+            total = int((await session.execute(select(func.count()).select_from(ENTRIES))).scalar_one())
+        done = 0
+        after: UUID | None = None
+        while True:
+            stmt = select(ENTRIES.c.id).order_by(ENTRIES.c.id).limit(batch)
+            if after is not None:
+                stmt = stmt.where(ENTRIES.c.id > after)
+            async with db.read() as session:
+                ids = [row[0] for row in (await session.execute(stmt)).all()]
+            if not ids:
+                return done
+            await index_entries(db, embedder, index, ids, force=True)
+            done += len(ids)
+            after = ids[-1]
+            if progress is not None:
+                progress(done, total)
+    finally:
+        await db.close()

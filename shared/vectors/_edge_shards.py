@@ -1,0 +1,276 @@
+"""Building blocks of :class:`~shared.vectors.qdrant_edge.QdrantEdgeIndex`: the two kinds of Qdrant
+Edge shard it keeps (an appendable *live* shard, HNSW-indexed *sealed* shards), the tenant filter
+in Edge's types, the manifest naming the shard directories that make up the index, and the files
+handed to the builder process (:mod:`shared.vectors._edge_build`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from qdrant_edge import (
+    Distance,
+    EdgeConfig,
+    EdgeOptimizersConfig,
+    EdgeShard,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    HnswIndexConfig,
+    KeywordIndexParams,
+    MatchAny,
+    MatchValue,
+    Point,
+    ScoredPoint,
+    ScrollRequest,
+    UpdateOperation,
+)
+
+from shared.ports import TenantFilter, VectorHit
+from shared.vectors._tenancy import KEYWORD_FIELDS, TENANT_FIELD
+
+if TYPE_CHECKING:
+    from qdrant_edge import ConditionType
+
+__all__ = [
+    "BUILD_PREFIX",
+    "LIVE_PREFIX",
+    "MANIFEST",
+    "SEALED_PREFIX",
+    "BuildInterrupted",
+    "BuildSpec",
+    "Generation",
+    "Manifest",
+    "create_shard",
+    "edge_filter",
+    "export_points",
+    "live_config",
+    "read_points",
+    "sealed_config",
+    "to_hits",
+]
+
+LIVE_PREFIX = "live-"
+SEALED_PREFIX = "sealed-"
+BUILD_PREFIX = "build-"
+MANIFEST = "manifest.json"
+_FORMAT = 1
+_VECTORS_FILE = "vectors.f32"
+_POINTS_FILE = "points.jsonl"
+_SPEC_FILE = "spec.json"
+#: Points per scroll while exporting: ~5 ms of Edge holding the GIL at 384 dimensions.
+_EXPORT_CHUNK = 256
+
+
+class BuildInterrupted(RuntimeError):
+    """The index is closing: a build in progress stops and leaves the index as it was."""
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """How the builder process configures the sealed shard it builds."""
+
+    dimension: int
+    #: Segments above this size get an HNSW graph (``None``: Qdrant's default, 10 MB of vectors).
+    indexing_threshold_kb: int | None = None
+    #: Filtered searches matching less than this many KB of vectors score them all (exact).
+    full_scan_threshold_kb: int = 10_000
+
+    def save(self, build_dir: Path) -> None:
+        (build_dir / _SPEC_FILE).write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, build_dir: Path) -> BuildSpec:
+        return cls(**json.loads((build_dir / _SPEC_FILE).read_text()))
+
+
+def _vectors(dimension: int) -> EdgeVectorParams:
+    return EdgeVectorParams(size=dimension, distance=Distance.Cosine)
+
+
+def live_config(dimension: int) -> EdgeConfig:
+    """The appendable shard that takes every write: never indexed here (an ``indexing_threshold``
+    of 0 turns HNSW off), so searching it is exact; the builder process indexes it once sealed."""
+    return EdgeConfig(vectors=_vectors(dimension), optimizers=EdgeOptimizersConfig(indexing_threshold=0))
+
+
+def sealed_config(spec: BuildSpec) -> EdgeConfig:
+    """A shard built once by the builder process: one HNSW segment (one graph to search)."""
+    return EdgeConfig(
+        vectors=_vectors(spec.dimension),
+        hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=spec.full_scan_threshold_kb),
+        optimizers=EdgeOptimizersConfig(
+            default_segment_number=1, indexing_threshold=spec.indexing_threshold_kb
+        ),
+    )
+
+
+def create_shard(path: Path, config: EdgeConfig) -> EdgeShard:
+    """A new shard with keyword indexes on the tenancy fields. Only the tenant field gets extra
+    HNSW links per value (``payload_m``): every query pins it, and the others would multiply
+    indexing time for little gain."""
+    shard = EdgeShard.create(str(path), config)
+    for name in KEYWORD_FIELDS:
+        tenant = name == TENANT_FIELD
+        params = KeywordIndexParams(is_tenant=tenant, enable_hnsw=tenant)
+        shard.update(UpdateOperation.create_field_index(name, params))
+    return shard
+
+
+def edge_filter(tenant: TenantFilter) -> Filter:
+    """must(org_id, agent_config_id, owner_key in owner_keys, [layer], [session_id], [memory_type in])."""
+    must: list[ConditionType] = [
+        _equals("org_id", str(tenant.org_id)),
+        _equals("agent_config_id", str(tenant.agent_config_id)),
+        _one_of("owner_key", tenant.owner_keys),
+    ]
+    if tenant.layer is not None:
+        must.append(_equals("layer", tenant.layer))
+    if tenant.session_id is not None:
+        must.append(_equals("session_id", tenant.session_id))
+    if tenant.memory_types is not None:
+        must.append(_one_of("memory_type", tenant.memory_types))
+    return Filter(must=must)
+
+
+def _equals(key: str, value: str) -> FieldCondition:
+    return FieldCondition(key, match=MatchValue(value))
+
+
+def _one_of(key: str, values: Sequence[str]) -> FieldCondition:
+    return FieldCondition(key, match=MatchAny(list(values)))
+
+
+def to_hits(points: Sequence[ScoredPoint]) -> list[VectorHit]:
+    return [VectorHit(_uuid(point.id), point.score) for point in points]
+
+
+def _uuid(point_id: int | UUID | str) -> UUID:
+    return point_id if isinstance(point_id, UUID) else UUID(str(point_id))
+
+
+# -- the manifest ---------------------------------------------------------------------------
+
+
+@dataclass
+class Generation:
+    """A sealed shard directory: ``built`` once the builder process made it (with an HNSW graph
+    if it is above Edge's indexing threshold), not yet while it is a former live shard waiting
+    for its build. ``points`` is its size when it became what it is."""
+
+    name: str
+    built: bool
+    points: int
+
+
+@dataclass
+class Manifest:
+    """Which shard directories under the index path are the index; everything else there with
+    our prefixes is a leftover of an interrupted build and is removed on open."""
+
+    dimension: int
+    live: str
+    generations: list[Generation] = field(default_factory=list)
+    next_number: int = 1
+
+    def new_name(self, prefix: str) -> str:
+        name = f"{prefix}{self.next_number:06d}"
+        self.next_number += 1
+        return name
+
+    def names(self) -> set[str]:
+        return {self.live, *(generation.name for generation in self.generations)}
+
+    @classmethod
+    def load(cls, root: Path) -> Manifest | None:
+        try:
+            raw: dict[str, Any] = json.loads((root / MANIFEST).read_text())
+        except FileNotFoundError:
+            return None
+        if raw.get("format") != _FORMAT:
+            raise ValueError(
+                f"{root / MANIFEST} has format {raw.get('format')!r}, this Engram reads {_FORMAT}"
+            )
+        return cls(
+            dimension=raw["dimension"],
+            live=raw["live"],
+            generations=[Generation(**generation) for generation in raw["generations"]],
+            next_number=raw["next_number"],
+        )
+
+    def save(self, root: Path) -> None:
+        """Replace the manifest atomically and durably (write, fsync, rename, fsync the directory)."""
+        body = {"format": _FORMAT, **asdict(self)}
+        tmp = root / f"{MANIFEST}.tmp"
+        with tmp.open("w") as out:
+            json.dump(body, out, indent=1)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, root / MANIFEST)
+        directory = os.open(root, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+# -- the builder's input files --------------------------------------------------------------
+
+
+async def export_points(shards: Sequence[EdgeShard], build_dir: Path, stop: Callable[[], bool]) -> int:
+    """Write every point of ``shards`` for the builder process; how many were written.
+
+    Edge holds the GIL while it scrolls, so this goes in small chunks and lets the event loop
+    run between them. Raises :class:`BuildInterrupted` as soon as ``stop()`` is true.
+    """
+    written = 0
+    with (build_dir / _VECTORS_FILE).open("wb") as vectors, (build_dir / _POINTS_FILE).open("w") as points:
+        for shard in shards:
+            offset: int | UUID | str | None = None
+            while True:
+                if stop():
+                    raise BuildInterrupted("the vector index closed while exporting a build")
+                request = ScrollRequest(
+                    offset=offset, limit=_EXPORT_CHUNK, with_payload=True, with_vector=True
+                )
+                records, offset = shard.scroll(request)
+                chunk = array("f")
+                for record in records:
+                    chunk.extend(_plain_vector(record.vector))
+                    points.write(json.dumps({"id": str(record.id), "payload": record.payload}) + "\n")
+                chunk.tofile(vectors)
+                written += len(records)
+                if offset is None:
+                    break
+                await asyncio.sleep(0)
+    return written
+
+
+def read_points(build_dir: Path, dimension: int, batch: int) -> Iterator[list[Point]]:
+    """The points :func:`export_points` wrote, ``batch`` at a time (in the builder process)."""
+    with (build_dir / _VECTORS_FILE).open("rb") as vectors, (build_dir / _POINTS_FILE).open() as lines:
+        points: list[Point] = []
+        for line in lines:
+            row = json.loads(line)
+            vector = array("f")
+            vector.fromfile(vectors, dimension)
+            points.append(Point(UUID(row["id"]), vector.tolist(), row["payload"]))
+            if len(points) == batch:
+                yield points
+                points = []
+        if points:
+            yield points
+
+
+def _plain_vector(vector: object) -> list[float]:
+    if not isinstance(vector, list):
+        raise TypeError(f"expected one unnamed dense vector per point, got {type(vector).__name__}")
+    return vector

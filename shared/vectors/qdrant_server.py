@@ -1,0 +1,194 @@
+"""The :class:`~shared.ports.VectorIndex` on a Qdrant server (or cluster), through ``qdrant-client``.
+
+Production runs it against a server URL; tests run the same code against the client's local mode
+(``AsyncQdrantClient(location=":memory:")`` or ``path=``), which ignores payload indexes and is slow
+beyond ~20k points. Failures to reach the server surface as
+:class:`~contracts.errors.VectorUnavailable`, so the caller retries later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from uuid import UUID
+
+import grpc
+import httpx
+from pydantic import ValidationError
+from qdrant_client import AsyncQdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from contracts.errors import EmbeddingDimensionMismatch, VectorUnavailable
+from shared.ports import TenantFilter, VectorHit, VectorPoint
+from shared.vectors._tenancy import (
+    KEYWORD_FIELDS,
+    TENANT_FIELD,
+    check_dimension,
+    check_limit,
+    payload_of,
+    sees_anything,
+    top_hits,
+)
+
+__all__ = ["QdrantServerIndex"]
+
+_UNREACHABLE_GRPC_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class QdrantServerIndex:
+    """Entry vectors in one Qdrant collection (cosine), tenancy fields in the payload.
+
+    The collection and its keyword payload indexes are created on first use when missing
+    (call :meth:`ensure_collection` at start-up to fail fast). ``client`` stays the caller's: it
+    may be shared, and :meth:`close` leaves it open.
+    """
+
+    def __init__(self, client: AsyncQdrantClient, collection: str, dimension: int) -> None:
+        if dimension < 1:
+            raise ValueError(f"dimension must be positive, got {dimension}")
+        self.dimension = dimension
+        self._client = client
+        self._collection = collection
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+
+    async def ensure_collection(self) -> None:
+        """Create the collection and its payload indexes unless they exist; refuse a collection
+        whose vectors have another size."""
+        if self._ready:
+            return
+        async with self._ready_lock, self._reaching_qdrant():
+            if self._ready:
+                return
+            if not await self._client.collection_exists(self._collection):
+                await self._create_collection()
+            info = await self._client.get_collection(self._collection)
+            self._check_vector_size(info)
+            for field in KEYWORD_FIELDS:
+                if field not in info.payload_schema:
+                    await self._client.create_payload_index(
+                        self._collection,
+                        field,
+                        field_schema=models.KeywordIndexParams(
+                            type=models.KeywordIndexType.KEYWORD, is_tenant=field == TENANT_FIELD
+                        ),
+                        wait=True,
+                    )
+            self._ready = True
+
+    async def upsert(self, points: Sequence[VectorPoint]) -> None:
+        for point in points:
+            check_dimension(point.vector, self.dimension)
+        if not points:
+            return
+        await self.ensure_collection()
+        structs = [
+            models.PointStruct(id=str(point.id), vector=list(point.vector), payload=payload_of(point))
+            for point in points
+        ]
+        async with self._reaching_qdrant():
+            await self._client.upsert(self._collection, points=structs, wait=True)
+
+    async def delete(self, ids: Sequence[UUID]) -> None:
+        if not ids:
+            return
+        await self.ensure_collection()
+        selector = models.PointIdsList(points=[str(point_id) for point_id in ids])
+        async with self._reaching_qdrant():
+            await self._client.delete(self._collection, points_selector=selector, wait=True)
+
+    async def search(self, vector: Sequence[float], tenant: TenantFilter, limit: int) -> list[VectorHit]:
+        check_limit(limit)
+        if not sees_anything(tenant):
+            return []
+        check_dimension(vector, self.dimension)
+        await self.ensure_collection()
+        async with self._reaching_qdrant():
+            response = await self._client.query_points(
+                self._collection,
+                query=list(vector),
+                query_filter=_filter_for(tenant),
+                limit=limit,
+                with_payload=False,
+                with_vectors=False,
+            )
+        return top_hits((VectorHit(UUID(str(hit.id)), hit.score) for hit in response.points), limit)
+
+    async def count(self) -> int:
+        await self.ensure_collection()
+        async with self._reaching_qdrant():
+            result = await self._client.count(self._collection, exact=True)
+        return result.count
+
+    async def close(self) -> None:
+        """Nothing to release: the client belongs to whoever made it."""
+
+    async def _create_collection(self) -> None:
+        try:
+            await self._client.create_collection(
+                self._collection,
+                vectors_config=models.VectorParams(size=self.dimension, distance=models.Distance.COSINE),
+            )
+        except UnexpectedResponse as exc:
+            if exc.status_code != 409:  # another instance created it first: fine
+                raise
+
+    def _check_vector_size(self, info: models.CollectionInfo) -> None:
+        vectors = info.config.params.vectors
+        size = vectors.size if isinstance(vectors, models.VectorParams) else None
+        if size != self.dimension:
+            raise EmbeddingDimensionMismatch(
+                f"collection {self._collection!r} holds vectors of size {size}, the embedder makes "
+                f"{self.dimension}: set ENGRAM_QDRANT_COLLECTION to a new collection and reindex",
+                {"collection": self._collection, "expected": self.dimension, "got": size},
+            )
+
+    @asynccontextmanager
+    async def _reaching_qdrant(self) -> AsyncIterator[None]:
+        """Turn "the server cannot be reached" into :class:`VectorUnavailable`; let the rest through."""
+        try:
+            yield
+        except UnexpectedResponse as exc:
+            if exc.status_code is not None and exc.status_code >= 500:
+                raise self._unavailable(exc) from exc
+            raise
+        except ResponseHandlingException as exc:
+            if isinstance(exc.source, ValidationError):
+                raise
+            raise self._unavailable(exc) from exc
+        except (httpx.TransportError, ConnectionError, TimeoutError) as exc:
+            raise self._unavailable(exc) from exc
+        except grpc.RpcError as exc:
+            if exc.code() in _UNREACHABLE_GRPC_CODES:  # the aio error's `code` is a method
+                raise self._unavailable(exc) from exc
+            raise
+
+    def _unavailable(self, exc: BaseException) -> VectorUnavailable:
+        return VectorUnavailable(
+            f"Qdrant collection {self._collection!r} is unreachable: {exc}", {"collection": self._collection}
+        )
+
+
+def _filter_for(tenant: TenantFilter) -> models.Filter:
+    """must(org_id, agent_config_id, owner_key in owner_keys, [layer], [session_id], [memory_type in])."""
+    must: list[models.Condition] = [
+        _equals("org_id", str(tenant.org_id)),
+        _equals("agent_config_id", str(tenant.agent_config_id)),
+        _one_of("owner_key", tenant.owner_keys),
+    ]
+    if tenant.layer is not None:
+        must.append(_equals("layer", tenant.layer))
+    if tenant.session_id is not None:
+        must.append(_equals("session_id", tenant.session_id))
+    if tenant.memory_types is not None:
+        must.append(_one_of("memory_type", tenant.memory_types))
+    return models.Filter(must=must)
+
+
+def _equals(key: str, value: str) -> models.FieldCondition:
+    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+
+
+def _one_of(key: str, values: Sequence[str]) -> models.FieldCondition:
+    return models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))

@@ -1,0 +1,453 @@
+"""The behaviour every VectorIndex adapter must show, written once (:class:`VectorIndexSuite`) and
+run against Qdrant Edge on a temporary directory and qdrant-client's local mode; then the two
+compared on the same data, and Qdrant Edge's background indexing checked on its own.
+
+No servers: these run at unit-test speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4, uuid5
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from qdrant_client import AsyncQdrantClient
+
+from contracts.errors import EmbeddingDimensionMismatch, VectorUnavailable
+from shared.ports import TenantFilter, VectorHit, VectorIndex, VectorPoint
+from shared.vectors.qdrant_edge import QdrantEdgeIndex
+from shared.vectors.qdrant_server import QdrantServerIndex
+
+pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant")
+
+DIM = 8
+OWNERS = ("", "alice", "bob", "carol")
+
+OpenIndex = Callable[..., VectorIndex]
+
+
+def unit(seed: int, dimension: int = DIM) -> list[float]:
+    """A reproducible random unit vector."""
+    vector = np.random.default_rng(seed).standard_normal(dimension)
+    return (vector / np.linalg.norm(vector)).tolist()
+
+
+def point(
+    vector: Sequence[float],
+    tenant: TenantFilter,
+    *,
+    owner: str = "",
+    layer: str = "semantic",
+    memory_type: str = "lesson",
+    session_id: str | None = None,
+    point_id: UUID | None = None,
+) -> VectorPoint:
+    return VectorPoint(
+        id=point_id or uuid4(),
+        vector=vector,
+        org_id=tenant.org_id,
+        agent_config_id=tenant.agent_config_id,
+        owner_key=owner,
+        layer=layer,
+        memory_type=memory_type,
+        session_id=session_id,
+        created_at=time.time(),
+    )
+
+
+def scope(owner_keys: Sequence[str] = OWNERS, **narrowing: Any) -> TenantFilter:
+    """A fresh organization and agent config seeing ``owner_keys``."""
+    return TenantFilter(uuid4(), uuid4(), tuple(owner_keys), **narrowing)
+
+
+def ids(hits: Sequence[VectorHit]) -> list[UUID]:
+    return [hit.id for hit in hits]
+
+
+class VectorIndexSuite:
+    """Subclass as ``Test<Adapter>Contract``: provide a ``storage`` fixture (where the points
+    live, shared by every index a test opens, so a second index there is a restart) and
+    :meth:`make`."""
+
+    def make(self, storage: Any, dimension: int) -> VectorIndex:
+        raise NotImplementedError
+
+    @pytest.fixture
+    async def open_index(self, storage: Any) -> AsyncIterator[OpenIndex]:
+        opened: list[VectorIndex] = []
+
+        def open_(dimension: int = DIM) -> VectorIndex:
+            opened.append(self.make(storage, dimension))
+            return opened[-1]
+
+        yield open_
+        for index in opened:
+            await index.close()
+
+    @pytest.fixture
+    def index(self, open_index: OpenIndex) -> VectorIndex:
+        return open_index()
+
+    async def test_satisfies_the_port(self, index: VectorIndex) -> None:
+        """The adapter is a VectorIndex of the dimension it was made with, empty at first."""
+        assert isinstance(index, VectorIndex)
+        assert index.dimension == DIM
+        assert await index.count() == 0
+
+    async def test_returns_the_nearest_first(self, index: VectorIndex) -> None:
+        """Hits come nearest first, scored by cosine similarity (1.0 for the same direction)."""
+        tenant = scope()
+        points = [point(unit(seed), tenant) for seed in range(20)]
+        await index.upsert(points)
+        target = points[7]
+        query = [2.0 * x for x in target.vector]  # cosine ignores length
+        hits = await index.search(query, tenant, limit=5)
+        assert hits[0].id == target.id
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        scores = [hit.score for hit in hits]
+        assert scores == sorted(scores, reverse=True)
+        expected = sorted(points, key=lambda p: -float(np.dot(p.vector, target.vector)))[:5]
+        assert ids(hits) == [p.id for p in expected]
+        assert scores == pytest.approx([float(np.dot(p.vector, target.vector)) for p in expected], abs=1e-5)
+
+    async def test_never_returns_another_tenants_point(self, index: VectorIndex) -> None:
+        """With identical vectors, a point that differs in org, agent config or owner is never a hit."""
+        home = scope(owner_keys=("alice",))
+        vector = unit(1)
+        mine = point(vector, home, owner="alice")
+        other_org = point(vector, TenantFilter(uuid4(), home.agent_config_id, ("alice",)), owner="alice")
+        other_agent = point(vector, TenantFilter(home.org_id, uuid4(), ("alice",)), owner="alice")
+        other_owner = point(vector, home, owner="bob")
+        await index.upsert([mine, other_org, other_agent, other_owner])
+
+        assert ids(await index.search(vector, home, limit=10)) == [mine.id]
+        both_owners = TenantFilter(home.org_id, home.agent_config_id, ("alice", "bob"))
+        assert set(ids(await index.search(vector, both_owners, limit=10))) == {mine.id, other_owner.id}
+        for stranger in (other_org, other_agent):
+            theirs = TenantFilter(stranger.org_id, stranger.agent_config_id, ("alice", "bob", ""))
+            assert ids(await index.search(vector, theirs, limit=10)) == [stranger.id]
+
+    # One test body run by each adapter's subclass (differing executors) on a fixture it
+    # re-populates idempotently every example: both health checks are expected here.
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+    )
+    @given(visible=st.sets(st.sampled_from(OWNERS)))
+    async def test_sees_exactly_the_owner_scopes_it_asks_for(
+        self, index: VectorIndex, visible: set[str]
+    ) -> None:
+        """For any set of owner keys, hits are exactly the tenant's points of those owners."""
+        tenant = _PROPERTY_TENANT
+        decoys = (TenantFilter(uuid4(), tenant.agent_config_id, ()), TenantFilter(tenant.org_id, uuid4(), ()))
+        vector = unit(3)
+        mine = {
+            owner: point(vector, tenant, owner=owner, point_id=_owner_id(tenant, owner)) for owner in OWNERS
+        }
+        await index.upsert([*mine.values(), *(point(vector, d, owner=o) for d in decoys for o in OWNERS)])
+        asked = TenantFilter(tenant.org_id, tenant.agent_config_id, tuple(sorted(visible)))
+        hits = await index.search(vector, asked, limit=50)
+        assert set(ids(hits)) == {mine[owner].id for owner in visible}
+
+    async def test_no_owner_keys_sees_nothing(self, index: VectorIndex) -> None:
+        """An empty owner_keys is a valid filter that matches nothing."""
+        tenant = scope()
+        await index.upsert([point(unit(1), tenant, owner=owner) for owner in OWNERS])
+        nobody = TenantFilter(tenant.org_id, tenant.agent_config_id, ())
+        assert await index.search(unit(1), nobody, limit=10) == []
+
+    @pytest.mark.parametrize("missing", ["org_id", "agent_config_id", "owner_keys"])
+    async def test_refuses_a_filter_without_a_scope(self, index: VectorIndex, missing: str) -> None:
+        """A filter missing its organization, agent config or owner keys is refused, not widened."""
+        tenant = scope()
+        await index.upsert([point(unit(1), tenant)])
+        fields: dict[str, Any] = {"org_id": tenant.org_id, "agent_config_id": tenant.agent_config_id}
+        fields["owner_keys"] = tenant.owner_keys
+        fields[missing] = None
+        with pytest.raises(ValueError, match=missing):
+            await index.search(unit(1), TenantFilter(**fields), limit=10)
+
+    async def test_layer_session_and_memory_type_narrow_the_search(self, index: VectorIndex) -> None:
+        """layer, session_id and memory_types each keep only the points that match them."""
+        tenant = scope()
+        vector = unit(5)
+        episodic = point(vector, tenant, layer="episodic", session_id="s1", memory_type="episodic")
+        lesson = point(vector, tenant, layer="semantic", session_id="s1", memory_type="lesson")
+        fact = point(vector, tenant, layer="semantic", session_id="s2", memory_type="fact")
+        no_session = point(vector, tenant, layer="semantic", memory_type="preference")
+        await index.upsert([episodic, lesson, fact, no_session])
+
+        async def found(**narrowing: Any) -> set[UUID]:
+            narrowed = TenantFilter(tenant.org_id, tenant.agent_config_id, OWNERS, **narrowing)
+            return set(ids(await index.search(vector, narrowed, limit=10)))
+
+        assert await found() == {episodic.id, lesson.id, fact.id, no_session.id}
+        assert await found(layer="episodic") == {episodic.id}
+        assert await found(session_id="s1") == {episodic.id, lesson.id}
+        assert await found(memory_types=("fact", "preference")) == {fact.id, no_session.id}
+        assert await found(layer="semantic", session_id="s1", memory_types=("lesson",)) == {lesson.id}
+        assert await found(memory_types=()) == set()
+
+    async def test_delete_removes_and_ignores_unknown_ids(self, index: VectorIndex) -> None:
+        """Deleted points are gone from search and count; deleting unknown ids changes nothing."""
+        tenant = scope()
+        points = [point(unit(seed), tenant) for seed in range(5)]
+        await index.upsert(points)
+        await index.delete([points[0].id, points[1].id])
+        await index.delete([uuid4()])
+        await index.delete([])
+        assert await index.count() == 3
+        hits = await index.search(points[0].vector, tenant, limit=10)
+        assert set(ids(hits)) == {p.id for p in points[2:]}
+
+    async def test_upserting_an_id_again_replaces_it(self, index: VectorIndex) -> None:
+        """A second upsert of an id replaces its vector and payload; it never appears twice."""
+        tenant = scope()
+        first = point(unit(1), tenant, owner="alice")
+        await index.upsert([first, point(unit(2), tenant)])
+        moved = point(unit(9), tenant, owner="bob", point_id=first.id)
+        await index.upsert([moved])
+        assert await index.count() == 2
+        hits = await index.search(unit(9), tenant, limit=10)
+        assert ids(hits).count(first.id) == 1
+        assert hits[0].id == first.id
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        alice_only = TenantFilter(tenant.org_id, tenant.agent_config_id, ("alice",))
+        assert await index.search(unit(9), alice_only, limit=10) == []
+
+    async def test_refuses_vectors_of_another_dimension(self, index: VectorIndex) -> None:
+        """A vector of the wrong length is refused on write and on search, and nothing is written."""
+        tenant = scope()
+        with pytest.raises(EmbeddingDimensionMismatch):
+            await index.upsert([point(unit(1), tenant), point(unit(2, DIM + 1), tenant)])
+        with pytest.raises(EmbeddingDimensionMismatch):
+            await index.search(unit(1, DIM - 1), tenant, limit=10)
+        assert await index.count() == 0
+
+    async def test_a_reopened_index_finds_its_points(self, open_index: OpenIndex) -> None:
+        """After close, a new index on the same storage has every point, searchable as before."""
+        tenant = scope()
+        points = [point(unit(seed), tenant) for seed in range(10)]
+        first = open_index()
+        await first.upsert(points)
+        await first.delete([points[0].id])
+        await first.close()
+        again = open_index()
+        assert await again.count() == 9
+        hits = await again.search(points[3].vector, tenant, limit=3)
+        assert hits[0].id == points[3].id
+
+
+_PROPERTY_TENANT = scope()
+
+
+def _owner_id(tenant: TenantFilter, owner: str) -> UUID:
+    """The same id for the same owner in every hypothesis example (re-upserts replace)."""
+    return uuid5(tenant.org_id, owner)
+
+
+class TestQdrantEdgeContract(VectorIndexSuite):
+    @pytest.fixture
+    def storage(self, tmp_path: Path) -> Path:
+        return tmp_path / "edge"
+
+    def make(self, storage: Path, dimension: int) -> VectorIndex:
+        return QdrantEdgeIndex(storage, dimension)
+
+
+class TestQdrantServerContract(VectorIndexSuite):
+    """qdrant-client's local mode stands in for the server, which outlives the index objects."""
+
+    @pytest.fixture
+    async def storage(self) -> AsyncIterator[AsyncQdrantClient]:
+        client = AsyncQdrantClient(":memory:")
+        yield client
+        await client.close()
+
+    def make(self, storage: AsyncQdrantClient, dimension: int) -> VectorIndex:
+        return QdrantServerIndex(storage, "engram_vectors", dimension)
+
+
+async def test_an_unreachable_qdrant_server_is_vector_unavailable() -> None:
+    """With no server at the URL, every call raises VectorUnavailable (retry later), not a client error."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = AsyncQdrantClient(url=f"http://127.0.0.1:{port}", timeout=2, check_compatibility=False)
+    index = QdrantServerIndex(client, "engram_vectors", DIM)
+    try:
+        with pytest.raises(VectorUnavailable):
+            await index.search(unit(1), scope(), limit=10)
+        with pytest.raises(VectorUnavailable):
+            await index.upsert([point(unit(1), scope())])
+    finally:
+        await client.close()
+
+
+# -- both adapters on the same data ----------------------------------------------------------
+
+
+async def test_edge_and_server_agree_on_the_nearest_ten(tmp_path: Path) -> None:
+    """On 2,000 seeded random unit vectors, both adapters give the same top 10 for 50 queries."""
+    dimension = 64
+    rng = np.random.default_rng(2024)
+    vectors = rng.standard_normal((2_000, dimension))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    tenant = scope()
+    points = [point(vector.tolist(), tenant, owner=OWNERS[i % 4]) for i, vector in enumerate(vectors)]
+    client = AsyncQdrantClient(":memory:")
+    edge = QdrantEdgeIndex(tmp_path / "edge", dimension)
+    server = QdrantServerIndex(client, "engram_vectors", dimension)
+    try:
+        for index in (edge, server):
+            await index.upsert(points)
+        for query in rng.standard_normal((50, dimension)).tolist():
+            from_edge = await edge.search(query, tenant, limit=10)
+            from_server = await server.search(query, tenant, limit=10)
+            _assert_same_ranking(from_edge, from_server)
+    finally:
+        await edge.close()
+        await client.close()
+
+
+def _assert_same_ranking(
+    left: Sequence[VectorHit], right: Sequence[VectorHit], tolerance: float = 1e-5
+) -> None:
+    """Same scores in order; the ids agree except where scores tie (either order is right)."""
+    assert [hit.score for hit in left] == pytest.approx([hit.score for hit in right], abs=tolerance)
+    cutoff = left[-1].score + tolerance
+    assert {h.id for h in left if h.score > cutoff} == {h.id for h in right if h.score > cutoff}
+    assert len(set(ids(left))) == len(set(ids(right))) == len(left)
+
+
+# -- Qdrant Edge: indexing in the background -------------------------------------------------
+
+
+def _clustered(rng: np.random.Generator, count: int, dimension: int) -> np.ndarray:
+    """Unit vectors around 30 centres: neighbourhoods an HNSW graph can find, like embeddings."""
+    centres = rng.standard_normal((30, dimension))
+    vectors = centres[rng.integers(0, 30, count)] + 0.3 * rng.standard_normal((count, dimension))
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def _exact_top(points: Sequence[VectorPoint], query: np.ndarray, limit: int) -> list[UUID]:
+    scores = np.array([p.vector for p in points]) @ query
+    return [points[i].id for i in np.argsort(-scores)[:limit]]
+
+
+def _small_edge_index(path: Path, dimension: int) -> QdrantEdgeIndex:
+    """Thresholds low enough that a few thousand points get an HNSW graph and searches use it."""
+    return QdrantEdgeIndex(
+        path,
+        dimension,
+        seal_threshold=100_000,
+        check_interval_s=3_600,
+        indexing_threshold_kb=1,
+        full_scan_threshold_kb=1,
+    )
+
+
+async def test_edge_search_is_exact_before_indexing_and_right_after(tmp_path: Path) -> None:
+    """Before the builder runs, Edge searches exactly; after, through HNSW, with the same answers."""
+    dimension = 32
+    rng = np.random.default_rng(7)
+    tenant, neighbour = scope(), scope()
+    mine = [
+        point(v.tolist(), tenant, owner=OWNERS[i % 4])
+        for i, v in enumerate(_clustered(rng, 2_000, dimension))
+    ]
+    theirs = [point(v.tolist(), neighbour) for v in _clustered(rng, 1_000, dimension)]
+    queries = [mine[i].vector + 0.05 * rng.standard_normal(dimension) for i in range(0, 2_000, 100)]
+    index = _small_edge_index(tmp_path / "edge", dimension)
+    try:
+        await index.upsert([*mine, *theirs])
+        before = await index.stats()
+        assert (before.indexed_vectors, before.pending_points) == (0, 3_000)
+        for query in queries:
+            assert ids(await index.search(query.tolist(), tenant, limit=10)) == _exact_top(mine, query, 10)
+
+        await index.build_index()
+        after = await index.stats()
+        assert (after.points, after.pending_points, after.indexed_vectors) == (3_000, 0, 3_000)
+        mine_ids = {p.id for p in mine}
+        for position, query in zip(range(0, 2_000, 100), queries, strict=True):
+            hits = ids(await index.search(query.tolist(), tenant, limit=10))
+            assert hits[0] == mine[position].id
+            assert set(hits) <= mine_ids
+            assert len(set(hits) & set(_exact_top(mine, query, 10))) >= 9
+    finally:
+        await index.close()
+
+
+async def test_edge_serves_writes_and_searches_while_a_build_runs(tmp_path: Path) -> None:
+    """During a build, writes and searches proceed at once; what changed meanwhile survives the swap."""
+    dimension = 32
+    rng = np.random.default_rng(11)
+    tenant = scope()
+    points = [point(v.tolist(), tenant) for v in _clustered(rng, 3_000, dimension)]
+    index = _small_edge_index(tmp_path / "edge", dimension)
+    try:
+        await index.upsert(points)
+        build = asyncio.create_task(index.build_index())
+        while not (await index.stats()).building:  # a child process builds the HNSW graph
+            assert not build.done()
+            await asyncio.sleep(0.01)
+
+        started = time.perf_counter()
+        added = point(unit(99, dimension), tenant)
+        await index.upsert([added])
+        await index.delete([points[0].id])
+        await index.upsert([point(unit(98, dimension), tenant, point_id=points[1].id)])
+        hits = await index.search(unit(99, dimension), tenant, limit=1)
+        assert time.perf_counter() - started < 0.5
+        assert ids(hits) == [added.id]
+        assert (await index.stats()).building, "the build finished before the writes: nothing was tested"
+
+        await build
+        assert await index.count() == 3_000
+        assert points[0].id not in ids(await index.search(points[0].vector, tenant, limit=10))
+        [replaced] = await index.search(unit(98, dimension), tenant, limit=1)
+        assert replaced.id == points[1].id
+        assert replaced.score == pytest.approx(1.0, abs=1e-5)
+        assert ids(await index.search(unit(99, dimension), tenant, limit=1)) == [added.id]
+        assert (await index.stats()).pending_points == 2
+    finally:
+        await index.close()
+
+
+async def test_edge_reopens_with_its_index_and_unfinished_builds(tmp_path: Path) -> None:
+    """A reopened Edge index keeps indexed and sealed-but-unbuilt shards, and finishes the build."""
+    dimension = 32
+    rng = np.random.default_rng(5)
+    tenant = scope()
+    points = [point(v.tolist(), tenant) for v in _clustered(rng, 1_500, dimension)]
+    index = _small_edge_index(tmp_path / "edge", dimension)
+    await index.upsert(points[:1_000])
+    await index.build_index()
+    await index.upsert(points[1_000:])
+    build = asyncio.create_task(index.build_index())
+    while not (await index.stats()).building:
+        await asyncio.sleep(0.01)
+    await index.close()  # abandons the build: the sealed shard waits, unindexed
+    with pytest.raises(RuntimeError, match="closed"):
+        await build
+
+    again = _small_edge_index(tmp_path / "edge", dimension)
+    try:
+        assert await again.count() == 1_500
+        assert ids(await again.search(points[1_200].vector, tenant, limit=1)) == [points[1_200].id]
+        await again.build_index()
+        stats = await again.stats()
+        assert (stats.points, stats.pending_points, stats.indexed_vectors) == (1_500, 0, 1_500)
+        assert not [child for child in (tmp_path / "edge").iterdir() if child.name.startswith("build-")]
+    finally:
+        await again.close()

@@ -1,0 +1,1 @@
+"""Recall-quality evaluations (``make eval``): run against data kept outside the repository."""

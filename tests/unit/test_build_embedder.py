@@ -1,0 +1,73 @@
+"""Choosing the embedder from configuration (shared/embedders/__init__.py)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from shared.embedders import (
+    HashingEmbedder,
+    OpenAICompatEmbedder,
+    SentenceTransformerEmbedder,
+    build_embedder,
+)
+
+
+@pytest.mark.parametrize(("name", "dimension"), [("hashing-384", 384), ("hashing-64", 64), ("hashing", 128)])
+def test_hashing_names_choose_the_hashing_embedder(name: str, dimension: int) -> None:
+    """``hashing-<n>`` is a hashing embedder of n dimensions; bare ``hashing`` takes ``dimension``."""
+    embedder = build_embedder(name, dimension=128)
+    assert isinstance(embedder, HashingEmbedder)
+    assert embedder.dimension == dimension
+    assert embedder.name == f"hashing-{dimension}"
+
+
+async def test_a_model_with_a_url_chooses_the_endpoint() -> None:
+    """Any other model name with a URL is served by the OpenAI-compatible endpoint, at that dimension."""
+    embedder = build_embedder(
+        "text-embedding-3-small", url="http://127.0.0.1:4000/v1", api_key="k", dimension=1536
+    )
+    assert isinstance(embedder, OpenAICompatEmbedder)
+    assert (embedder.name, embedder.dimension, embedder.url) == (
+        "text-embedding-3-small",
+        1536,
+        "http://127.0.0.1:4000/v1/embeddings",
+    )
+    await embedder.aclose()
+
+
+def test_minilm_without_a_url_runs_in_process() -> None:
+    """all-MiniLM-L6-v2 without a URL is the in-process model."""
+    try:
+        embedder = build_embedder("all-MiniLM-L6-v2")
+    except ValueError as exc:
+        pytest.skip(f"the local-model extra is not installed here: {exc}")
+    assert isinstance(embedder, SentenceTransformerEmbedder)
+    assert (embedder.name, embedder.dimension) == ("all-MiniLM-L6-v2", 384)
+
+
+def test_minilm_without_torch_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without torch installed, choosing MiniLM fails at once, naming the extra to install."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # how Python marks a module as not importable
+    with pytest.raises(ValueError, match=r"torch.*pip install -e '\.\[local-model\]'"):
+        build_embedder("all-MiniLM-L6-v2")
+
+
+def test_an_unknown_name_without_a_url_names_the_settings() -> None:
+    """A model name with nowhere to run it is refused, naming both settings."""
+    with pytest.raises(ValueError, match=r"ENGRAM_EMBEDDER.*ENGRAM_EMBEDDER_URL"):
+        build_embedder("text-embedding-3-small")
+
+
+def test_hashing_with_a_url_is_contradictory() -> None:
+    """A hashing embedder with an endpoint URL is a misconfiguration, not a silent choice."""
+    with pytest.raises(ValueError, match="ENGRAM_EMBEDDER_URL"):
+        build_embedder("hashing-384", url="http://127.0.0.1:4000/v1")
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:4000/v1", "ftp://models/v1"])
+def test_a_url_without_http_is_refused(url: str) -> None:
+    """An endpoint URL must be http(s), and the error says which setting to fix."""
+    with pytest.raises(ValueError, match="ENGRAM_EMBEDDER_URL"):
+        build_embedder("text-embedding-3-small", url=url)
