@@ -29,9 +29,11 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-## Benchmarks: write-path throughput and latency, with the bare NATS round trip as yardstick.
+## Benchmarks: write-path throughput and latency, and recall latency per strategy at 10k/100k
+## entries plus embed throughput, each with the bare NATS round trip as yardstick.
 bench: install
 	$(BIN)/python -m tests.bench.write_path
+	$(BIN)/python -m tests.bench.recall
 
 ## Recall quality on LoCoMo (evidence recall@5/@10, latency); skipped when ../shared/eval is absent.
 eval: install

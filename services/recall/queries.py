@@ -3,13 +3,16 @@ the caller may see — the predicate is built in one place, so no strategy can f
 
 from __future__ import annotations
 
+import math
+import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Select, and_, func, or_, select, text, union
+from sqlalchemy import ColumnElement, Select, Text, and_, func, or_, select, text, union
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.recall import RecallFilters
@@ -165,20 +168,97 @@ async def by_ids(session: AsyncSession, scope: Scope, ids: Sequence[UUID]) -> li
     return await _fetch(session, stmt)
 
 
-async def lexical_ids(session: AsyncSession, scope: Scope, cue: str, limit: int) -> list[UUID]:
-    """Full-text ranking (English stemming): ids whose text shares any cue term, best first.
+#: BM25's usual constants (Robertson & Zaragoza).
+_BM25_K1, _BM25_B = 1.2, 0.75
+#: At most this many matching entries are scored per query; beyond it the best by Postgres's
+#: own rank are taken (document frequencies then count within them: an approximation that only
+#: applies to cues whose words occur in thousands of entries).
+_BM25_MAX_DOCS = 2000
+_CORPUS_TTL_S = 30.0
+_corpus_stats: dict[tuple[Any, ...], tuple[float, int, float]] = {}
 
-    Terms are OR-ed (a question rarely repeats every word of the answer) and ranked by
-    ``ts_rank_cd`` normalized by document length, so long entries do not win by size alone.
+
+async def lexical_ids(session: AsyncSession, scope: Scope, cue: str, limit: int) -> list[UUID]:
+    return [entry_id for entry_id, _ in await lexical_scores(session, scope, cue, limit)]
+
+
+async def lexical_scores(
+    session: AsyncSession, scope: Scope, cue: str, limit: int
+) -> list[tuple[UUID, float]]:
+    """Okapi BM25 over Postgres full-text lexemes (English stemming, stop words removed): ids
+    whose text shares a cue term, best first.
+
+    Postgres finds the entries that contain any cue lexeme (GIN index); their lexeme counts and
+    lengths come back as ``tsvector`` text and are scored here. Every entry of the scope that
+    contains a cue term is among those matches, so document frequencies counted over them are
+    exact (up to ``_BM25_MAX_DOCS`` matches). IDF down-weights words that occur everywhere —
+    a speaker's name, say — which plain ``ts_rank`` cannot.
     """
     query = func.to_tsquery("english", _or_query(cue))
+    cue_terms = await _lexemes(session, cue)
+    if not cue_terms:
+        return []
     stmt = (
-        select(ENTRIES.c.id)
+        select(ENTRIES.c.id, func.cast(ENTRIES.c.search, Text))
         .where(scope.predicate(), ENTRIES.c.search.op("@@")(query))
-        .order_by(func.ts_rank_cd(ENTRIES.c.search, query, text("1|32")).desc(), ENTRIES.c.created_at.desc())
-        .limit(limit)
+        .order_by(func.ts_rank_cd(ENTRIES.c.search, query, text("1|32")).desc(), ENTRIES.c.id)
+        .limit(_BM25_MAX_DOCS)
     )
-    return [row[0] for row in (await session.execute(stmt)).all()]
+    docs = [(row[0], _parse_tsvector(row[1])) for row in (await session.execute(stmt)).all()]
+    if not docs:
+        return []
+    total, avg_len = await _corpus(session, scope)
+    total = max(total, len(docs))
+    df = {t: sum(1 for _, tf in docs if t in tf) for t in cue_terms}
+    idf = {t: math.log(1 + (total - n + 0.5) / (n + 0.5)) for t, n in df.items()}
+    scored = []
+    for entry_id, tf in docs:
+        length = len(tf) or 1  # distinct lexemes, as Postgres's length(tsvector) counts them
+        norm = _BM25_K1 * (1 - _BM25_B + _BM25_B * length / max(avg_len, 1.0))
+        score = sum(idf[t] * tf[t] * (_BM25_K1 + 1) / (tf[t] + norm) for t in cue_terms if t in tf)
+        scored.append((score, entry_id))
+    scored.sort(key=lambda pair: (-pair[0], str(pair[1])))
+    return [(entry_id, score) for score, entry_id in scored[:limit]]
+
+
+async def _lexemes(session: AsyncSession, cue: str) -> list[str]:
+    """The cue's lexemes exactly as Postgres derives them for stored texts."""
+    row = (await session.execute(select(func.cast(func.to_tsvector("english", cue), Text)))).scalar_one()
+    return list(_parse_tsvector(row))
+
+
+async def _corpus(session: AsyncSession, scope: Scope) -> tuple[int, float]:
+    """Entries in scope and their average lexeme count, cached briefly (BM25 needs both; both
+    change slowly)."""
+    key = (scope.org_id, scope.agent_config_id, scope.owner_keys, scope.layer, scope.session_only)
+    hit = _corpus_stats.get(key)
+    if hit is not None and time.monotonic() - hit[0] < _CORPUS_TTL_S:
+        return hit[1], hit[2]
+    row = (
+        await session.execute(
+            select(func.count(), func.avg(func.length(ENTRIES.c.search))).where(scope.predicate())
+        )
+    ).one()
+    total, avg_len = int(row[0]), float(row[1] or 1.0)
+    if len(_corpus_stats) > 10_000:
+        _corpus_stats.clear()
+    _corpus_stats[key] = (time.monotonic(), total, avg_len)
+    return total, avg_len
+
+
+def _parse_tsvector(value: str | None) -> dict[str, int]:
+    """``'card':3 'declin':4,7`` → ``{"card": 1, "declin": 2}`` (term → occurrences)."""
+    out: dict[str, int] = {}
+    if not value:
+        return out
+    for match in _TSV_ENTRY.finditer(value):
+        lexeme = match.group(1).replace("''", "'")
+        positions = match.group(2)
+        out[lexeme] = positions.count(",") + 1 if positions else 1
+    return out
+
+
+_TSV_ENTRY = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
 
 
 def _or_query(cue: str) -> str:

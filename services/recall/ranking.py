@@ -209,6 +209,44 @@ def fuse_hybrid(
     return _by_score((known[i] for i in found), score)[: max(top_k, 0)]
 
 
+def fuse_convex(
+    cands: Sequence[Candidate],
+    lexical: dict[UUID, float],
+    vector: dict[UUID, float],
+    top_k: int,
+    now: datetime,
+    alpha: float = 0.5,
+) -> list[Ranked]:
+    """``hybrid`` by convex combination of min-max normalized scores (Bruch et al., "An Analysis
+    of Fusion Functions for Hybrid Retrieval", TOIS 2023)::
+
+        score = alpha·norm(vector) + (1 - alpha)·norm(lexical)  +  priors
+
+    Each retriever's scores are scaled to [0, 1] over the hits it returned for this query; an
+    entry a retriever did not return gets 0 from it. Unlike rank fusion this keeps how much
+    better the first hit is than the tenth. ``alpha = 0.5`` weighs both retrievers equally.
+    """
+    known = {c.id: c for c in cands}
+    lex = _min_max({i: s for i, s in lexical.items() if i in known})
+    vec = _min_max({i: s for i, s in vector.items() if i in known})
+
+    def score(c: Candidate) -> float:
+        fused = alpha * vec.get(c.id, 0.0) + (1 - alpha) * lex.get(c.id, 0.0)
+        prior = HYBRID_IMPORTANCE_PRIOR * c.importance + HYBRID_RECENCY_PRIOR * recency(c.created_at, now)
+        return fused + prior
+
+    return _by_score((known[i] for i in {*lex, *vec}), score)[: max(top_k, 0)]
+
+
+def _min_max(scores: dict[UUID, float]) -> dict[UUID, float]:
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    if high - low <= 1e-12:
+        return {i: 1.0 for i in scores}
+    return {i: (s - low) / (high - low) for i, s in scores.items()}
+
+
 def rank_semantic(cands: Sequence[Candidate], vector_scores: dict[UUID, float], top_k: int) -> list[Ranked]:
     """``semantic``: by vector score, best first; candidates without a score are dropped."""
     scored = [c for c in cands if c.id in vector_scores]

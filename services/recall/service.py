@@ -28,6 +28,7 @@ from services.recall.candidates import Candidate
 from services.recall.overrides import apply_overrides
 from services.recall.ranking import (
     Ranked,
+    fuse_convex,
     fuse_hybrid,
     rank_full,
     rank_importance,
@@ -140,12 +141,12 @@ class Recall:
         cue = (request.cue or "").strip()
         diagnostics: dict[str, Any] = {}
         try:
-            ranked = await self._rank(strategy, scope, cue, top_k, diagnostics)
+            ranked = await self._rank(strategy, scope, cue, top_k, diagnostics, config.semantic_recall.fusion)
         except VectorUnavailable:
             if explicit:
                 raise
             strategy, warnings = "last_k", [*warnings, "semantic_unavailable_fallback"]
-            ranked = await self._rank(strategy, scope, cue, top_k, diagnostics)
+            ranked = await self._rank(strategy, scope, cue, top_k, diagnostics, config.semantic_recall.fusion)
 
         outcome = fit_budget(ranked, request.format, request.token_budget)
         if outcome.quarantined:
@@ -188,7 +189,13 @@ class Recall:
         return RecallReply.model_validate(reply)
 
     async def _rank(
-        self, strategy: Strategy, scope: queries.Scope, cue: str, top_k: int, diag: dict[str, Any]
+        self,
+        strategy: Strategy,
+        scope: queries.Scope,
+        cue: str,
+        top_k: int,
+        diag: dict[str, Any],
+        fusion: str = "convex",
     ) -> list[Ranked]:
         async with self._db.read() as session:
             if strategy == "last_k":
@@ -216,12 +223,14 @@ class Recall:
                 cands = await queries.by_ids(session, scope, list(scores))
                 diag["scope_query"] = len(cands)
                 return rank_semantic(cands, scores, top_k)
-            lexical = await queries.lexical_ids(session, scope, cue, HYBRID_DEPTH)
+            lexical = dict(await queries.lexical_scores(session, scope, cue, HYBRID_DEPTH))
             diag["lexical_rank"] = len(lexical)
-            vector = [h.id for h in hits]
-            cands = await queries.by_ids(session, scope, list(dict.fromkeys([*lexical, *vector])))
+            vector = {h.id: h.score for h in hits}
+            cands = await queries.by_ids(session, scope, list({*lexical, *vector}))
             diag["scope_query"] = len(cands)
-            return fuse_hybrid(cands, lexical, vector, top_k, scope.now)
+            if fusion == "rrf":
+                return fuse_hybrid(cands, list(lexical), list(vector), top_k, scope.now)
+            return fuse_convex(cands, lexical, vector, top_k, scope.now)
 
     async def _vector_search(self, cue: str, scope: queries.Scope, limit: int) -> list[Any]:
         if self._index is None or self._embedder is None:

@@ -469,6 +469,21 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
                             f"errors {scored['errors']}  ({wall:.1f}s)",
                             flush=True,
                         )
+                    # hybrid again with rank fusion (SPEC 5.1's RRF) instead of the default
+                    # convex score combination, so both fusions are measured in the same run.
+                    for agent in agents.values():
+                        await _call(
+                            nc,
+                            CONFIG_PUT,
+                            {"agent_config_id": str(agent), "config": {"semantic_recall": {"fusion": "rrf"}}},
+                            token,
+                            timeout=10,
+                        )
+                    await asyncio.sleep(1.2)  # the recall service trusts a config for a second
+                    answers = await ask(nc, token, "hybrid", work, args.concurrency, args.request_timeout)
+                    scored = score("hybrid", answers)
+                    result["strategies"]["hybrid (rrf)"] = scored
+                    print(f"  hybrid (rrf) R@5 {scored['r@5']}  R@10 {scored['r@10']}", flush=True)
             finally:
                 await pg.close()
                 await nc.drain()

@@ -250,3 +250,36 @@ def test_quarantined_candidates_rank_like_any_other() -> None:
     """Quarantine does not change ranking; the budget step replaces the text."""
     cands = [cand(1, age_days=1), cand(2, quarantined=True)]
     assert ids(rank_last_k(cands, 10)) == [uid(2), uid(1)]
+
+
+def test_convex_fusion_combines_normalized_scores_equally() -> None:
+    """hybrid (convex): each retriever's scores are min-max scaled, then averaged; a strong hit
+    in one retriever beats a middling hit in both, and absent means 0 from that retriever."""
+    from services.recall.ranking import fuse_convex
+
+    a, b, c, d = (
+        cand(1, importance=0.5),
+        cand(2, importance=0.5),
+        cand(3, importance=0.5),
+        cand(4, importance=0.5),
+    )
+    lexical = {a.id: 10.0, b.id: 6.0, c.id: 2.0}  # scaled: a 1.0, b 0.5, c 0.0
+    vector = {b.id: 0.60, d.id: 0.90, c.id: 0.30}  # scaled: d 1.0, b 0.5, c 0.0
+    out = fuse_convex([a, b, c, d], lexical, vector, top_k=10, now=NOW)
+    scores = {r.candidate.id: r.score for r in out}
+    prior = scores[c.id]  # c scores 0 in both: what is left is the priors
+    assert scores[a.id] - prior == pytest.approx(0.5)
+    assert scores[d.id] - prior == pytest.approx(0.5)
+    assert scores[b.id] - prior == pytest.approx(0.5)
+    assert ids(out)[-1] == c.id
+
+
+def test_convex_fusion_ignores_entries_the_caller_cannot_see() -> None:
+    """Scores of ids outside the candidates (not visible) neither appear nor stretch the scale."""
+    from services.recall.ranking import fuse_convex
+
+    a, b = cand(1), cand(2)
+    hidden = uid(99)
+    out = fuse_convex([a, b], {hidden: 100.0, a.id: 2.0, b.id: 1.0}, {}, top_k=10, now=NOW)
+    assert ids(out) == [a.id, b.id]
+    assert out[0].score - out[1].score == pytest.approx(0.5, abs=0.01)
