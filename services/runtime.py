@@ -58,6 +58,7 @@ def build_vector_index(settings: EngramSettings, embedder: Embedder) -> VectorIn
     collection = f"engram_{embedder.name}".replace("-", "_").replace(".", "_").lower()
     if settings.vector_store:
         from qdrant_client import AsyncQdrantClient
+
         from shared.vectors.qdrant_server import QdrantServerIndex
 
         return QdrantServerIndex(AsyncQdrantClient(url=settings.vector_store), collection, embedder.dimension)
@@ -144,12 +145,20 @@ async def running_services(
             from services.recall.router import build_router as recall_router
             from services.recall.service import Recall
             from services.recall.side_effects import SideEffects
+            from shared.cache import CueVectorCache
 
             effects = SideEffects(db)
             await effects.start()
             stack.push_async_callback(effects.stop)
+            cue_vectors = CueVectorCache(embedder.name if embedder else "none", redis_url=settings.redis_url)
+            stack.push_async_callback(cue_vectors.close)
             recall = Recall(
-                db, effects, embedder=embedder, index=vector_index, config_cache_s=settings.config_cache_s
+                db,
+                effects,
+                embedder=embedder,
+                index=vector_index,
+                cue_vectors=cue_vectors,
+                config_cache_s=settings.config_cache_s,
             )
             broker.include_router(recall_router(infra, recall))
         if "governance-audit" in names:

@@ -59,6 +59,8 @@ def settings(
         max_deliver=3,
         redeliver_backoff_s=(0.2, 0.4),
         session_retention_s=3600,
+        # The machine's Redis when it runs (CI starts it); without it the caches degrade to misses.
+        redis_url="redis://127.0.0.1:6379/15",
         _env_file=None,  # type: ignore[call-arg]
     )
 

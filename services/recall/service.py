@@ -40,6 +40,7 @@ from services.recall.render import render_context
 from services.recall.side_effects import Disclosure, SideEffects
 from services.recall.visibility import visible_owner_keys
 from shared.auth import READ, Credential, act_as
+from shared.cache import CueVectorCache
 from shared.config_store import load_config, org_memory_enabled
 from shared.db.engine import Database
 from shared.ports import Embedder, TenantFilter, VectorIndex
@@ -82,6 +83,7 @@ class Recall:
         *,
         embedder: Embedder | None,
         index: VectorIndex | None,
+        cue_vectors: CueVectorCache | None = None,
         config_cache_s: float = 1.0,
     ) -> None:
         self._db = db
@@ -89,7 +91,7 @@ class Recall:
         self._embedder = embedder
         self._index = index
         self._configs = _ConfigCache(config_cache_s)
-        self._cue_vectors: dict[str, list[float]] = {}
+        self._cue_vectors = cue_vectors or CueVectorCache(embedder.name if embedder else "none")
 
     async def _config(self, org_id: UUID, agent_config_id: UUID) -> tuple[MemoryConfig, bool]:
         key = (org_id, agent_config_id)
@@ -235,12 +237,10 @@ class Recall:
     async def _vector_search(self, cue: str, scope: queries.Scope, limit: int) -> list[Any]:
         if self._index is None or self._embedder is None:
             raise VectorUnavailable("the vector index is not available")
-        vector = self._cue_vectors.get(cue)
+        vector = await self._cue_vectors.get(cue)
         if vector is None:
             (vector,) = await self._embedder.embed([cue])
-            if len(self._cue_vectors) > 10_000:
-                self._cue_vectors.clear()
-            self._cue_vectors[cue] = vector
+            await self._cue_vectors.put(cue, vector)
         tenant = TenantFilter(
             org_id=scope.org_id,
             agent_config_id=scope.agent_config_id,
