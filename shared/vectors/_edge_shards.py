@@ -66,8 +66,9 @@ _FORMAT = 1
 _VECTORS_FILE = "vectors.f32"
 _POINTS_FILE = "points.jsonl"
 _SPEC_FILE = "spec.json"
-#: Points per scroll while exporting: ~5 ms of Edge holding the GIL at 384 dimensions.
-_EXPORT_CHUNK = 256
+#: Points per scroll while exporting: ~3 ms of the event loop's time at 384 dimensions (Edge
+#: holds the GIL while it scrolls, and turning its floats into bytes is Python work).
+_EXPORT_CHUNK = 64
 
 
 class BuildInterrupted(RuntimeError):
