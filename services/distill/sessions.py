@@ -10,11 +10,13 @@ that keeps failing never fails the session: that message alone is retried with b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from uuid import UUID
 
 from nats.aio.msg import Msg
+from nats.errors import MsgAlreadyAckdError
 from opentelemetry import trace
 from opentelemetry.trace import Span
 from pydantic import ValidationError
@@ -80,7 +82,24 @@ async def handle_validated_sessions(infra: Infra, distiller: Distiller, msgs: li
             item.span.end()
 
 
-async def _process(infra: Infra, distiller: Distiller, work: list[_Work]) -> None:
+async def _process(infra: Infra, distiller: Distiller, all_work: list[_Work]) -> None:
+    # One event twice in a batch (a redelivery next to its original, after a reconnect) must
+    # take effect once: the later copies are only acked, after the batch commits.
+    work: list[_Work] = []
+    repeats: list[_Work] = []
+    keys: set[str] = set()
+    for item in all_work:
+        (repeats if item.key in keys else work).append(item)
+        keys.add(item.key)
+    try:
+        await _process_unique(infra, distiller, work)
+    finally:
+        for item in repeats:
+            with contextlib.suppress(MsgAlreadyAckdError):
+                await item.msg.ack()
+
+
+async def _process_unique(infra: Infra, distiller: Distiller, work: list[_Work]) -> None:
     configs: dict[tuple[UUID, UUID], MemoryConfig] = {}
     forbidden: dict[tuple[UUID, UUID], Forbidden] = {}
     async with infra.db.transaction() as db:

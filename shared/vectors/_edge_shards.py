@@ -116,8 +116,8 @@ def sealed_config(spec: BuildSpec) -> EdgeConfig:
 
 def create_shard(path: Path, config: EdgeConfig) -> EdgeShard:
     """A new shard with keyword indexes on the tenancy fields. Only the tenant field gets extra
-    HNSW links per value (``payload_m``): every query pins it, and the others would multiply
-    indexing time for little gain."""
+    HNSW links per value: every query pins it, while links for the other fields would add
+    indexing time and help no query that the tenant's links do not."""
     shard = EdgeShard.create(str(path), config)
     for name in KEYWORD_FIELDS:
         tenant = name == TENANT_FIELD

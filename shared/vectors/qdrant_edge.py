@@ -116,6 +116,8 @@ class QdrantEdgeIndex:
             raise ValueError(f"dimension must be positive, got {dimension}")
         if seal_threshold < 1:
             raise ValueError(f"seal_threshold must be positive, got {seal_threshold}")
+        if merge_ratio <= 0:
+            raise ValueError(f"merge_ratio must be positive, got {merge_ratio}")
         self.dimension = dimension
         self._path = Path(path)
         self._spec = BuildSpec(dimension, indexing_threshold_kb, full_scan_threshold_kb)
@@ -289,10 +291,13 @@ class QdrantEdgeIndex:
             )
         else:
             live = EdgeShard.load(str(root / manifest.live))
-            self._sealed = [
-                _Sealed(generation, EdgeShard.load(str(root / generation.name)))
-                for generation in manifest.generations
-            ]
+            try:
+                for generation in manifest.generations:
+                    self._sealed.append(_Sealed(generation, EdgeShard.load(str(root / generation.name))))
+            except BaseException:
+                _flush_and_close([live, *(entry.shard for entry in self._sealed)])
+                self._sealed = []
+                raise
         self._manifest, self._live = manifest, live
 
     # -- background indexing ----------------------------------------------------------------

@@ -279,20 +279,41 @@ def _check(replies: Sequence[bytes], what: str) -> dict[str, Any]:
 
 
 async def time_recall(
-    nc: Client, headers: dict[str, str], agent: UUID, strategy: str, cues: Sequence[str], *, warm: bool
+    nc: Client,
+    headers: dict[str, str],
+    agent: UUID,
+    strategy: str,
+    cues: Sequence[str],
+    *,
+    warmup: int,
+    max_seconds: float,
 ) -> dict[str, Any]:
-    """One request at a time; ``warm`` asks every body once before timing (cue-vector cache)."""
+    """One request at a time, after ``warmup`` untimed ones; stops early (with fewer samples)
+    once ``max_seconds`` have gone by, so a slow strategy cannot stretch the run."""
     bodies = [_body(agent, strategy, cue if strategy in CUE_STRATEGIES else None) for cue in cues]
-    if warm:
-        for body in bodies:
-            await nc.request(RECALL, body, headers=headers, timeout=30)
+    for body in bodies[:warmup]:
+        await nc.request(RECALL, body, headers=headers, timeout=30)
     latencies, replies = [], []
+    deadline = time.perf_counter() + max_seconds
     for body in bodies:
         started = time.perf_counter()
         msg = await nc.request(RECALL, body, headers=headers, timeout=30)
         latencies.append((time.perf_counter() - started) * 1000)
         replies.append(msg.data)
-    return {**_summary(latencies), **_check(replies, f"{strategy}/{agent}")}
+        if started > deadline:
+            break
+    return {
+        **_summary(latencies),
+        **_check(replies, f"{strategy}/{agent}"),
+        "capped": len(latencies) < len(bodies),
+    }
+
+
+async def warm_cue_cache(nc: Client, headers: dict[str, str], agent: UUID, cues: Sequence[str]) -> None:
+    """Ask every cue once (``semantic``, the cheapest cue strategy): recall caches cue vectors
+    in-process by cue text, so the timed ``semantic``/``hybrid`` requests find them there."""
+    for cue in cues:
+        await nc.request(RECALL, _body(agent, "semantic", cue), headers=headers, timeout=30)
 
 
 async def stage_timings(
@@ -367,7 +388,9 @@ class _RecordingSession:
         return await self.session.execute(statement, *args, **kwargs)
 
 
-async def explain_plans(infra_db: Any, org: UUID, agent: UUID, cue: str) -> dict[str, list[list[str]]]:
+async def explain_plans(
+    infra_db: Any, org: UUID, agent: UUID, cue: str, ids: Sequence[UUID]
+) -> dict[str, list[list[str]]]:
     """Postgres's plans (with timings) of each statement recall's SQL runs, for one cue at the
     largest size."""
     scope = queries.Scope(org_id=org, agent_config_id=agent, owner_keys=("",), now=utcnow())
@@ -376,6 +399,7 @@ async def explain_plans(infra_db: Any, org: UUID, agent: UUID, cue: str) -> dict
         "top_importance": lambda s: queries.top_importance(s, scope, TOP_K),
         "pack_candidates": lambda s: queries.pack_candidates(s, scope),
         "lexical_ids": lambda s: queries.lexical_ids(s, scope, cue, 100),
+        f"by_ids ({len(ids)} ids)": lambda s: queries.by_ids(s, scope, ids),
     }
     plans: dict[str, list[list[str]]] = {}
     for name, build in builders.items():
@@ -588,28 +612,41 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     _log(f"HNSW built in {build_s:.1f} s: {stats}")
 
                     # -- yardstick and recall, hashing embedder, warm cue cache ------------------
+                    results["machine"]["load_avg_before_recall"] = [round(x, 2) for x in os.getloadavg()]
                     results["yardstick"] = {"nats_request_reply": await yardstick(nc, args.rtt_samples)}
                     cues = make_cues(args.queries, seed=1)
                     results["recall"] = {}
+                    await warm_cue_cache(nc, headers, targets[0].agent, cues)
                     for target in targets:
                         row: dict[str, Any] = {}
                         results["recall"][str(target.size)] = row
                         for strategy in STRATEGIES:
                             row[strategy] = await time_recall(
-                                nc, headers, target.agent, strategy, cues, warm=True
+                                nc,
+                                headers,
+                                target.agent,
+                                strategy,
+                                cues,
+                                warmup=20,
+                                max_seconds=args.cell_seconds,
                             )
                             _log(f"N={target.size:,} {strategy}: {row[strategy]}")
                     notes.append(
-                        "hashing rows: cue-vector cache warmed (each cue asked once before timing), so "
-                        "semantic/hybrid use precomputed query vectors"
+                        "hashing rows: recall's cue-vector cache warmed (each cue asked once before timing), "
+                        "so semantic/hybrid use precomputed query vectors; 20 untimed requests per cell; "
+                        f"a cell stops after {args.cell_seconds:g} s of timing (n < {args.queries} then)"
                     )
+                    results["machine"]["load_avg_after_recall"] = [round(x, 2) for x in os.getloadavg()]
                     biggest = targets[-1]
                     results["stages"] = await stage_timings(
                         infra.db, index, hashing, org, biggest.agent, cues[:100]
                     )
+                    (cue_vector,) = await hashing.embed([cues[0]])
+                    hits = await index.search(cue_vector, TenantFilter(org, biggest.agent, ("",)), 200)
+                    hit_ids = [hit.id for hit in hits]
                     results["explain"] = {
                         "cue": cues[0],
-                        "plans": await explain_plans(infra.db, org, biggest.agent, cues[0]),
+                        "plans": await explain_plans(infra.db, org, biggest.agent, cues[0], hit_ids),
                     }
                     # -- embed throughput, hashing -------------------------------------------------
                     results["embed"] = {
@@ -648,7 +685,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                 batch = cold[k : k + args.queries]
                                 k += args.queries
                                 row[strategy] = await time_recall(
-                                    nc, headers, target.agent, strategy, batch, warm=False
+                                    nc,
+                                    headers,
+                                    target.agent,
+                                    strategy,
+                                    batch,
+                                    warmup=0,
+                                    max_seconds=args.cell_seconds,
                                 )
                                 _log(f"MiniLM N={target.size:,} {strategy}: {row[strategy]}")
                         service = await embed_throughput(nc, conn, org, args.embed_entries, 2, "MiniLM")
@@ -680,9 +723,10 @@ def render(results: dict[str, Any]) -> str:
     base = rtt["p50_ms"]
     biggest = str(max(results["setup"]["sizes"]))
     rows = [
-        "| measurement | N | p50 ms | p99 ms | p50 / RTT | target (ARCHITECTURE 7) |",
-        "|---|---:|---:|---:|---:|---|",
-        f"| bare NATS request-reply (yardstick) | - | {rtt['p50_ms']} | {rtt['p99_ms']} | 1.0 | - |",
+        "| measurement | N | n | p50 ms | p99 ms | p50 / RTT | target (ARCHITECTURE 7) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+        f"| bare NATS request-reply (yardstick) | - | {rtt['n']} | {rtt['p50_ms']} | {rtt['p99_ms']} "
+        "| 1.0 | - |",
     ]
 
     def verdict(s: dict[str, Any]) -> str:
@@ -693,20 +737,20 @@ def render(results: dict[str, Any]) -> str:
         for strategy, s in by_strategy.items():
             target = verdict(s) if size == biggest else "(set at 100k)"
             rows.append(
-                f"| recall {strategy} (hashing, warm cue cache) | {int(size):,} | {s['p50_ms']} | "
+                f"| recall {strategy} (hashing, warm cue cache) | {int(size):,} | {s['n']} | {s['p50_ms']} | "
                 f"{s['p99_ms']} | {s['p50_ms'] / base:.1f}× | {target} |"
             )
     for size, by_strategy in results.get("recall_minilm", {}).items():
         for strategy, s in by_strategy.items():
             rows.append(
-                f"| recall {strategy} (MiniLM embeds cold cue) | {int(size):,} | {s['p50_ms']} | "
+                f"| recall {strategy} (MiniLM embeds cold cue) | {int(size):,} | {s['n']} | {s['p50_ms']} | "
                 f"{s['p99_ms']} | {s['p50_ms'] / base:.1f}× | - (not a target) |"
             )
     for name, e in results["embed"].items():
         target = f"≥ {EMBED_TARGET:.0%} of model: {'met' if e['ratio'] >= EMBED_TARGET else 'MISSED'}"
         rows.append(
             f"| embed service {name}: {e['service']['entries_per_s']:,} entries/s vs raw "
-            f"{e['raw']['texts_per_s']:,} texts/s (batch 64) | {e['service']['entries']:,} | - | - | "
+            f"{e['raw']['texts_per_s']:,} texts/s (batch 64) | - | {e['service']['entries']:,} | - | - | "
             f"ratio {e['ratio']:.0%} | {target if name != 'hashing-384' else '-'} |"
         )
     seed = results["seeding"]
@@ -720,6 +764,11 @@ def render(results: dict[str, Any]) -> str:
         f"{seed['edge']['shards']} shards)."
     )
     rows.extend(f"- {note}" for note in results["notes"])
+    machine = results["machine"]
+    rows.append(
+        f"- {machine['cpus']} CPUs; 1/5/15-min load average before / after the recall rows: "
+        f"{machine.get('load_avg_before_recall')} / {machine.get('load_avg_after_recall')}"
+    )
     return "\n".join(rows)
 
 
@@ -734,6 +783,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--shared-share", type=float, default=0.9, help="share of target entries in the shared pool"
     )
+    parser.add_argument("--cell-seconds", type=float, default=20.0, help="time cap per strategy and size")
     parser.add_argument("--rtt-samples", type=int, default=2_000)
     parser.add_argument("--embed-entries", type=int, default=2_000)
     parser.add_argument("--no-model", action="store_true", help="skip the all-MiniLM-L6-v2 part")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from nats.aio.client import Client
@@ -13,9 +13,10 @@ from nats.aio.msg import Msg
 from sqlalchemy import func, select
 
 from contracts.events import SessionEnded
+from services.distill.sessions import handle_validated_sessions
 from shared.db.engine import Database
 from shared.db.models import AuditRecord, MemoryEntry
-from shared.distillers.builtin import distill_session
+from shared.distillers.builtin import BuiltinDistiller, distill_session
 from shared.infra import Infra
 from shared.policy import normalize
 from tests.platform import eventually, publish_session, session_payload
@@ -202,3 +203,32 @@ async def test_secrets_in_traces_are_redacted_before_storage(
         assert "jane.doe@example.com" not in row.text
         assert "AKIAIOSFODNN7EXAMPLE" not in row.text
     assert any("[EMAIL]" in r.text for r in await _rows(db, org))
+
+
+async def test_one_event_twice_in_a_batch_takes_effect_once(
+    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID
+) -> None:
+    """The same validated session delivered three times in ONE distill batch (as after a
+    reconnect, or a re-forward outside the duplicate window) is saved once, not reinforced by
+    itself, and every copy is acked."""
+    payload = _sessions(org, agent)[0]
+    body = json.dumps(payload).encode()
+    js = nc.jetstream()
+    stream, subject = f"DUP_{uuid4().hex[:8]}", f"test.dup.{uuid4().hex[:8]}"
+    await js.add_stream(name=stream, subjects=[subject])
+    try:
+        for _ in range(3):
+            await js.publish(subject, body)
+        sub = await js.pull_subscribe(subject, stream=stream)
+        copies = await sub.fetch(3, timeout=5)
+        assert len(copies) == 3
+        # The distill handler itself, handed the batch exactly as its pull consumer would.
+        await handle_validated_sessions(engram, BuiltinDistiller(), copies)
+        assert await _audit_count(db, org, "distill.completed") == 1
+        rows = await _rows(db, org)
+        assert rows
+        assert all(r.reinforcement_count == 0 for r in rows)
+        info = await js.consumer_info(stream, sub._consumer)
+        assert info.num_ack_pending == 0
+    finally:
+        await js.delete_stream(stream)
