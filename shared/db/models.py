@@ -62,6 +62,10 @@ class MemoryEntry(SQLModel, table=True):
         sa.Index("ix_memory_entries_importance", "org_id", "agent_config_id", "owner_key", "importance"),
         sa.Index("ix_memory_entries_search", "search", postgresql_using="gin"),
         sa.Index("ix_memory_entries_embedding", "embedding_status", "created_at"),
+        sa.Index("ix_memory_entries_newest", "org_id", "agent_config_id", "pinned", "created_at"),
+        sa.Index(
+            "ix_memory_entries_important", "org_id", "agent_config_id", "pinned", "importance", "created_at"
+        ),
     )
 
     id: UUID = Field(primary_key=True)
