@@ -84,6 +84,10 @@ END_USERS = 20
 RTT_TARGET_X = 5.0
 P99_TARGET_MS = 10.0
 EMBED_TARGET = 0.80
+#: Untimed warm-up requests stop after this long (a strategy at seconds per call needs few).
+WARMUP_MAX_S = 3.0
+#: Each in-process stage is timed for at most this long.
+STAGE_MAX_S = 4.0
 
 # -- corpus --------------------------------------------------------------------------------------
 
@@ -291,8 +295,11 @@ async def time_recall(
     """One request at a time, after ``warmup`` untimed ones; stops early (with fewer samples)
     once ``max_seconds`` have gone by, so a slow strategy cannot stretch the run."""
     bodies = [_body(agent, strategy, cue if strategy in CUE_STRATEGIES else None) for cue in cues]
+    warm_until = time.perf_counter() + WARMUP_MAX_S
     for body in bodies[:warmup]:
         await nc.request(RECALL, body, headers=headers, timeout=30)
+        if time.perf_counter() > warm_until:
+            break
     latencies, replies = [], []
     deadline = time.perf_counter() + max_seconds
     for body in bodies:
@@ -351,13 +358,16 @@ async def stage_timings(
     }
     out: dict[str, Any] = {}
     for name, stage in stages.items():
-        for cue, vector in sample[:10]:
+        for cue, vector in sample[:3]:
             await stage(cue, vector)
         ms = []
+        deadline = time.perf_counter() + STAGE_MAX_S
         for cue, vector in sample:
             started = time.perf_counter()
             await stage(cue, vector)
             ms.append((time.perf_counter() - started) * 1000)
+            if started > deadline:
+                break
         out[name] = _summary(ms)
     return out
 
@@ -633,8 +643,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                             _log(f"N={target.size:,} {strategy}: {row[strategy]}")
                     notes.append(
                         "hashing rows: recall's cue-vector cache warmed (each cue asked once before timing), "
-                        "so semantic/hybrid use precomputed query vectors; 20 untimed requests per cell; "
-                        f"a cell stops after {args.cell_seconds:g} s of timing (n < {args.queries} then)"
+                        "so semantic/hybrid use precomputed query vectors; up to 20 untimed requests "
+                        f"(3 s) per cell; a cell stops after {args.cell_seconds:g} s of timing "
+                        f"(n < {args.queries} then)"
                     )
                     results["machine"]["load_avg_after_recall"] = [round(x, 2) for x in os.getloadavg()]
                     biggest = targets[-1]
@@ -783,7 +794,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--shared-share", type=float, default=0.9, help="share of target entries in the shared pool"
     )
-    parser.add_argument("--cell-seconds", type=float, default=20.0, help="time cap per strategy and size")
+    parser.add_argument("--cell-seconds", type=float, default=15.0, help="time cap per strategy and size")
     parser.add_argument("--rtt-samples", type=int, default=2_000)
     parser.add_argument("--embed-entries", type=int, default=2_000)
     parser.add_argument("--no-model", action="store_true", help="skip the all-MiniLM-L6-v2 part")
