@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
@@ -12,58 +13,23 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from sqlalchemy import func, select
 
-from contracts.events import SessionEnded
 from services.distill.sessions import handle_validated_sessions
 from shared.db.engine import Database
 from shared.db.models import AuditRecord, MemoryEntry
-from shared.distillers.builtin import BuiltinDistiller, distill_session
+from shared.distillers.builtin import BuiltinDistiller
 from shared.infra import Infra
 from shared.policy import normalize
+from tests.faults.workload import expected_lessons, sessions
 from tests.platform import eventually, publish_session, session_payload
 
 pytestmark = pytest.mark.integration
 
 N_SESSIONS = 200
-OWNERS = [
-    {"kind": "end_user", "id": "alice"},
-    {"kind": "end_user", "id": "bob"},
-    {"kind": "actor", "id": "carol"},
-    {"kind": "none"},
-]
 
 
-def _sessions(org: UUID, agent: UUID) -> list[dict[str, object]]:
+def _sessions(org: UUID, agent: UUID) -> list[dict[str, Any]]:
     """200 sessions; failures repeat across sessions so reinforcement happens, owners rotate."""
-    out = []
-    for i in range(N_SESSIONS):
-        trace = [
-            {"tool": "search_kb", "input": {"q": f"topic {i}"}, "output": "3 hits"},
-            {"tool": "deploy", "input": {"env": "staging"}, "error": f"quota exceeded in region r{i % 7}"},
-        ]
-        transcript = [{"role": "user", "content": f"Remember: ticket {i} must be closed by Friday."}]
-        out.append(
-            session_payload(
-                org,
-                agent,
-                principal=OWNERS[i % len(OWNERS)],
-                tool_trace=trace,
-                transcript=transcript,
-                task=f"Task {i}",
-                session_id=f"s-{i}",
-            )
-        )
-    return out
-
-
-def _expected(sessions: list[dict[str, object]]) -> Counter[tuple[str, str]]:
-    """(owner, normalized lesson) → how many sessions produce it, from the built-in distiller's rules."""
-    expected: Counter[tuple[str, str]] = Counter()
-    for payload in sessions:
-        session = SessionEnded.model_validate(payload)
-        owner = "" if session.principal.kind == "none" else session.principal.ref
-        for lesson in distill_session(session):
-            expected[(owner, normalize(lesson.text))] += 1
-    return expected
+    return sessions(org, agent, range(N_SESSIONS))
 
 
 async def _rows(db: Database, org: UUID) -> list[MemoryEntry]:
@@ -96,7 +62,7 @@ async def test_200_sessions_give_each_expected_lesson_exactly_once(
         return await _audit_count(db, org, "distill.completed") == N_SESSIONS
 
     await eventually(all_distilled, timeout=120, what="200 sessions distilled")
-    expected = _expected(sessions)
+    expected = expected_lessons(sessions)
     rows = await _rows(db, org)
     got = Counter((r.owner_key, normalize(r.text)) for r in rows)
     assert set(got) == set(expected)
@@ -136,7 +102,7 @@ async def test_every_stored_entry_has_one_written_event(
 
     sub = await nc.subscribe("engram.memory.written", cb=collect)
     await asyncio.gather(*(publish_session(nc, s, service_token) for s in sessions))
-    expected_events = sum(_expected(sessions).values())
+    expected_events = sum(expected_lessons(sessions).values())
 
     async def all_events() -> bool:
         return len(events) >= expected_events
