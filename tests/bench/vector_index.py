@@ -38,12 +38,11 @@ def _pct(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _vectors(rng: np.random.Generator, count: int, dimension: int, data: str) -> np.ndarray:
-    if data == "clustered":
-        centres = rng.standard_normal((1_000, dimension))
-        raw = centres[rng.integers(0, 1_000, count)] + 0.5 * rng.standard_normal((count, dimension))
-    else:
-        raw = rng.standard_normal((count, dimension))
+def _vectors(rng: np.random.Generator, count: int, dimension: int, centres: np.ndarray | None) -> np.ndarray:
+    """Unit vectors: i.i.d. Gaussian, or around ``centres`` (data and queries share them)."""
+    raw = rng.standard_normal((count, dimension))
+    if centres is not None:
+        raw = centres[rng.integers(0, len(centres), count)] + 0.5 * raw
     return (raw / np.linalg.norm(raw, axis=1, keepdims=True)).astype(np.float32)
 
 
@@ -52,12 +51,13 @@ class Corpus:
 
     def __init__(self, big: int, others: int, per_other: int, dimension: int, data: str) -> None:
         rng = np.random.default_rng(42)
+        centres = rng.standard_normal((1_000, dimension)) if data == "clustered" else None
         self.org = uuid4()
         self.big_agent = uuid4()
-        self.big = _vectors(rng, big, dimension, data)
+        self.big = _vectors(rng, big, dimension, centres)
         self.big_ids = [uuid4() for _ in range(big)]
-        self.others = [(uuid4(), _vectors(rng, per_other, dimension, data)) for _ in range(others)]
-        self.queries = _vectors(rng, 1_000, dimension, data)
+        self.others = [(uuid4(), _vectors(rng, per_other, dimension, centres)) for _ in range(others)]
+        self.queries = _vectors(rng, 1_000, dimension, centres)
         self.tenant = TenantFilter(self.org, self.big_agent, ("", "u1"))
 
     def __len__(self) -> int:
@@ -144,9 +144,9 @@ async def bench_edge(corpus: Corpus, dimension: int, queries: int, rows: list[Ro
         build = asyncio.create_task(index.build_index())
         during: list[float] = []
         while not build.done():
-            lat, _ = await _measure(direct, corpus, 5, warmup=0)
+            lat, _ = await _measure(direct, corpus, 1, warmup=0)
             during.extend(lat)
-            await asyncio.sleep(0.2)  # leave the builder most of the CPU
+            await asyncio.sleep(0.25)  # leave the builder most of the CPU
         await build
         built_s = time.perf_counter() - started
         stop.set()
@@ -218,8 +218,11 @@ def render(rows: list[Row], notes: list[str]) -> str:
 
 
 async def main(args: argparse.Namespace) -> str:
+    import logging
     import warnings
 
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    logging.getLogger("shared.vectors").setLevel(logging.INFO)  # the build's timings, on stderr
     warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local Qdrant")
     warnings.filterwarnings("ignore", message="Local mode is not recommended")
     rows: list[Row] = []

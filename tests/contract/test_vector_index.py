@@ -357,7 +357,7 @@ def _small_edge_index(path: Path, dimension: int) -> QdrantEdgeIndex:
 
 
 async def test_edge_search_is_exact_before_indexing_and_right_after(tmp_path: Path) -> None:
-    """Before the builder runs, Edge searches exactly; after, through HNSW, with the same answers."""
+    """Edge searches exactly before its build and through HNSW after it, and writes still apply."""
     dimension = 32
     rng = np.random.default_rng(7)
     tenant, neighbour = scope(), scope()
@@ -384,6 +384,14 @@ async def test_edge_search_is_exact_before_indexing_and_right_after(tmp_path: Pa
             assert hits[0] == mine[position].id
             assert set(hits) <= mine_ids
             assert len(set(hits) & set(_exact_top(mine, query, 10))) >= 9
+
+        moved, gone = mine[0], mine[1]  # both in the built shard now
+        await index.upsert([point(unit(77, dimension), tenant, point_id=moved.id)])
+        await index.delete([gone.id])
+        assert await index.count() == 2_999
+        assert ids(await index.search(unit(77, dimension), tenant, limit=1)) == [moved.id]
+        for old in (moved, gone):
+            assert old.id not in ids(await index.search(old.vector, tenant, limit=10))
     finally:
         await index.close()
 
