@@ -8,7 +8,6 @@ the distiller raises :class:`~contracts.errors.Unavailable` at once, and the eve
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import re
@@ -18,8 +17,9 @@ import httpx
 
 from contracts.errors import Unavailable
 from contracts.events import SessionEnded
+from shared.guarded_http import BadAnswer, guarded_call, post_json
 from shared.ports import Lesson, TraceSummary
-from shared.resilience import CircuitBreaker, retry_async
+from shared.resilience import CircuitBreaker
 
 __all__ = ["MAX_LESSONS", "SYSTEM_PROMPT", "OpenAICompatDistiller", "parse_lessons", "render_session"]
 
@@ -53,28 +53,6 @@ _TURN_CHARS = 500
 _DELIMITER_RE = re.compile(r"<\s*/?\s*session_record\s*>", re.IGNORECASE)
 _FENCE_RE = re.compile(r"```(?:json)?\s*(?P<body>.*?)```", re.IGNORECASE | re.DOTALL)
 _SPACE_RE = re.compile(r"\s+")
-
-
-class _Retryable(Exception):
-    """A failure worth trying again: the model may be back in a moment."""
-
-    def __init__(self, reason: str, status: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-
-
-class _Rejected(Exception):
-    """The endpoint answered but refused the request (4xx): retrying will not help."""
-
-    def __init__(self, status: int, body: str) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-        self.body = body
-
-
-class _BadAnswer(Exception):
-    """The endpoint answered 2xx, but not with a chat completion carrying text content."""
 
 
 class OpenAICompatDistiller:
@@ -126,42 +104,18 @@ class OpenAICompatDistiller:
     async def distill(self, session: SessionEnded, summary: TraceSummary) -> list[Lesson]:
         """Ask the model; raise :class:`Unavailable` when it cannot give a usable answer now."""
         details: dict[str, Any] = {"distiller": self.name, "model": self.model, "url": self.url}
-        if not self.breaker.allow():
-            raise Unavailable(
-                "distill model circuit breaker is open; not calling the model",
-                {**details, "reason": "circuit_open"},
-            )
         body = self._request_body(session, summary)
-        try:
-            content = await retry_async(
-                lambda: self._complete(body),
-                attempts=self._attempts,
-                base_delay_s=self._backoff_base_s,
-                max_delay_s=self._backoff_max_s,
-                retry_on=(_Retryable,),
-            )
-        except _Retryable as exc:
-            self.breaker.record_failure()
-            raise Unavailable(
-                f"distill model unavailable after {self._attempts} attempt(s): {exc.reason}",
-                {**details, "reason": exc.reason, "status": exc.status, "attempts": self._attempts},
-            ) from exc
-        except _Rejected as exc:
-            # The endpoint is up (it answered), so the breaker stays closed; a 4xx means our
-            # configuration (key, model name, URL) or this request is wrong, which retrying won't fix.
-            self.breaker.record_success()
-            raise Unavailable(
-                f"distill model refused the request with HTTP {exc.status}; check the model URL, "
-                "name and API key",
-                {**details, "reason": "rejected", "status": exc.status, "body": exc.body},
-            ) from exc
-        except _BadAnswer as exc:
-            self.breaker.record_success()
-            raise Unavailable(
-                f"distill endpoint answered something that is not a chat completion: {exc}",
-                {**details, "reason": "unparseable_answer"},
-            ) from exc
-        self.breaker.record_success()
+        content = await guarded_call(
+            lambda: self._complete(body),
+            what="distill model",
+            breaker=self.breaker,
+            attempts=self._attempts,
+            base_delay_s=self._backoff_base_s,
+            max_delay_s=self._backoff_max_s,
+            details=details,
+            rejected_hint="check the model URL, name and API key",
+            bad_answer="a chat completion",
+        )
         try:
             return parse_lessons(content)
         except ValueError as exc:
@@ -190,26 +144,13 @@ class OpenAICompatDistiller:
 
     async def _complete(self, body: dict[str, Any]) -> str:
         """One attempt: the assistant message's content, or a classified failure."""
+        answer = await post_json(self._client, self.url, body, self._headers, self._timeout_s)
         try:
-            async with asyncio.timeout(self._timeout_s):
-                response = await self._client.post(
-                    self.url, json=body, headers=self._headers, timeout=self._timeout_s
-                )
-        except (TimeoutError, httpx.TimeoutException) as exc:
-            raise _Retryable("timeout") from exc
-        except httpx.TransportError as exc:
-            raise _Retryable(f"connection error ({type(exc).__name__})") from exc
-        status = response.status_code
-        if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status}", status)
-        if not response.is_success:
-            raise _Rejected(status, response.text[:200])
-        try:
-            content = response.json()["choices"][0]["message"]["content"]
-        except (ValueError, LookupError, TypeError) as exc:
-            raise _BadAnswer(response.text[:200]) from exc
+            content = answer["choices"][0]["message"]["content"]
+        except (LookupError, TypeError) as exc:
+            raise BadAnswer(json.dumps(answer)[:200]) from exc
         if not isinstance(content, str):
-            raise _BadAnswer("a chat completion without text content")
+            raise BadAnswer("a chat completion without text content")
         return content
 
 

@@ -11,39 +11,17 @@ tries again later. A vector of the wrong length raises
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
-from contracts.errors import EmbeddingDimensionMismatch, Unavailable
-from shared.resilience import CircuitBreaker, retry_async
+from contracts.errors import EmbeddingDimensionMismatch
+from shared.guarded_http import BadAnswer, guarded_call, post_json
+from shared.resilience import CircuitBreaker
 
 __all__ = ["OpenAICompatEmbedder"]
-
-
-class _Retryable(Exception):
-    """A failure worth trying again: the endpoint may be back in a moment."""
-
-    def __init__(self, reason: str, status: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-
-
-class _Rejected(Exception):
-    """The endpoint answered but refused the request (4xx): retrying will not help."""
-
-    def __init__(self, status: int, body: str) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-        self.body = body
-
-
-class _BadAnswer(Exception):
-    """The endpoint answered 2xx, but not with one embedding per input."""
 
 
 class OpenAICompatEmbedder:
@@ -116,42 +94,17 @@ class OpenAICompatEmbedder:
 
     async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
         details: dict[str, Any] = {"embedder": "openai_compat", "model": self.model, "url": self.url}
-        if not self.breaker.allow():
-            raise Unavailable(
-                "embedder circuit breaker is open; not calling the endpoint",
-                {**details, "reason": "circuit_open"},
-            )
-        body = {"model": self.model, "input": batch}
-        try:
-            vectors = await retry_async(
-                lambda: self._post(body, len(batch)),
-                attempts=self._attempts,
-                base_delay_s=self._backoff_base_s,
-                max_delay_s=self._backoff_max_s,
-                retry_on=(_Retryable,),
-            )
-        except _Retryable as exc:
-            self.breaker.record_failure()
-            raise Unavailable(
-                f"embedder unavailable after {self._attempts} attempt(s): {exc.reason}",
-                {**details, "reason": exc.reason, "status": exc.status, "attempts": self._attempts},
-            ) from exc
-        except _Rejected as exc:
-            # The endpoint is up (it answered), so the breaker stays closed; a 4xx means our
-            # configuration (key, model name, URL) or this request is wrong.
-            self.breaker.record_success()
-            raise Unavailable(
-                f"embedder refused the request with HTTP {exc.status}; check the embedder URL, "
-                "model name and API key",
-                {**details, "reason": "rejected", "status": exc.status, "body": exc.body},
-            ) from exc
-        except _BadAnswer as exc:
-            self.breaker.record_success()
-            raise Unavailable(
-                f"embedder answered something that is not one embedding per input: {exc}",
-                {**details, "reason": "unparseable_answer"},
-            ) from exc
-        self.breaker.record_success()
+        vectors = await guarded_call(
+            lambda: self._post({"model": self.model, "input": batch}, len(batch)),
+            what="embedder",
+            breaker=self.breaker,
+            attempts=self._attempts,
+            base_delay_s=self._backoff_base_s,
+            max_delay_s=self._backoff_max_s,
+            details=details,
+            rejected_hint="check the embedder URL, model name and API key",
+            bad_answer="one embedding per input",
+        )
         for vector in vectors:
             if len(vector) != self.dimension:
                 raise EmbeddingDimensionMismatch(
@@ -163,24 +116,11 @@ class OpenAICompatEmbedder:
 
     async def _post(self, body: dict[str, Any], count: int) -> list[list[float]]:
         """One attempt: the answer's unit vectors in input order, or a classified failure."""
+        answer = await post_json(self._client, self.url, body, self._headers, self._timeout_s)
         try:
-            async with asyncio.timeout(self._timeout_s):
-                response = await self._client.post(
-                    self.url, json=body, headers=self._headers, timeout=self._timeout_s
-                )
-        except (TimeoutError, httpx.TimeoutException) as exc:
-            raise _Retryable("timeout") from exc
-        except httpx.TransportError as exc:
-            raise _Retryable(f"connection error ({type(exc).__name__})") from exc
-        status = response.status_code
-        if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status}", status)
-        if not response.is_success:
-            raise _Rejected(status, response.text[:200])
-        try:
-            items = response.json()["data"]
-        except (ValueError, LookupError, TypeError) as exc:
-            raise _BadAnswer(response.text[:200]) from exc
+            items = answer["data"]
+        except (LookupError, TypeError) as exc:
+            raise BadAnswer("no 'data' in the answer") from exc
         return _ordered_vectors(items, count)
 
 
@@ -188,21 +128,21 @@ def _ordered_vectors(items: object, count: int) -> list[list[float]]:
     """The ``data`` items' embeddings, L2-normalized and placed by their ``index``; each input must
     get exactly one."""
     if not isinstance(items, list) or len(items) != count:
-        raise _BadAnswer(f"expected {count} embeddings in 'data'")
+        raise BadAnswer(f"expected {count} embeddings in 'data'")
     vectors: list[list[float] | None] = [None] * count
     for position, item in enumerate(items):
         if not isinstance(item, dict):
-            raise _BadAnswer("an item of 'data' is not an object")
+            raise BadAnswer("an item of 'data' is not an object")
         index = item.get("index", position)
         embedding = item.get("embedding")
         if not isinstance(index, int) or not 0 <= index < count or vectors[index] is not None:
-            raise _BadAnswer(f"index {index!r} is out of range or repeated")
+            raise BadAnswer(f"index {index!r} is out of range or repeated")
         if not isinstance(embedding, list) or not all(
             isinstance(value, int | float) and not isinstance(value, bool) for value in embedding
         ):
-            raise _BadAnswer(f"embedding {index} is not a list of numbers")
+            raise BadAnswer(f"embedding {index} is not a list of numbers")
         norm = math.sqrt(math.fsum(value * value for value in embedding))
         if norm == 0.0 or not math.isfinite(norm):
-            raise _BadAnswer(f"embedding {index} is zero or not finite")
+            raise BadAnswer(f"embedding {index} is zero or not finite")
         vectors[index] = [value / norm for value in embedding]
     return [vector for vector in vectors if vector is not None]
