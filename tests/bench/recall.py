@@ -54,7 +54,6 @@ from uuid import UUID, uuid4
 import asyncpg
 import nats
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from pydantic import SecretStr
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement, Executable
@@ -73,6 +72,7 @@ from shared.settings import EngramSettings
 from shared.testing.servers import nats_server, throwaway_database
 from shared.time import utcnow
 from shared.vectors.qdrant_edge import QdrantEdgeIndex
+from tests.bench.measure import nats_round_trip, summary
 
 KID, SECRET = "bench", "b" * 48
 STRATEGIES = ("last_k", "importance", "pack", "semantic", "hybrid")
@@ -223,39 +223,6 @@ def _dsn(url: str) -> str:
 # -- measuring -----------------------------------------------------------------------------------
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _summary(ms: Sequence[float]) -> dict[str, float]:
-    return {
-        "n": len(ms),
-        "p50_ms": round(_pct(ms, 0.50), 3),
-        "p99_ms": round(_pct(ms, 0.99), 3),
-        "mean_ms": round(statistics.fmean(ms), 3),
-    }
-
-
-async def yardstick(nc: Client, n: int) -> dict[str, Any]:
-    """Bare core-NATS request-reply to an echo responder on the same server."""
-
-    async def echo(msg: Msg) -> None:
-        await msg.respond(msg.data)
-
-    sub = await nc.subscribe("bench.echo", cb=echo)
-    payload = b"x" * 256
-    for _ in range(200):
-        await nc.request("bench.echo", payload, timeout=2)
-    rtt = []
-    for _ in range(n):
-        started = time.perf_counter()
-        await nc.request("bench.echo", payload, timeout=2)
-        rtt.append((time.perf_counter() - started) * 1000)
-    await sub.unsubscribe()
-    return _summary(rtt)
-
-
 def _body(agent: UUID, strategy: str, cue: str | None) -> bytes:
     request: dict[str, Any] = {
         "agent_config_id": str(agent),
@@ -310,7 +277,7 @@ async def time_recall(
         if started > deadline:
             break
     return {
-        **_summary(latencies),
+        **summary(latencies),
         **_check(replies, f"{strategy}/{agent}"),
         "capped": len(latencies) < len(bodies),
     }
@@ -368,7 +335,7 @@ async def stage_timings(
             ms.append((time.perf_counter() - started) * 1000)
             if started > deadline:
                 break
-        out[name] = _summary(ms)
+        out[name] = summary(ms)
     return out
 
 
@@ -623,7 +590,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
                     # -- yardstick and recall, hashing embedder, warm cue cache ------------------
                     results["machine"]["load_avg_before_recall"] = [round(x, 2) for x in os.getloadavg()]
-                    results["yardstick"] = {"nats_request_reply": await yardstick(nc, args.rtt_samples)}
+                    results["yardstick"] = {"nats_request_reply": await nats_round_trip(nc, args.rtt_samples)}
                     cues = make_cues(args.queries, seed=1)
                     results["recall"] = {}
                     await warm_cue_cache(nc, headers, targets[0].agent, cues)

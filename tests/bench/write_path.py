@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import platform
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -31,41 +30,17 @@ from services.runtime import running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.settings import EngramSettings
 from shared.testing.servers import nats_server, throwaway_database
+from tests.bench.measure import nats_round_trip, summary
 from tests.platform import session_payload
 
 KID, SECRET = "bench", "b" * 48
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _summary(ms: list[float]) -> dict[str, float]:
-    return {
-        "n": len(ms),
-        "p50_ms": round(_pct(ms, 0.50), 3),
-        "p99_ms": round(_pct(ms, 0.99), 3),
-        "mean_ms": round(statistics.fmean(ms), 3),
-    }
-
-
 async def yardstick(nc: Client, n: int) -> dict[str, Any]:
     """Bare core-NATS request-reply and JetStream publish→ack on the same server."""
 
-    async def echo(msg: Msg) -> None:
-        await msg.respond(msg.data)
-
-    sub = await nc.subscribe("bench.echo", cb=echo)
+    rtt = await nats_round_trip(nc, n)
     payload = b"x" * 256
-    for _ in range(200):  # warm-up
-        await nc.request("bench.echo", payload, timeout=2)
-    rtt = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        await nc.request("bench.echo", payload, timeout=2)
-        rtt.append((time.perf_counter() - t0) * 1000)
-    await sub.unsubscribe()
     js = nc.jetstream()
     await js.add_stream(name="BENCH", subjects=["bench.js"])
     pub = []
@@ -74,7 +49,7 @@ async def yardstick(nc: Client, n: int) -> dict[str, Any]:
         await js.publish("bench.js", payload)
         pub.append((time.perf_counter() - t0) * 1000)
     await js.delete_stream("BENCH")
-    return {"nats_request_reply": _summary(rtt), "jetstream_publish_ack": _summary(pub)}
+    return {"nats_request_reply": rtt, "jetstream_publish_ack": summary(pub)}
 
 
 def _sessions(org: Any, agent: Any, n: int, tag: str) -> list[dict[str, Any]]:
@@ -170,7 +145,7 @@ async def throughput(
         "publish_s": round(publish_s, 3),
         "sessions_per_s": round(n / elapsed, 1),
         "lessons_per_s": round(lessons / elapsed, 1),
-        "latency_under_burst": _summary(latency),
+        "latency_under_burst": summary(latency),
     }
 
 
@@ -188,7 +163,7 @@ async def steady(
         sent.append(await _publish(nc, token, payload))
     await _wait_for(watcher, [s["session_id"] for s in sessions], timeout=120)
     latency = [(watcher.first[s["session_id"]] - t) * 1000 for s, t in zip(sessions, sent, strict=True)]
-    return {"rate_per_s": rate, "sessions": len(sessions), "latency": _summary(latency)}
+    return {"rate_per_s": rate, "sessions": len(sessions), "latency": summary(latency)}
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
