@@ -183,8 +183,3 @@ async def running_services(
                 await broker.stop()
             except Exception:  # NATS away at shutdown: nothing left to drain; leave anyway
                 log.warning("NATS connection could not be drained at shutdown", exc_info=True)
-
-
-async def serve_forever(settings: EngramSettings, names: Sequence[str] = SERVICES) -> None:
-    async with running_services(settings, names):
-        await asyncio.Event().wait()

@@ -16,7 +16,7 @@ from uuid import UUID
 
 from nats.js import JetStreamContext
 from pydantic import BaseModel
-from sqlalchemy import bindparam, delete, insert, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
@@ -28,7 +28,6 @@ from shared.time import utcnow
 
 __all__ = [
     "OutboxRelay",
-    "already_processed",
     "claim_inbox",
     "claim_inbox_many",
     "enqueue",
@@ -42,9 +41,6 @@ log = logging.getLogger(__name__)
 # Built once: these run several times per message.
 _OUTBOX_INSERT = insert(OUTBOX)
 _INBOX_CLAIM = pg_insert(INBOX).on_conflict_do_nothing().returning(INBOX.c.event_id)
-_INBOX_SEEN = select(INBOX.c.event_id).where(
-    INBOX.c.consumer == bindparam("consumer"), INBOX.c.event_id == bindparam("event_id")
-)
 
 
 async def enqueue(session: AsyncSession, subject: str, event: BaseModel, event_id: UUID) -> None:
@@ -120,11 +116,6 @@ async def processed_of(session: AsyncSession, consumer: str, event_ids: Sequence
         select(INBOX.c.event_id).where(INBOX.c.consumer == consumer, INBOX.c.event_id.in_(list(event_ids)))
     )
     return {str(row[0]) for row in result}
-
-
-async def already_processed(session: AsyncSession, consumer: str, event_id: str) -> bool:
-    found = await session.execute(_INBOX_SEEN, {"consumer": consumer, "event_id": event_id})
-    return found.first() is not None
 
 
 class OutboxRelay:
