@@ -25,7 +25,13 @@ from contracts.common import Inbound
 __all__ = ["MODEL_MODULES", "SCHEMA_DIR", "check", "generate", "main", "public_models"]
 
 #: The modules whose ``__all__`` models are published.
-MODEL_MODULES = ("contracts.events", "contracts.requests", "contracts.config")
+MODEL_MODULES = (
+    "contracts.events",
+    "contracts.requests",
+    "contracts.config",
+    "contracts.recall",
+    "contracts.governance",
+)
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 _JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -15,7 +15,14 @@ __all__ = [
     "CONFIG_GET",
     "CONFIG_PUT",
     "DEAD_LETTER_PREFIX",
+    "MEMORY_DELETE",
+    "MEMORY_EXPORT",
     "MEMORY_FEEDBACK",
+    "MEMORY_GET",
+    "MEMORY_LIST",
+    "MEMORY_MANAGE",
+    "MEMORY_PRUNE",
+    "MEMORY_PURGE",
     "MEMORY_PURGED",
     "MEMORY_SAVE",
     "MEMORY_SAVE_ACCEPTED",
@@ -54,6 +61,13 @@ MEMORY_SAVE = "engram.memory.save"
 RECALL = "engram.recall"
 RECALL_EXPAND = "engram.recall.expand"
 MEMORY_FEEDBACK = "engram.memory.feedback"
+MEMORY_LIST = "engram.memory.list"
+MEMORY_GET = "engram.memory.get"
+MEMORY_DELETE = "engram.memory.delete"
+MEMORY_PURGE = "engram.memory.purge"
+MEMORY_PRUNE = "engram.memory.prune"
+MEMORY_MANAGE = "engram.memory.manage"
+MEMORY_EXPORT = "engram.memory.export"
 CONFIG_GET = "engram.config.get"
 CONFIG_PUT = "engram.config.put"
 AUDIT_QUERY = "engram.audit.query"

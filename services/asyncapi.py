@@ -30,6 +30,20 @@ from contracts import subjects
 from contracts.common import Inbound
 from contracts.errors import ErrorCode
 from contracts.events import AuditEvent, DeadLetter, MemoryPurged, MemoryWritten, SessionEnded
+from contracts.governance import (
+    DeleteRequest,
+    ExportRequest,
+    GetReply,
+    GetRequest,
+    ListRequest,
+    ManageReply,
+    ManageRequest,
+    Page,
+    PruneReply,
+    PruneRequest,
+    PurgeReceipt,
+    PurgeRequest,
+)
 from contracts.internal import AcceptedSave
 from contracts.requests import (
     Accepted,
@@ -44,6 +58,7 @@ from contracts.requests import (
     SaveRequest,
 )
 from services.distill.router import build_router as distill_router
+from services.governance_audit.erasure_api import Erasures
 from services.governance_audit.router import build_router as governance_router
 from services.ingest.router import build_router as ingest_router
 from shared.auth import TokenService
@@ -69,6 +84,13 @@ PAYLOADS: dict[str, type[BaseModel]] = {
     subjects.CONFIG_PUT: ConfigPut,
     subjects.AUDIT_QUERY: AuditQuery,
     subjects.AUDIT_VERIFY: AuditVerify,
+    subjects.MEMORY_LIST: ListRequest,
+    subjects.MEMORY_GET: GetRequest,
+    subjects.MEMORY_DELETE: DeleteRequest,
+    subjects.MEMORY_PURGE: PurgeRequest,
+    subjects.MEMORY_PRUNE: PruneRequest,
+    subjects.MEMORY_MANAGE: ManageRequest,
+    subjects.MEMORY_EXPORT: ExportRequest,
     subjects.MEMORY_WRITTEN: MemoryWritten,
     subjects.MEMORY_PURGED: MemoryPurged,
     AUDIT_RECORDS: AuditEvent,
@@ -82,6 +104,13 @@ REPLIES: dict[str, tuple[type[BaseModel], ...]] = {
     subjects.CONFIG_PUT: (ConfigReply,),
     subjects.AUDIT_QUERY: (AuditQueryReply,),
     subjects.AUDIT_VERIFY: (AuditVerifyReply,),
+    subjects.MEMORY_LIST: (Page,),
+    subjects.MEMORY_GET: (GetReply,),
+    subjects.MEMORY_DELETE: (PurgeReceipt,),
+    subjects.MEMORY_PURGE: (PurgeReceipt,),
+    subjects.MEMORY_PRUNE: (PruneReply,),
+    subjects.MEMORY_MANAGE: (ManageReply,),
+    subjects.MEMORY_EXPORT: (Page,),
 }
 
 #: The SPEC 9 error envelope (``EngramError.to_wire``), which has no pydantic model.
@@ -126,7 +155,7 @@ def _broker() -> NatsBroker:
     )
     broker.include_router(ingest_router(infra))
     broker.include_router(distill_router(infra, BuiltinDistiller()))
-    broker.include_router(governance_router(infra))
+    broker.include_router(governance_router(infra, Erasures(db, infra.relay)))
 
     # Documentation only: what Engram publishes (through the outbox relay, not these objects).
     for subject, model, title, description in (

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 from faststream.nats import NatsBroker
 
@@ -110,6 +111,7 @@ async def running_services(
             ),
         )
         relay = OutboxRelay(db, js)
+        sweepers: list[Any] = []
         infra = Infra(
             settings=settings,
             db=db,
@@ -117,7 +119,11 @@ async def running_services(
             broker=broker,
             relay=relay,
         )
-        needs_vectors = {"embed", "recall"} & set(names)
+        # Governance erases vectors itself when the vector store is reachable from this process
+        # (Edge shares the process with embed/recall, or a Qdrant server); else embed does.
+        needs_vectors = {"embed", "recall"} & set(names) or (
+            "governance-audit" in names and settings.vector_store not in ("", "none")
+        )
         if needs_vectors and embedder is None:
             embedder = build_embedder(settings)
         if needs_vectors and vector_index is None and embedder is not None:
@@ -141,6 +147,12 @@ async def running_services(
             from services.embed.router import build_router as embed_router
 
             broker.include_router(embed_router(infra, embedder, vector_index))
+        results = None
+        if settings.redis_url and settings.result_cache_s > 0 and {"recall", "governance-audit"} & set(names):
+            from shared.cache import ResultCache
+
+            results = ResultCache(settings.redis_url, ttl_s=settings.result_cache_s)
+            stack.push_async_callback(results.close)
         if "recall" in names:
             from services.recall.router import build_router as recall_router
             from services.recall.service import Recall
@@ -159,17 +171,26 @@ async def running_services(
                 index=vector_index,
                 cue_vectors=cue_vectors,
                 config_cache_s=settings.config_cache_s,
+                results=results,
             )
-            broker.include_router(recall_router(infra, recall))
+            broker.include_router(recall_router(infra, recall, results))
         if "governance-audit" in names:
+            from services.governance_audit.erasure_api import Erasures
+            from services.governance_audit.retention import RetentionSweeper
             from services.governance_audit.router import build_router as governance_router
 
-            broker.include_router(governance_router(infra))
+            erasures = Erasures(db, relay, index=vector_index, results=results)
+            broker.include_router(governance_router(infra, erasures, results))
+            sweeper = RetentionSweeper(db, erasures.after_commit, interval_s=settings.retention_sweep_s)
+            sweepers.append(sweeper)
         await broker.start()
         # Wait until the server has our subscriptions: a client told "ready" right after this
         # must not meet "no responders".
         await broker.connection.flush()
         await relay.start()
+        for sweeper in sweepers:
+            await sweeper.start()
+            stack.push_async_callback(sweeper.stop)
         log.info("services running: %s", ", ".join(names))
         try:
             yield infra

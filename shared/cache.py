@@ -10,7 +10,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 
-__all__ = ["CueVectorCache"]
+__all__ = ["CueVectorCache", "ResultCache"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,146 @@ class CueVectorCache:
     def _degraded(self) -> None:
         if not self._warned:
             log.warning("Redis unavailable: cue vectors are cached in-process only")
+            self._warned = True
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+
+# Atomic in Redis: store only if the generation is still the one read before computing.
+_PUT_IF_CURRENT = """
+local current = redis.call('GET', KEYS[1]) or '0'
+if current ~= ARGV[1] then return 0 end
+redis.call('SADD', KEYS[2], KEYS[3])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[3])
+return 1
+"""
+# Bump the generation (late puts are refused), then delete every cached copy.
+_INVALIDATE = """
+redis.call('INCR', KEYS[1])
+local keys = redis.call('SMEMBERS', KEYS[2])
+local n = 0
+for i = 1, #keys, 500 do
+  n = n + redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
+end
+redis.call('DEL', KEYS[2])
+return n
+"""
+
+
+class ResultCache:
+    """Hot recall replies in Redis, per ``(organization, agent config)``, with their keys kept in
+    a set so that an invalidation *deletes* every cached copy (a purge erases cached text too,
+    and the receipt can count them).
+
+    Redis only — no in-process layer — so that an invalidation by governance (another process) is
+    seen by every recall instance at once. Without Redis nothing is cached and nothing is stale.
+    Writes (``memory.written``) invalidate asynchronously, as they arrive; erasures invalidate
+    synchronously before they answer. ``ttl_s`` bounds any copy an invalidation could not reach
+    (Redis unreachable at that moment).
+    """
+
+    def __init__(self, redis_url: str = "", *, ttl_s: int = 30, max_value_bytes: int = 256 * 1024) -> None:
+        self._ttl = ttl_s
+        self._max = max_value_bytes
+        self._redis = None
+        self._warned = False
+        if redis_url:
+            import redis.asyncio as redis_asyncio
+
+            self._redis = redis_asyncio.from_url(redis_url, socket_timeout=0.2, socket_connect_timeout=0.2)
+
+    @property
+    def enabled(self) -> bool:
+        return self._redis is not None
+
+    @staticmethod
+    def _set_key(org_id: object, agent_config_id: object) -> str:
+        return f"engram:recall-keys:{org_id}:{agent_config_id}"
+
+    @staticmethod
+    def key(org_id: object, agent_config_id: object, material: str) -> str:
+        digest = hashlib.sha256(material.encode("utf-8")).hexdigest()
+        return f"engram:recall:{org_id}:{agent_config_id}:{digest}"
+
+    async def get(self, key: str) -> bytes | None:
+        if self._redis is None:
+            return None
+        try:
+            raw = await self._redis.get(key)
+        except Exception:
+            self._degraded()
+            return None
+        return raw if isinstance(raw, bytes) else None
+
+    @staticmethod
+    def _generation_key(org_id: object, agent_config_id: object) -> str:
+        return f"engram:recall-gen:{org_id}:{agent_config_id}"
+
+    async def generation(self, org_id: object, agent_config_id: object) -> bytes | None:
+        """Read before computing a reply that will be :meth:`put`; None when Redis is away."""
+        if self._redis is None:
+            return None
+        try:
+            value = await self._redis.get(self._generation_key(org_id, agent_config_id))
+        except Exception:
+            self._degraded()
+            return None
+        return value if isinstance(value, bytes) else b"0"
+
+    async def put(
+        self,
+        org_id: object,
+        agent_config_id: object,
+        key: str,
+        value: bytes,
+        ttl_s: float,
+        generation: bytes | None,
+    ) -> None:
+        """Cache ``value`` unless an invalidation happened since ``generation`` was read: a reply
+        computed from rows a purge has since erased must not be stored after the purge."""
+        if self._redis is None or generation is None or len(value) > self._max:
+            return
+        ttl = max(1, min(self._ttl, int(ttl_s)))
+        try:
+            await self._redis.eval(
+                _PUT_IF_CURRENT,
+                3,
+                self._generation_key(org_id, agent_config_id),
+                self._set_key(org_id, agent_config_id),
+                key,
+                generation,
+                value,
+                ttl,
+                self._ttl * 2,
+            )
+        except Exception:
+            self._degraded()
+
+    async def invalidate(self, org_id: object, agent_config_ids: Sequence[object]) -> int:
+        """Delete every cached reply of these agent configs; returns how many were deleted."""
+        if self._redis is None:
+            return 0
+        deleted = 0
+        for agent_config_id in agent_config_ids:
+            try:
+                deleted += int(
+                    await self._redis.eval(
+                        _INVALIDATE,
+                        2,
+                        self._generation_key(org_id, agent_config_id),
+                        self._set_key(org_id, agent_config_id),
+                    )
+                )
+            except Exception:
+                log.error("Redis unavailable: cached recall replies expire by TTL (%ss) instead", self._ttl)
+        return deleted
+
+    def _degraded(self) -> None:
+        if not self._warned:
+            log.warning("Redis unavailable: recall replies are not cached")
             self._warned = True
 
     async def close(self) -> None:

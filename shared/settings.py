@@ -59,6 +59,13 @@ class EngramSettings(BaseSettings):
     vector_store: str = ""
     #: How long recall trusts a memory config it read (a config change takes effect within it).
     config_cache_s: float = Field(default=1.0, ge=0)
+    #: How long a hot recall reply may live in Redis (``redis_url``); 0 turns the cache off.
+    #: Writes and erasures invalidate earlier; this bounds what an invalidation could not reach.
+    result_cache_s: int = Field(default=30, ge=0)
+    #: How often governance deletes expired entries (recall hides them the moment they expire).
+    retention_sweep_s: float = Field(default=30.0, gt=0)
+    #: How long a list/export page token stays valid.
+    page_token_ttl_s: int = Field(default=3600, ge=60)
 
     #: OpenTelemetry: ``console`` (local), ``otlp`` (to ``otel_endpoint``) or ``none``.
     otel_exporter: str = "none"

@@ -16,17 +16,18 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import delete, func, literal_column, select, text
+from sqlalchemy import func, literal_column, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.common import Principal
 from contracts.config import MemoryConfig
-from contracts.events import MemoryPurged, MemoryWritten
-from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
+from contracts.events import MemoryWritten
+from contracts.subjects import MEMORY_WRITTEN
 from shared import audit
 from shared.db.models import ENTRIES
-from shared.outbox import enqueue, enqueue_many
+from shared.erasure import erased_before, prune_over_cap
+from shared.outbox import enqueue_many
 from shared.policy import PolicyDecision, apply_write_policy, fingerprint
 from shared.time import utcnow
 
@@ -95,6 +96,9 @@ class SaveContext:
     provenance: dict[str, Any] = field(default_factory=dict)
     #: the writer's trace context for the events it causes (None: the current span's).
     trace_headers: dict[str, str] | None = None
+    #: when the input was produced (a session's end, a save's acceptance): an erasure at or
+    #: after this time covers it, so a replay or a late delivery cannot re-create erased memory.
+    observed_at: datetime | None = None
 
 
 @dataclass
@@ -179,6 +183,7 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
     results = [SaveResult() for _ in items]
     rows: dict[tuple[UUID, UUID, str, str], _Row] = {}
     occurrences: list[_Occurrence] = []
+    tombstones = await _tombstones(session, items)
     for index, item in enumerate(items):
         for draft in item.drafts:
             decision = _admit(draft, item.config, results[index])
@@ -186,6 +191,10 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
                 continue
             owner = owner_key(item.ctx.owner)
             key = (item.ctx.org_id, item.ctx.agent_config_id, owner, fingerprint(decision.text))
+            if tombstones and _erased(tombstones, item.ctx, key):
+                results[index].skipped += 1
+                results[index].skip_reasons["erased"] += 1
+                continue
             if key in rows:
                 row = rows[key]
                 row.occurrences += 1
@@ -226,11 +235,21 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
     await enqueue_many(session, [(MEMORY_WRITTEN, e, e.event_id, h) for e, h in events])
 
     # Prune each agent config that grew, once, with the cap its config sets.
+    by_org_prunes: dict[UUID, list[audit.AuditEntry]] = {}
     grown = {(i.ctx.org_id, i.ctx.agent_config_id): i for i, r in zip(items, results, strict=True) if r.saved}
     for (org_id, agent_config_id), item in sorted(
         grown.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))
     ):
-        pruned = await _prune_over_cap(session, item.ctx, item.config.retention.max_entries)
+        erased, _ = await prune_over_cap(
+            session,
+            org_id=org_id,
+            agent_config_id=agent_config_id,
+            max_entries=item.config.retention.max_entries,
+            requested_by="engram:max_entries",
+            append_audit=False,  # with the batch's own records below: the chain lock comes last
+        )
+        pruned = erased.ids
+        by_org_prunes.setdefault(org_id, []).extend(erased.audit)
         # The prune belongs to whichever item of that agent config saved; report it on the first.
         for i, r in zip(items, results, strict=True):
             if (i.ctx.org_id, i.ctx.agent_config_id) == (org_id, agent_config_id) and r.saved:
@@ -241,10 +260,47 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
     for item, result in zip(items, results, strict=True):
         own = _audit_entries(item.ctx, result) if item.drafts else []
         by_org.setdefault(item.ctx.org_id, []).extend([*own, *item.also_audit])
+    for org_id, records in by_org_prunes.items():
+        by_org.setdefault(org_id, []).extend(records)
     # Chain locks in a fixed order, so two batches spanning the same organizations never deadlock.
     for org_id in sorted(by_org, key=str):
         await audit.append(session, org_id, by_org[org_id])
     return results
+
+
+async def _tombstones(session: AsyncSession, items: Sequence[SaveItem]) -> list[Any]:
+    """The erasures that could cover any item of the batch (one query per organization)."""
+    since: dict[UUID, datetime] = {}
+    owners: dict[UUID, set[str]] = {}
+    for item in items:
+        at = item.ctx.observed_at
+        if at is None or not item.drafts:
+            continue
+        org = item.ctx.org_id
+        since[org] = min(since.get(org, at), at)
+        owners.setdefault(org, set()).add(owner_key(item.ctx.owner))
+    found: list[Any] = []
+    for org, at in since.items():
+        found.extend((org, t) for t in await erased_before(session, org, owners[org], at))
+    return found
+
+
+def _erased(tombstones: list[Any], ctx: SaveContext, key: tuple[UUID, UUID, str, str]) -> bool:
+    org_id, agent_config_id, owner, fp = key
+    at = ctx.observed_at
+    if at is None:
+        return False
+    for org, t in tombstones:
+        if (
+            org == org_id
+            and t.owner_key == owner
+            and t.erased_at >= at
+            and (t.agent_config_id is None or t.agent_config_id == agent_config_id)
+            and (t.session_id is None or t.session_id == ctx.session_id)
+            and (t.fingerprints is None or fp in t.fingerprints)
+        ):
+            return True
+    return False
 
 
 def _admit(draft: Draft, config: MemoryConfig, result: SaveResult) -> PolicyDecision | None:
@@ -302,6 +358,7 @@ def _row_params(item: SaveItem, draft: Draft, decision: PolicyDecision, now: dat
         "version": 1,
         "supersedes": None,
         "superseded_by": None,
+        "derived_from": [],
         "embedding_status": "pending",
         "category": None,
         "confirmation": None,
@@ -327,43 +384,6 @@ async def _upsert(
     for entry_id, inserted, version, importance, org_id, agent_config_id, owner, fp in returned:
         out[(org_id, agent_config_id, owner, fp)] = (entry_id, bool(inserted), version, importance)
     return out
-
-
-async def _prune_over_cap(session: AsyncSession, ctx: SaveContext, max_entries: int) -> list[UUID]:
-    """Drop lowest importance, then oldest, until the agent config is within its cap (pinned exempt)."""
-    table = ENTRIES
-    scope = (table.c.org_id == ctx.org_id) & (table.c.agent_config_id == ctx.agent_config_id)
-    total = (await session.execute(select(func.count()).select_from(table).where(scope))).scalar_one()
-    excess = total - max_entries
-    if excess <= 0:
-        return []
-    victims = (
-        (
-            await session.execute(
-                select(table.c.id)
-                .where(scope, table.c.pinned.is_(False))
-                .order_by(table.c.importance.asc(), table.c.created_at.asc())
-                .limit(excess)
-            )
-        )
-        .scalars()
-        .all()
-    )
-    if not victims:
-        return []
-    await session.execute(delete(table).where(table.c.id.in_(victims)))
-    purged = MemoryPurged(
-        org_id=ctx.org_id,
-        agent_config_id=ctx.agent_config_id,
-        entry_ids=list(victims),
-        actor_ref=None,
-        session_id=None,
-        count=len(victims),
-        requested_by="engram:max_entries",
-        reason="prune",
-    )
-    await enqueue(session, MEMORY_PURGED, purged, purged.event_id)
-    return list(victims)
 
 
 def _audit_entries(ctx: SaveContext, result: SaveResult) -> list[audit.AuditEntry]:
@@ -396,8 +416,4 @@ def _audit_entries(ctx: SaveContext, result: SaveResult) -> list[audit.AuditEntr
     denials = {k: v for k, v in result.skip_reasons.items() if k.startswith("policy:")}
     if denials:
         entries.append(entry("policy.denied", [], {"reasons": denials}))
-    if result.pruned:
-        entries.append(
-            entry("memory.pruned", result.pruned, {"count": len(result.pruned), "reason": "max_entries"})
-        )
     return entries

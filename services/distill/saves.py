@@ -48,6 +48,8 @@ async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
         source="elective",
         requested_by=request.requested_by,
         provenance={"request_id": str(request.request_id)},
+        # When JetStream stored the accepted save: an erasure after that covers it.
+        observed_at=msg.metadata.timestamp,
     )
     drafts = [
         Draft(

@@ -189,6 +189,7 @@ async def _distill(distiller: Distiller, work: _Work, config: MemoryConfig, org_
         source_agent=distiller.name,
         provenance={"event_id": str(session.event_id), "session_id": session.session_id},
         trace_headers=_headers_of(work.span),
+        observed_at=session.occurred_at,
     )
     outcome = audit.AuditEntry(
         kind="distill.skipped" if skip else "distill.completed",

@@ -33,6 +33,8 @@ class Candidate:
     confidence: float
     reliability: float
     owner_key: str
+    #: when the entry leaves recall (None: never); bounds how long a reply with it may be cached.
+    expires_at: datetime | None = None
 
 
 def display_text(candidate: Candidate) -> str:

@@ -8,19 +8,17 @@ records, replacing the label its end gave them.
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 
 from contracts.errors import InvalidRequest, NotFound
-from contracts.events import MemoryPurged
 from contracts.recall import FeedbackReply, FeedbackRequest
-from contracts.subjects import MEMORY_PURGED
 from services.recall.visibility import visible_owner_keys
 from shared import audit
 from shared.auth import WRITE, Credential, act_as
 from shared.config_store import load_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, RECALLS
-from shared.outbox import enqueue
+from shared.erasure import erase
 
 __all__ = ["give_feedback"]
 
@@ -55,18 +53,19 @@ async def give_feedback(db: Database, credential: Credential, request: FeedbackR
                 policy = config.type_policy(row.memory_type)
                 reliability = row.reliability * policy.decay_on_failure
                 if reliability < policy.prune_below and not row.pinned:
-                    await session.execute(delete(ENTRIES).where(ENTRIES.c.id == request.entry_id))
-                    purged = MemoryPurged(
+                    # Below the floor: erased like any delete (lineage, tombstone-free — this is
+                    # Engram's own judgement, not an erasure request — and memory.purged).
+                    erased = await erase(
+                        session,
                         org_id=credential.org_id,
-                        agent_config_id=request.agent_config_id,
-                        entry_ids=[request.entry_id],
-                        actor_ref=None,
-                        session_id=None,
-                        count=1,
-                        requested_by=caller.ref,
+                        where=ENTRIES.c.id == request.entry_id,
                         reason="reliability",
+                        requested_by=caller.ref,
+                        audit_kind="memory.pruned",
+                        agent_config_id=request.agent_config_id,
+                        append_audit=False,
                     )
-                    await enqueue(session, MEMORY_PURGED, purged, purged.event_id)
+                    entries.extend(erased.audit)
                     deleted = 1
                 else:
                     await session.execute(

@@ -38,6 +38,7 @@ _COLUMNS = (
     ENTRIES.c.confidence,
     ENTRIES.c.reliability,
     ENTRIES.c.owner_key,
+    ENTRIES.c.expires_at,
 )
 
 
@@ -111,6 +112,7 @@ def _candidates(rows: Sequence[Any]) -> list[Candidate]:
             confidence=r.confidence,
             reliability=r.reliability,
             owner_key=r.owner_key,
+            expires_at=r.expires_at,
         )
         for r in rows
     ]

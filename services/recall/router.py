@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
+from uuid import UUID
 
 from faststream.nats import NatsRouter
 from faststream.nats.annotations import NatsMessage
 
-from contracts.recall import ExpandRequest, FeedbackRequest, RecallRequest
-from contracts.subjects import MEMORY_FEEDBACK, RECALL, RECALL_EXPAND
+from contracts.recall import ExpandRequest, FeedbackReply, FeedbackRequest, RecallRequest
+from contracts.subjects import MEMORY_FEEDBACK, MEMORY_PURGED, MEMORY_WRITTEN, RECALL, RECALL_EXPAND
 from services.recall.feedback import give_feedback
 from services.recall.service import Recall
+from shared.auth import Credential
+from shared.cache import ResultCache
 from shared.handlers import answer
 from shared.infra import Infra
 
 __all__ = ["build_router"]
 
+log = logging.getLogger(__name__)
+
 QUEUE = "recall"
 
 
-def build_router(infra: Infra, recall: Recall) -> NatsRouter:
+def build_router(infra: Infra, recall: Recall, results: ResultCache | None = None) -> NatsRouter:
     router = NatsRouter()
 
     @router.subscriber(RECALL, queue=QUEUE, title="recall:recall")
@@ -34,11 +41,38 @@ def build_router(infra: Infra, recall: Recall) -> NatsRouter:
         """Full stored content for up to 20 accessible ids."""
         return await answer(infra.tokens, msg.headers, msg.body, ExpandRequest, recall.expand)
 
+    async def feedback(credential: Credential, request: FeedbackRequest) -> FeedbackReply:
+        reply = await give_feedback(infra.db, credential, request)
+        if results is not None:
+            await results.invalidate(credential.org_id, [request.agent_config_id])
+        return reply
+
     @router.subscriber(MEMORY_FEEDBACK, queue=QUEUE, title="recall:memory.feedback")
     async def on_feedback(msg: NatsMessage) -> dict[str, Any]:
         """How a recalled memory (or a whole session) worked out."""
-        return await answer(
-            infra.tokens, msg.headers, msg.body, FeedbackRequest, lambda c, r: give_feedback(infra.db, c, r)
-        )
+        return await answer(infra.tokens, msg.headers, msg.body, FeedbackRequest, feedback)
+
+    if results is not None and results.enabled:
+        # Core NATS (the relay's JetStream publishes reach core subscribers too), one instance per
+        # event (queue group: the cache is shared); a missed event is bounded by the cache TTL.
+        @router.subscriber(MEMORY_WRITTEN, queue="recall-cache", title="recall:cache.written")
+        async def on_written(msg: NatsMessage) -> None:
+            """A write changes what recall would answer: drop the agent config's cached replies."""
+            await _invalidate(results, msg.body)
+
+        @router.subscriber(MEMORY_PURGED, queue="recall-cache", title="recall:cache.purged")
+        async def on_purged(msg: NatsMessage) -> None:
+            """An erasure by any path (prune, expiry, reliability) drops cached replies too."""
+            await _invalidate(results, msg.body)
 
     return router
+
+
+async def _invalidate(results: ResultCache, body: bytes) -> None:
+    try:
+        data = json.loads(body)
+        org_id, agent_config_id = UUID(str(data["org_id"])), UUID(str(data["agent_config_id"]))
+    except (ValueError, KeyError, TypeError):
+        log.warning("cache invalidation: unreadable event skipped")
+        return
+    await results.invalidate(org_id, [agent_config_id])

@@ -4,12 +4,15 @@ the request's narrowing, run the strategy, fit the budget, render, and record th
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
+from contracts.common import Principal
 from contracts.config import MemoryConfig
 from contracts.errors import InvalidRequest, SemanticDisabled, VectorUnavailable
 from contracts.recall import (
@@ -40,7 +43,7 @@ from services.recall.render import render_context
 from services.recall.side_effects import Disclosure, SideEffects
 from services.recall.visibility import visible_owner_keys
 from shared.auth import READ, Credential, act_as
-from shared.cache import CueVectorCache
+from shared.cache import CueVectorCache, ResultCache
 from shared.config_store import load_config, org_memory_enabled
 from shared.db.engine import Database
 from shared.ports import Embedder, TenantFilter, VectorIndex
@@ -54,6 +57,11 @@ log = logging.getLogger(__name__)
 HYBRID_DEPTH = 100
 SEMANTIC_MAX_TOP_K = 20
 _CUE_STRATEGIES = {"pack", "semantic", "hybrid"}
+#: Strategies whose replies the Redis result cache keeps. Not semantic/hybrid: a new entry joins
+#: their candidates only once embedded, after the write's invalidation — a cached reply would
+#: miss it until the TTL. Not pack/hybrid: their recency prior moves with the clock, so a cached
+#: reply would differ from a fresh one. A cached reply must equal a fresh one.
+CACHEABLE = frozenset({"last_k", "importance", "full"})
 
 
 @dataclass
@@ -85,6 +93,7 @@ class Recall:
         index: VectorIndex | None,
         cue_vectors: CueVectorCache | None = None,
         config_cache_s: float = 1.0,
+        results: ResultCache | None = None,
     ) -> None:
         self._db = db
         self._effects = side_effects
@@ -92,6 +101,7 @@ class Recall:
         self._index = index
         self._configs = _ConfigCache(config_cache_s)
         self._cue_vectors = cue_vectors or CueVectorCache(embedder.name if embedder else "none")
+        self._results = results if results is not None and results.enabled else None
 
     async def _config(self, org_id: UUID, agent_config_id: UUID) -> tuple[MemoryConfig, bool]:
         key = (org_id, agent_config_id)
@@ -130,6 +140,27 @@ class Recall:
         owner_keys = visible_owner_keys(caller, config.scope, request.session_id)
         if not owner_keys:  # e.g. an end user who cannot be resolved: no memory, not an error
             return _empty(strategy, warnings)
+        cache_key = generation = None
+        if self._results is not None and strategy in CACHEABLE:
+            material = json.dumps(
+                [
+                    caller.ref,
+                    credential.session_id,
+                    owner_keys,
+                    strategy,
+                    warnings,
+                    request.model_dump(mode="json", exclude={"principal"}),
+                    config.model_dump(mode="json"),
+                ],
+                sort_keys=True,
+            )
+            cache_key = ResultCache.key(credential.org_id, request.agent_config_id, material)
+            hit = await self._results.get(cache_key)
+            if hit is not None:
+                return self._from_cache(hit, credential, request, caller, strategy)
+            # Read before the rows are: a reply computed from rows a purge has since erased
+            # is then refused by the cache (see ResultCache.put).
+            generation = await self._results.generation(credential.org_id, request.agent_config_id)
         scope = queries.Scope(
             org_id=credential.org_id,
             agent_config_id=request.agent_config_id,
@@ -188,7 +219,66 @@ class Recall:
             )
         if request.diagnostics is not None:
             reply["diagnostics"] = _diagnostics(request.diagnostics, diagnostics, ranked, outcome.results)
-        return RecallReply.model_validate(reply)
+        answer = RecallReply.model_validate(reply)
+        if cache_key is not None and self._results is not None:
+            await self._cache(cache_key, generation, credential, request, answer, ranked, scope.now)
+        return answer
+
+    async def _cache(
+        self,
+        key: str,
+        generation: bytes | None,
+        credential: Credential,
+        request: RecallRequest,
+        answer: RecallReply,
+        ranked: list[Ranked],
+        now: datetime,
+    ) -> None:
+        assert self._results is not None
+        returned = {r.id for r in answer.results}
+        # The reply changes when one of its entries expires: it may be cached until then only.
+        expiries = [
+            r.candidate.expires_at
+            for r in ranked
+            if r.candidate.id in returned and r.candidate.expires_at is not None
+        ]
+        ttl = min((e - now).total_seconds() for e in expiries) if expiries else float(1 << 30)
+        if ttl < 1:
+            return
+        payload = {
+            "reply": answer.model_dump(mode="json", exclude_unset=True),
+            "ids": [str(r.id) for r in answer.results],
+        }
+        await self._results.put(
+            credential.org_id, request.agent_config_id, key, json.dumps(payload).encode(), ttl, generation
+        )
+
+    def _from_cache(
+        self,
+        raw: bytes,
+        credential: Credential,
+        request: RecallRequest,
+        caller: Principal,
+        strategy: Strategy,
+    ) -> RecallReply:
+        """A cached reply is still a disclosure: a fresh pack id, and the same side effects."""
+        data = json.loads(raw)
+        pack_id = uuid4()
+        cue = (request.cue or "").strip()
+        self._effects.record(
+            Disclosure(
+                pack_id=pack_id,
+                org_id=credential.org_id,
+                agent_config_id=request.agent_config_id,
+                caller_ref=caller.ref,
+                session_id=request.session_id,
+                strategy=strategy,
+                cue_hash=hashlib.sha256(cue.encode()).hexdigest() if cue else None,
+                entry_ids=tuple(UUID(i) for i in data["ids"]),
+                at=utcnow(),
+            )
+        )
+        return RecallReply.model_validate({**data["reply"], "pack_id": str(pack_id)})
 
     async def _rank(
         self,

@@ -19,11 +19,13 @@ __all__ = [
     "AUDIT_HEADS",
     "AUDIT_LOG",
     "ENTRIES",
+    "ERASURES",
     "INBOX",
     "OUTBOX",
     "RECALLS",
     "AuditHead",
     "AuditRecord",
+    "Erasure",
     "InboxRecord",
     "MemoryConfigRow",
     "MemoryConfigVersion",
@@ -66,6 +68,10 @@ class MemoryEntry(SQLModel, table=True):
         sa.Index(
             "ix_memory_entries_important", "org_id", "agent_config_id", "pinned", "importance", "created_at"
         ),
+        # The retention sweeper reads only entries that expire, oldest expiry first.
+        sa.Index(
+            "ix_memory_entries_expiry", "expires_at", postgresql_where=sa.text("expires_at IS NOT NULL")
+        ),
     )
 
     id: UUID = Field(primary_key=True)
@@ -105,6 +111,8 @@ class MemoryEntry(SQLModel, table=True):
     version: int = 1
     supersedes: UUID | None = None
     superseded_by: UUID | None = None
+    #: The entries a ``merge`` folded into this one: erasing any of them erases this one too.
+    derived_from: list[str] = _json(list)
     embedding_status: str = Field(default="pending", max_length=16)
     # ``metadata`` is reserved by SQLAlchemy's declarative base; the column keeps its wire name.
     meta: dict[str, Any] = Field(default_factory=dict, sa_column=sa.Column("metadata", JSONB, nullable=False))
@@ -114,6 +122,27 @@ class MemoryEntry(SQLModel, table=True):
         default=None,
         sa_column=sa.Column("search", TSVECTOR, sa.Computed("to_tsvector('english', text)", persisted=True)),
     )
+
+
+class Erasure(SQLModel, table=True):
+    """A tombstone: what a purge or delete erased, so nothing derived from input older than the
+    erasure is ever written again (a replayed session, a late elective save). Holds scope and
+    fingerprints — hashes, never text."""
+
+    __tablename__ = "erasures"
+    __table_args__ = (sa.Index("ix_erasures_scope", "org_id", "agent_config_id", "owner_key"),)
+
+    id: UUID = Field(primary_key=True)
+    org_id: UUID
+    #: None: every agent config of the organization.
+    agent_config_id: UUID | None = None
+    owner_key: str = Field(max_length=256)
+    #: None: every session of the owner.
+    session_id: str | None = Field(default=None, max_length=200)
+    #: None: every text; else only these fingerprints (an entry delete).
+    fingerprints: list[str] | None = Field(default=None, sa_column=sa.Column(JSONB, nullable=True))
+    erased_at: datetime = _ts()
+    reason: str = Field(max_length=32)
 
 
 class RecallRecord(SQLModel, table=True):
@@ -232,3 +261,4 @@ INBOX = cast(sa.Table, InboxRecord.__table__)  # type: ignore[attr-defined]
 AUDIT_LOG = cast(sa.Table, AuditRecord.__table__)  # type: ignore[attr-defined]
 AUDIT_HEADS = cast(sa.Table, AuditHead.__table__)  # type: ignore[attr-defined]
 RECALLS = cast(sa.Table, RecallRecord.__table__)  # type: ignore[attr-defined]
+ERASURES = cast(sa.Table, Erasure.__table__)  # type: ignore[attr-defined]

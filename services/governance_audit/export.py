@@ -1,0 +1,104 @@
+"""``engram.memory.export`` (SPEC 7.2): one owner's memory in pages, oldest first.
+
+Every page is a new request: the token is verified and the caller authorized again, and the page
+token — signed over caller, organization, filters, position and expiry — only says where to go on.
+Each page is an audit record (``memory.exported``) naming the ids it disclosed. Export is the
+owner's copy of their data, so quarantined text is included (flagged ``quarantined``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import ColumnElement, and_, or_, select
+
+from contracts.errors import InvalidRequest
+from contracts.governance import ExportRequest, Page
+from services.governance_audit.access import Caller, target_key
+from services.governance_audit.inspect import ENTRY_COLUMNS, entry_view
+from shared import audit
+from shared.db.engine import Database
+from shared.db.models import ENTRIES
+from shared.page_tokens import PageTokens
+
+__all__ = ["export_page"]
+
+
+async def export_page(db: Database, pages: PageTokens, caller: Caller, request: ExportRequest) -> Page:
+    key = target_key(request.actor_ref)
+    caller.require("read", key)
+    agent_config_id = caller.agent_config(request.agent_config_id)
+    session_id = caller.session_only
+    filters = {
+        "agent_config_id": str(agent_config_id) if agent_config_id else None,
+        "owner": key,
+        "lifecycle": request.lifecycle,
+        "page_size": request.page_size,
+        "session_id": session_id,
+        "principal": caller.ref,
+    }
+    conditions: list[ColumnElement[bool]] = [ENTRIES.c.org_id == caller.org_id, ENTRIES.c.owner_key == key]
+    if agent_config_id is not None:
+        conditions.append(ENTRIES.c.agent_config_id == agent_config_id)
+    if request.lifecycle is not None:
+        conditions.append(ENTRIES.c.lifecycle.in_(request.lifecycle))
+    if session_id is not None:
+        conditions.append(ENTRIES.c.session_id == session_id)
+    if request.page_token is not None:
+        pos = pages.open(
+            request.page_token, purpose="export", org_id=caller.org_id, caller=caller.ref, filters=filters
+        )
+        conditions.append(_after(pos))
+    async with db.transaction() as session:
+        rows = (
+            await session.execute(
+                select(*ENTRY_COLUMNS)
+                .where(*conditions)
+                .order_by(ENTRIES.c.created_at, ENTRIES.c.id)
+                .limit(request.page_size + 1)
+            )
+        ).all()
+        more = len(rows) > request.page_size
+        rows = rows[: request.page_size]
+        entries = [entry_view(r) for r in rows]
+        await audit.append(
+            session,
+            caller.org_id,
+            [
+                audit.AuditEntry(
+                    kind="memory.exported",
+                    actor_ref=caller.ref,
+                    agent_config_id=agent_config_id,
+                    session_id=session_id,
+                    entry_ids=[e.id for e in entries],
+                    details={
+                        "owner": request.actor_ref,
+                        "count": len(entries),
+                        "continued": bool(request.page_token),
+                    },
+                )
+            ],
+        )
+    token = None
+    if more and rows:
+        last = rows[-1]
+        token = pages.issue(
+            purpose="export",
+            org_id=caller.org_id,
+            caller=caller.ref,
+            filters=filters,
+            position={"c": last.created_at.isoformat(), "id": str(last.id)},
+        )
+    return Page(entries=entries, next_page_token=token)
+
+
+def _after(pos: dict[str, Any]) -> ColumnElement[bool]:
+    """Keyset continuation of ``created_at, id``."""
+    try:
+        created = datetime.fromisoformat(str(pos["c"]))
+        last_id = UUID(str(pos["id"]))
+    except (KeyError, ValueError, TypeError):
+        raise InvalidRequest("invalid page token") from None
+    return or_(ENTRIES.c.created_at > created, and_(ENTRIES.c.created_at == created, ENTRIES.c.id > last_id))

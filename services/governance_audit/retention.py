@@ -1,0 +1,97 @@
+"""The retention sweeper (SPEC 7.2): deletes expired entries off the recall hot path.
+
+Recall already hides an entry the moment ``expires_at`` passes (its SQL predicate); the sweeper
+only reclaims the rows, vectors and cached results later, through the one erase path
+(``memory.purged`` with reason ``expired``, audit ``memory.expired``). Several governance
+instances may sweep at once: ``FOR UPDATE SKIP LOCKED`` hands each a disjoint batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from uuid import UUID
+
+from sqlalchemy import select
+
+from shared.db.engine import Database
+from shared.db.models import ENTRIES
+from shared.erasure import Erased, erase
+from shared.time import utcnow
+
+__all__ = ["RetentionSweeper"]
+
+log = logging.getLogger(__name__)
+
+AfterErase = Callable[[UUID, Erased], Awaitable[object]]
+
+
+class RetentionSweeper:
+    def __init__(
+        self, db: Database, after_erase: AfterErase, *, interval_s: float = 30.0, batch: int = 500
+    ) -> None:
+        self._db = db
+        self._after = after_erase
+        self._interval = interval_s
+        self._batch = batch
+        self._task: asyncio.Task[None] | None = None
+        self.swept = 0
+
+    async def sweep_once(self) -> int:
+        """Erase every entry expired by now, batch by batch; returns how many."""
+        total = 0
+        while True:
+            done: list[tuple[UUID, Erased]] = []
+            async with self._db.transaction() as session:
+                rows = (
+                    await session.execute(
+                        select(ENTRIES.c.id, ENTRIES.c.org_id)
+                        .where(ENTRIES.c.expires_at.is_not(None), ENTRIES.c.expires_at <= utcnow())
+                        .order_by(ENTRIES.c.expires_at)
+                        .limit(self._batch)
+                        .with_for_update(skip_locked=True)
+                    )
+                ).all()
+                by_org: dict[UUID, list[UUID]] = {}
+                for r in rows:
+                    by_org.setdefault(r.org_id, []).append(r.id)
+                # Organizations in a fixed order: their chain locks are taken in that order.
+                for org_id in sorted(by_org, key=str):
+                    erased = await erase(
+                        session,
+                        org_id=org_id,
+                        where=ENTRIES.c.id.in_(by_org[org_id]),
+                        reason="expired",
+                        requested_by="engram:retention",
+                        audit_kind="memory.expired",
+                    )
+                    done.append((org_id, erased))
+            for org_id, erased in done:
+                await self._after(org_id, erased)
+                total += len(erased.ids)
+            if len(rows) < self._batch:
+                break
+        self.swept += total
+        return total
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="retention-sweeper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                swept = await self.sweep_once()
+                if swept:
+                    log.info("retention sweeper erased %d expired entries", swept)
+            except Exception:  # Postgres away: try again next round
+                log.warning("retention sweep failed; retrying", exc_info=True)
+            await asyncio.sleep(self._interval)
