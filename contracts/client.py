@@ -8,6 +8,7 @@ header, so any language can do the same (see the README).
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, TypeVar
 from uuid import UUID
@@ -19,6 +20,19 @@ from pydantic import BaseModel
 from contracts.config import MemoryConfig
 from contracts.errors import error_for_code
 from contracts.events import SessionEnded
+from contracts.governance import (
+    DeleteRequest,
+    ExportRequest,
+    GetReply,
+    GetRequest,
+    ListRequest,
+    ManageReply,
+    ManageRequest,
+    Page,
+    PruneReply,
+    PurgeReceipt,
+    PurgeRequest,
+)
 from contracts.recall import (
     ExpandReply,
     ExpandRequest,
@@ -40,7 +54,14 @@ from contracts.subjects import (
     AUDIT_VERIFY,
     CONFIG_GET,
     CONFIG_PUT,
+    MEMORY_DELETE,
+    MEMORY_EXPORT,
     MEMORY_FEEDBACK,
+    MEMORY_GET,
+    MEMORY_LIST,
+    MEMORY_MANAGE,
+    MEMORY_PRUNE,
+    MEMORY_PURGE,
     MEMORY_SAVE,
     RECALL,
     RECALL_EXPAND,
@@ -154,6 +175,63 @@ class EngramClient:
         )
         data = await self.request(MEMORY_FEEDBACK, request.model_dump(mode="json", exclude_none=True))
         return FeedbackReply.model_validate(data)
+
+    # -- management (SPEC 7.1) --------------------------------------------------------------
+    async def list_entries(self, agent_config_id: UUID, **fields: Any) -> Page:
+        """One page of ``engram.memory.list``; pass ``page_token`` for the next."""
+        request = ListRequest.model_validate({"agent_config_id": agent_config_id, **fields})
+        return Page.model_validate(
+            await self.request(MEMORY_LIST, request.model_dump(mode="json", exclude_none=True))
+        )
+
+    async def get_entry(self, agent_config_id: UUID, entry_id: UUID, **fields: Any) -> GetReply:
+        request = GetRequest.model_validate(
+            {"agent_config_id": agent_config_id, "entry_id": entry_id, **fields}
+        )
+        return GetReply.model_validate(
+            await self.request(MEMORY_GET, request.model_dump(mode="json", exclude_none=True))
+        )
+
+    async def manage(self, agent_config_id: UUID, entry_id: UUID, op: str, **fields: Any) -> ManageReply:
+        request = ManageRequest.model_validate(
+            {"agent_config_id": agent_config_id, "entry_id": entry_id, "op": op, **fields}
+        )
+        data = await self.request(MEMORY_MANAGE, request.model_dump(mode="json", exclude_none=True))
+        return ManageReply.model_validate(data)
+
+    async def delete(self, agent_config_id: UUID, entry_id: UUID, **fields: Any) -> PurgeReceipt:
+        request = DeleteRequest.model_validate(
+            {"agent_config_id": agent_config_id, "entry_id": entry_id, **fields}
+        )
+        data = await self.request(MEMORY_DELETE, request.model_dump(mode="json", exclude_none=True))
+        return PurgeReceipt.model_validate(data)
+
+    async def purge(self, actor_ref: str, **fields: Any) -> PurgeReceipt:
+        """Erase everything ``actor_ref`` has (``agent_config_id``, ``session_id`` narrow it)."""
+        request = PurgeRequest.model_validate({"actor_ref": actor_ref, **fields})
+        data = await self.request(
+            MEMORY_PURGE, request.model_dump(mode="json", exclude_none=True), timeout=60
+        )
+        return PurgeReceipt.model_validate(data)
+
+    async def prune(self, agent_config_id: UUID, max_entries: int) -> PruneReply:
+        data = await self.request(
+            MEMORY_PRUNE, {"agent_config_id": str(agent_config_id), "max_entries": max_entries}
+        )
+        return PruneReply.model_validate(data)
+
+    async def export(self, actor_ref: str, **fields: Any) -> AsyncIterator[Page]:
+        """Every page of ``engram.memory.export`` in order (each page re-authorized by Engram)."""
+        token: str | None = None
+        while True:
+            request = ExportRequest.model_validate({"actor_ref": actor_ref, **fields, "page_token": token})
+            page = Page.model_validate(
+                await self.request(MEMORY_EXPORT, request.model_dump(mode="json", exclude_none=True))
+            )
+            yield page
+            token = page.next_page_token
+            if token is None:
+                return
 
     async def get_config(self, agent_config_id: UUID) -> ConfigReply:
         return ConfigReply.model_validate(

@@ -269,6 +269,126 @@ def token_mint(
     typer.echo(token)
 
 
+@app.command()
+def export(
+    actor: str = typer.Option(..., "--actor", help="Whose memory: end_user:ID, actor:ID or none."),
+    agent: UUID = typer.Option(None, "--agent", help="One agent config (default: all the token may see)."),
+    lifecycle: list[str] = typer.Option(None, "--lifecycle", help="Repeat: active, disabled, superseded ..."),
+    page_size: int = typer.Option(500, "--page-size"),
+    data_dir: Path = DATA_DIR,
+    nats_url: str = "",
+    token: str = "",
+) -> None:
+    """Write an owner's memory to stdout as JSON Lines (one entry per line); progress on stderr.
+
+    engram export --actor end_user:alice > alice.jsonl"""
+    import sys
+
+    from rich.progress import Progress
+
+    url, tok = _client_args(data_dir, nats_url, token)
+    fields: dict[str, Any] = {"page_size": page_size}
+    if agent is not None:
+        fields["agent_config_id"] = agent
+    if lifecycle:
+        fields["lifecycle"] = lifecycle
+
+    async def main() -> int:
+        written = 0
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task(f"exporting {actor}", total=None)
+            async with await EngramClient.connect(url, tok) as client:
+                async for page in client.export(actor, **fields):
+                    for entry in page.entries:
+                        sys.stdout.write(entry.model_dump_json() + "\n")
+                    written += len(page.entries)
+                    progress.update(task, completed=written)
+        sys.stdout.flush()
+        return written
+
+    count = asyncio.run(main())
+    Console(stderr=True).print(f"[green]exported[/] {count} entries of {actor}")
+
+
+@app.command()
+def purge(
+    actor: str = typer.Option(..., "--actor", help="Whose memory: end_user:ID, actor:ID or none."),
+    agent: UUID = typer.Option(None, "--agent", help="One agent config (default: all)."),
+    session: str = typer.Option(None, "--session", help="Only this session's memory."),
+    yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
+    data_dir: Path = DATA_DIR,
+    nats_url: str = "",
+    token: str = "",
+) -> None:
+    """Erase an owner's memory everywhere (rows, vectors, caches, recall history); prints the receipt."""
+    if not yes:
+        typer.confirm(
+            f"Erase all memory of {actor}{f' in session {session}' if session else ''}?", abort=True
+        )
+    url, tok = _client_args(data_dir, nats_url, token)
+    fields: dict[str, Any] = {"agent_config_id": agent, "session_id": session}
+
+    async def main() -> None:
+        async with await EngramClient.connect(url, tok) as client:
+            receipt = await client.purge(actor, **{k: v for k, v in fields.items() if v is not None})
+        console.print_json(receipt.model_dump_json(exclude={"entry_ids"}))
+
+    asyncio.run(main())
+
+
+@audit_app.command("tail")
+def audit_tail(
+    org: UUID = typer.Option(None, "--org", help="Only this organization (default: the data dir's)."),
+    kind: str = typer.Option("*.*", "--kind", help="Record kinds, e.g. memory.purged or memory.*"),
+    from_start: bool = typer.Option(False, "--from-start", help="Replay what the stream still holds first."),
+    limit: int = typer.Option(0, "--limit", help="Stop after this many records (0 = follow until Ctrl-C)."),
+    data_dir: Path = DATA_DIR,
+    nats_url: str = "",
+) -> None:
+    """Follow the audit stream (``engram.audit.<kind>`` on ENGRAM_AUDIT), one line per record."""
+    import nats
+    from nats.js.api import DeliverPolicy
+
+    url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
+    if org is None and connection_file(data_dir).exists():
+        org = UUID(_connection(data_dir)["org_id"])
+
+    async def main() -> None:
+        nc = await nats.connect(url)
+        seen = 0
+        try:
+            sub = await nc.jetstream().subscribe(
+                f"engram.audit.{kind}",
+                ordered_consumer=True,
+                deliver_policy=DeliverPolicy.ALL if from_start else DeliverPolicy.NEW,
+            )
+            stop = asyncio.ensure_future(_wait_for_signal()) if limit == 0 else None
+            while limit == 0 or seen < limit:
+                if stop is not None and stop.done():
+                    break
+                try:
+                    msg = await sub.next_msg(timeout=0.5)
+                except TimeoutError:
+                    continue
+                record = json.loads(msg.data)
+                if org is not None and record.get("org_id") != str(org):
+                    continue
+                seen += 1
+                ids = record.get("entry_ids") or []
+                when = str(record.get("occurred_at", ""))[:23]
+                console.print(
+                    f"{when} #{record.get('seq')} [bold]{record.get('kind')}[/] "
+                    f"by {record.get('actor_ref') or '-'} ids={len(ids)} "
+                    f"{json.dumps(record.get('details') or {}, sort_keys=True)[:160]}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+        finally:
+            await nc.close()
+
+    asyncio.run(main())
+
+
 @audit_app.command("verify")
 def audit_verify(data_dir: Path = DATA_DIR, nats_url: str = "", token: str = "") -> None:
     """Check the organization's audit chain; exits 1 and names the first broken record if any."""

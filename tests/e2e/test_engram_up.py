@@ -47,6 +47,15 @@ DEMO_TIMEOUT_S = 120.0
 # --- processes --------------------------------------------------------------------------------
 
 
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``engram`` command to completion (bounded), failing on a non-zero exit."""
+    done = subprocess.run(
+        [str(ENGRAM), *args], capture_output=True, text=True, timeout=60, env=_clean_env(), check=False
+    )
+    assert done.returncode == 0, f"engram {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}"
+    return done
+
+
 def _clean_env() -> dict[str, str]:
     """The caller's environment without ENGRAM_* (so the embedded NATS and Postgres are used)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
@@ -282,6 +291,36 @@ async def test_engram_up_serves_sessions_and_config_then_stops_cleanly(
             assert reply["agent_config_id"] == str(agent)
             assert reply["version"] == 1  # created with defaults by the first save
             assert reply["config"] == MemoryConfig().model_dump(mode="json")
+
+            # The operator's CLI against the running stack: export as JSON Lines, tail the audit.
+            exported = await asyncio.to_thread(
+                _cli, "export", "--actor", "end_user:alice", "--data-dir", str(data_dir)
+            )
+            lines = [json.loads(line) for line in exported.stdout.splitlines() if line.strip()]
+            assert lines, exported.stderr
+            assert all(e["owner"] == {"kind": "end_user", "id": "alice"} for e in lines)
+            assert {e["session_id"] for e in lines} == {payload["session_id"]}
+            tail = await asyncio.to_thread(
+                _cli, "audit", "tail", "--from-start", "--limit", "3", "--data-dir", str(data_dir)
+            )
+            assert "memory.saved" in tail.stdout or "distill.completed" in tail.stdout, tail.stdout
+            assert (
+                "memory.exported"
+                in (
+                    await asyncio.to_thread(
+                        _cli,
+                        "audit",
+                        "tail",
+                        "--from-start",
+                        "--kind",
+                        "memory.exported",
+                        "--limit",
+                        "1",
+                        "--data-dir",
+                        str(data_dir),
+                    )
+                ).stdout
+            )
         finally:
             await nc.close()
 
