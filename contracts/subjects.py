@@ -99,6 +99,8 @@ class StreamDef:
     duplicate_window_seconds: int = 120
     max_msg_bytes: int = 1024 * 1024
     description: str = ""
+    #: A message is removed once its one consumer acknowledges it (JetStream work-queue retention).
+    work_queue: bool = False
 
 
 # Audit query/verify are request-reply on the same ``engram.audit.*`` namespace; the audit
@@ -108,10 +110,13 @@ STREAMS: tuple[StreamDef, ...] = (
     StreamDef(
         name="ENGRAM_SESSIONS",
         subjects=(SESSION_ENDED, SESSION_VALIDATED, MEMORY_SAVE_ACCEPTED),
-        # Sessions carry raw traces and text: keep them only as long as processing needs.
+        # Sessions and saves carry raw traces and memory text: a work queue drops each message as
+        # soon as it has been processed, so no text outlives its processing (an erased memory must
+        # not live on in the stream); max_age bounds what waits through a long outage.
         max_age_seconds=24 * 3600,
         duplicate_window_seconds=600,
-        description="Sessions and elective saves on their way in; short retention.",
+        description="Sessions and elective saves on their way in; removed once processed.",
+        work_queue=True,
     ),
     StreamDef(
         name="ENGRAM_MEMORY",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -13,13 +14,15 @@ from contracts.subjects import STREAMS, StreamDef
 
 __all__ = ["configured_streams", "ensure_streams", "patch_pull_timeout", "stream_config"]
 
+log = logging.getLogger(__name__)
+
 
 def stream_config(definition: StreamDef, *, replicas: int = 1) -> StreamConfig:
     return StreamConfig(
         name=definition.name,
         subjects=list(definition.subjects),
         description=definition.description,
-        retention=RetentionPolicy.LIMITS,
+        retention=RetentionPolicy.WORK_QUEUE if definition.work_queue else RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
         max_age=float(definition.max_age_seconds),
@@ -42,11 +45,27 @@ async def ensure_streams(js: JetStreamContext, definitions: Iterable[StreamDef] 
     for definition in definitions:
         config = stream_config(definition)
         try:
-            await js.stream_info(definition.name)
+            info = await js.stream_info(definition.name)
         except NotFoundError:
             await js.add_stream(config)
-        else:
-            await js.update_stream(config)
+            continue
+        if info.config.retention != config.retention:
+            # JetStream cannot change a stream's retention in place; an empty stream is recreated,
+            # one still holding messages is left as it is until an operator drains it.
+            if info.state.messages == 0:
+                await js.delete_stream(definition.name)
+                await js.add_stream(config)
+            else:
+                log.error(
+                    "stream %s has retention %s, the contract says %s; drain it and restart to switch",
+                    definition.name,
+                    info.config.retention,
+                    config.retention,
+                )
+                config.retention = info.config.retention
+                await js.update_stream(config)
+            continue
+        await js.update_stream(config)
 
 
 def patch_pull_timeout() -> None:

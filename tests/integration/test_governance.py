@@ -222,6 +222,18 @@ async def test_purge_erases_rows_vectors_cache_and_history_and_nothing_comes_bac
         ).scalar_one()
     assert tombstones == 1
 
+    # No memory text in any stream: sessions leave ENGRAM_SESSIONS once processed (work queue);
+    # memory and audit streams carry ids only.
+    js = nc.jetstream()
+    for stream in ("ENGRAM_SESSIONS", "ENGRAM_MEMORY", "ENGRAM_AUDIT"):
+        state = (await js.stream_info(stream)).state
+        for seq in range(state.first_seq, state.last_seq + 1):
+            try:
+                msg = await js.get_msg(stream, seq)
+            except Exception:  # noqa: S112 (deleted/acked sequence numbers leave gaps)
+                continue
+            assert b"quota exceeded" not in (msg.data or b""), (stream, seq)
+
 
 async def test_prune_keeps_pinned_and_reports_deleted_and_remaining(
     engram: Infra, nc: Client, tokens: TokenService, org: UUID, agent: UUID, service_token: str
