@@ -149,7 +149,8 @@ class Recall:
                     owner_keys,
                     strategy,
                     warnings,
-                    request.model_dump(mode="json", exclude={"principal"}),
+                    # The cached strategies ignore the cue: one entry serves every cue.
+                    request.model_dump(mode="json", exclude={"principal", "cue"}),
                     config.model_dump(mode="json"),
                 ],
                 sort_keys=True,

@@ -53,7 +53,8 @@ async def test_list_pages_by_importance_and_get_shows_everything(
     ids = await save(nc, service_token, agent, [f"fact number {i}" for i in range(25)], principal=ALICE)
     alice = mint(tokens, org, "end_user:alice", {"memory.read", "memory.write"})
     first = await request(nc, "engram.memory.list", {"agent_config_id": str(agent)}, alice)
-    assert len(first["entries"]) == 20 and first["next_page_token"]
+    assert len(first["entries"]) == 20
+    assert first["next_page_token"]
     importances = [e["importance"] for e in first["entries"]]
     assert importances == sorted(importances, reverse=True)
     second = await request(
@@ -62,7 +63,8 @@ async def test_list_pages_by_importance_and_get_shows_everything(
         {"agent_config_id": str(agent), "page_token": first["next_page_token"]},
         alice,
     )
-    assert len(second["entries"]) == 5 and second["next_page_token"] is None
+    assert len(second["entries"]) == 5
+    assert second["next_page_token"] is None
     seen = [e["id"] for e in first["entries"] + second["entries"]]
     assert sorted(seen) == sorted(ids)
     got = await request(nc, "engram.memory.get", {"agent_config_id": str(agent), "entry_id": ids[0]}, alice)
@@ -95,9 +97,8 @@ async def test_manage_ops_pin_disable_edit_with_history_merge_and_rescope(
     assert (await manage({"entry_id": c, "op": "disable"}))["entry"]["lifecycle"] == "disabled"
     assert (await manage({"entry_id": c, "op": "enable"}))["entry"]["lifecycle"] == "active"
     marked = await manage({"entry_id": c, "op": "mark_incorrect"})
-    assert marked["entry"]["lifecycle"] == "suppressed" and marked["entry"]["reliability"] == pytest.approx(
-        0.7
-    )
+    assert marked["entry"]["lifecycle"] == "suppressed"
+    assert marked["entry"]["reliability"] == pytest.approx(0.7)
 
     # procedural types version on edit: the old version is kept, superseded, in the history
     await request(
@@ -108,7 +109,9 @@ async def test_manage_ops_pin_disable_edit_with_history_merge_and_rescope(
     )
     edited = await manage({"entry_id": a, "op": "edit", "text": "Use four spaces, not tabs."})
     new_id = edited["entry"]["id"]
-    assert new_id != a and edited["entry"]["version"] == 2 and edited["entry"]["supersedes"] == a
+    assert new_id != a
+    assert edited["entry"]["version"] == 2
+    assert edited["entry"]["supersedes"] == a
     history = await request(
         nc, "engram.memory.get", {"agent_config_id": str(agent), "entry_id": new_id, "history": True}, alice
     )
@@ -117,13 +120,15 @@ async def test_manage_ops_pin_disable_edit_with_history_merge_and_rescope(
     # editing a superseded version is refused; PII in an edit is redacted like any save
     assert (await manage({"entry_id": a, "op": "edit", "text": "x"}))["error"]["code"] == "INVALID_REQUEST"
     redacted = await manage({"entry_id": new_id, "op": "edit", "text": "Mail ops@example.com for access."})
-    assert "ops@example.com" not in redacted["entry"]["text"] and redacted["entry"]["redaction"] == ["EMAIL"]
+    assert "ops@example.com" not in redacted["entry"]["text"]
+    assert redacted["entry"]["redaction"] == ["EMAIL"]
 
     merged = await manage(
         {"entry_id": b, "op": "merge", "merge_with": [c], "text": "Tabs, never Friday deploys."}
     )
     m = merged["entry"]
-    assert sorted(m["derived_from"]) == sorted([b, c]) and m["lifecycle"] == "active"
+    assert sorted(m["derived_from"]) == sorted([b, c])
+    assert m["lifecycle"] == "active"
     assert await count(db, ENTRIES.c.id.in_([UUID(b), UUID(c)]), ENTRIES.c.lifecycle == "superseded") == 2
 
     # rescope is admin-only; an admin moves the entry to the shared pool
@@ -159,7 +164,8 @@ async def test_delete_erases_the_entry_its_versions_and_merges(
     receipt = await request(nc, "engram.memory.delete", {"agent_config_id": str(agent), "entry_id": a}, alice)
     # a, the merge it went into, and b (the merge's other source) are one memory's lineage
     assert sorted(receipt["entry_ids"]) == sorted([a, b, merged["entry"]["id"]])
-    assert receipt["entries"] == 3 and receipt["derived"] == 2
+    assert receipt["entries"] == 3
+    assert receipt["derived"] == 2
     assert await count(db, ENTRIES.c.org_id == org) == 1
     assert await count(db, ENTRIES.c.id == UUID(keep)) == 1
 
@@ -196,8 +202,10 @@ async def test_purge_erases_rows_vectors_cache_and_history_and_nothing_comes_bac
     receipt = await request(
         nc, "engram.memory.purge", {"agent_config_id": str(agent), "actor_ref": "end_user:alice"}, alice
     )
-    assert receipt["entries"] == before["count"] and receipt["vectors"] == receipt["entries"]
-    assert receipt["recall_records"] >= 0 and receipt["vectors_deferred"] is False
+    assert receipt["entries"] == before["count"]
+    assert receipt["vectors"] == receipt["entries"]
+    assert receipt["recall_records"] >= 0
+    assert receipt["vectors_deferred"] is False
     assert await count(db, ENTRIES.c.org_id == org, ENTRIES.c.owner_key == "end_user:alice") == 0
     assert await count(db, ENTRIES.c.id == UUID(kept[0])) == 1
     after = await request(nc, "engram.recall", recall_body, service_token)
@@ -251,7 +259,8 @@ async def test_prune_keeps_pinned_and_reports_deleted_and_remaining(
     assert reply == {"deleted": 4, "remaining": 2}
     listed = await request(nc, "engram.memory.list", {"agent_config_id": str(agent)}, service_token)
     remaining = {e["id"] for e in listed["entries"]}
-    assert ids[0] in remaining and ids[5] in remaining  # pinned, and the most important
+    assert ids[0] in remaining
+    assert ids[5] in remaining
 
 
 async def test_export_pages_then_refuses_tampered_tokens(
@@ -273,11 +282,13 @@ async def test_export_pages_then_refuses_tampered_tokens(
         if token is None:
             break
         last_token = token
-    assert sorted(got) == sorted(ids) and pages == 3
+    assert sorted(got) == sorted(ids)
+    assert pages == 3
     flipped = last_token[:-3] + ("A" if last_token[-3] != "A" else "B") + last_token[-2:]
     for bad in (flipped, last_token[:20], "x.y", last_token + "A"):
         reply = await request(nc, "engram.memory.export", {**body, "page_token": bad}, alice)
-        assert reply["error"]["code"] == "INVALID_REQUEST" and "entries" not in reply
+        assert reply["error"]["code"] == "INVALID_REQUEST"
+        assert "entries" not in reply
     # reused on another filter
     other = await request(
         nc, "engram.memory.export", {**body, "lifecycle": ["active"], "page_token": last_token}, alice
