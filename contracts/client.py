@@ -87,8 +87,17 @@ class EngramClient:
 
     @classmethod
     # The timeout is the per-request default, not a deadline for this call.
-    async def connect(cls, url: str, token: str, *, timeout: float = 5.0) -> EngramClient:  # noqa: ASYNC109
-        nc = await nats.connect(url, name="engram-client")
+    async def connect(
+        cls,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 5.0,  # noqa: ASYNC109
+        inbox_prefix: str = "_INBOX",
+    ) -> EngramClient:
+        """``inbox_prefix``: where replies come back; with the least-privilege NATS users of
+        ``infra/nats/engram-auth.conf`` the ``platform`` user receives only on ``_INBOX_platform``."""
+        nc = await nats.connect(url, name="engram-client", inbox_prefix=inbox_prefix)
         return cls(nc, token, timeout=timeout, owns_connection=True)
 
     async def __aenter__(self) -> EngramClient:

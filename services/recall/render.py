@@ -72,8 +72,15 @@ def _skeleton(view: str) -> str:
     return "".join(ch for ch in bare.translate(_LOOKALIKES) if ch.isascii() and ch.isalnum())
 
 
+# In ASCII text every opener _OPENER knows starts with one of these (NFKC and case folding change
+# no ASCII character into another that matters), so text without them has nothing to neutralize.
+_ASCII_TRIGGERS = re.compile(r"[<&\\%]")
+
+
 def neutralize(text: str) -> str:
     """``text`` with every tag opener that leads into ``engram`` replaced by U+2039 (module docstring)."""
+    if text.isascii() and _ASCII_TRIGGERS.search(text) is None:
+        return text  # the common case, without the per-character unicode view
     view, origin = _view(text)
     spans: list[tuple[int, int]] = []
     for m in _OPENER.finditer(view):
