@@ -3,8 +3,6 @@ the caller may see — the predicate is built in one place, so no strategy can f
 
 from __future__ import annotations
 
-import math
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,7 +10,21 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Select, Text, and_, func, or_, select, text, union
+from sqlalchemy import (
+    ColumnElement,
+    Float,
+    Select,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    func,
+    or_,
+    select,
+    text,
+    true,
+    union,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.recall import RecallFilters
@@ -190,43 +202,50 @@ async def lexical_scores(
     """Okapi BM25 over Postgres full-text lexemes (English stemming, stop words removed): ids
     whose text shares a cue term, best first.
 
-    Postgres finds the entries that contain any cue lexeme (GIN index); their lexeme counts and
-    lengths come back as ``tsvector`` text and are scored here. Every entry of the scope that
-    contains a cue term is among those matches, so document frequencies counted over them are
-    exact (up to ``_BM25_MAX_DOCS`` matches). IDF down-weights words that occur everywhere —
-    a speaker's name, say — which plain ``ts_rank`` cannot.
+    Postgres finds the entries that contain any cue lexeme (GIN index), unnests their lexemes and
+    scores them in the same statement: only ``(id, score)`` pairs come back. Every entry of the
+    scope that contains a cue term is among those matches, so document frequencies counted over
+    them are exact (up to ``_BM25_MAX_DOCS`` matches). IDF down-weights words that occur
+    everywhere (a speaker's name, say), which plain ``ts_rank`` cannot. Document length is the
+    number of distinct lexemes (``length(tsvector)``); a term's frequency is its position count.
     """
     query = func.to_tsquery("english", _or_query(cue))
-    cue_terms = await _lexemes(session, cue)
-    if not cue_terms:
-        return []
-    stmt = (
-        select(ENTRIES.c.id, func.cast(ENTRIES.c.search, Text))
+    total, avg_len = await _corpus(session, scope)
+    matches = (
+        select(ENTRIES.c.id, ENTRIES.c.search)
         .where(scope.predicate(), ENTRIES.c.search.op("@@")(query))
         .order_by(func.ts_rank_cd(ENTRIES.c.search, query, text("1|32")).desc(), ENTRIES.c.id)
         .limit(_BM25_MAX_DOCS)
+        .cte("matches")
     )
-    docs = [(row[0], _parse_tsvector(row[1])) for row in (await session.execute(stmt)).all()]
-    if not docs:
-        return []
-    total, avg_len = await _corpus(session, scope)
-    total = max(total, len(docs))
-    df = {t: sum(1 for _, tf in docs if t in tf) for t in cue_terms}
-    idf = {t: math.log(1 + (total - n + 0.5) / (n + 0.5)) for t, n in df.items()}
-    scored = []
-    for entry_id, tf in docs:
-        length = len(tf) or 1  # distinct lexemes, as Postgres's length(tsvector) counts them
-        norm = _BM25_K1 * (1 - _BM25_B + _BM25_B * length / max(avg_len, 1.0))
-        score = sum(idf[t] * tf[t] * (_BM25_K1 + 1) / (tf[t] + norm) for t in cue_terms if t in tf)
-        scored.append((score, entry_id))
-    scored.sort(key=lambda pair: (-pair[0], str(pair[1])))
-    return [(entry_id, score) for score, entry_id in scored[:limit]]
-
-
-async def _lexemes(session: AsyncSession, cue: str) -> list[str]:
-    """The cue's lexemes exactly as Postgres derives them for stored texts."""
-    row = (await session.execute(select(func.cast(func.to_tsvector("english", cue), Text)))).scalar_one()
-    return list(_parse_tsvector(row))
+    lexemes = func.unnest(matches.c.search).table_valued("lexeme", "positions", "weights").alias("u")
+    cue_terms = func.tsvector_to_array(func.to_tsvector("english", cue))
+    terms = (
+        select(
+            matches.c.id,
+            lexemes.c.lexeme,
+            func.coalesce(func.cardinality(lexemes.c.positions), 1).label("tf"),
+            func.greatest(func.length(matches.c.search), 1).label("len"),
+        )
+        .select_from(matches.join(lexemes, true()))
+        .where(lexemes.c.lexeme == any_(cue_terms))
+        .cte("terms")
+    )
+    df = select(terms.c.lexeme, func.count().label("n")).group_by(terms.c.lexeme).cte("df")
+    matched = select(func.count()).select_from(matches).scalar_subquery()
+    n_docs = func.greatest(bindparam("total", float(total), Float), matched)
+    idf = func.ln(1 + (n_docs - df.c.n + 0.5) / (df.c.n + 0.5))
+    avg = bindparam("avg_len", max(avg_len, 1.0), Float)
+    norm = _BM25_K1 * (1 - _BM25_B + _BM25_B * terms.c.len / avg)
+    score = func.sum(idf * terms.c.tf * (_BM25_K1 + 1) / (terms.c.tf + norm))
+    stmt = (
+        select(terms.c.id, score.label("score"))
+        .select_from(terms.join(df, df.c.lexeme == terms.c.lexeme))
+        .group_by(terms.c.id)
+        .order_by(score.desc(), func.cast(terms.c.id, Text))
+        .limit(limit)
+    )
+    return [(row[0], float(row[1])) for row in (await session.execute(stmt)).all()]
 
 
 async def _corpus(session: AsyncSession, scope: Scope) -> tuple[int, float]:
@@ -246,21 +265,6 @@ async def _corpus(session: AsyncSession, scope: Scope) -> tuple[int, float]:
         _corpus_stats.clear()
     _corpus_stats[key] = (time.monotonic(), total, avg_len)
     return total, avg_len
-
-
-def _parse_tsvector(value: str | None) -> dict[str, int]:
-    """``'card':3 'declin':4,7`` → ``{"card": 1, "declin": 2}`` (term → occurrences)."""
-    out: dict[str, int] = {}
-    if not value:
-        return out
-    for match in _TSV_ENTRY.finditer(value):
-        lexeme = match.group(1).replace("''", "'")
-        positions = match.group(2)
-        out[lexeme] = positions.count(",") + 1 if positions else 1
-    return out
-
-
-_TSV_ENTRY = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
 
 
 def _or_query(cue: str) -> str:
