@@ -133,8 +133,10 @@ class AuditEvent(Outbound):
 class DeadLetter(Outbound):
     """``engram.dlq.<source>``: an event that could not be processed, with the reason.
 
-    The original bytes are kept (base64) so an operator can fix and replay; the dead-letter
-    stream has a bounded retention for that reason.
+    The original bytes are kept (base64) so an operator can fix and replay, with every PII value
+    replaced by its typed placeholder — a rejected session must not keep an e-mail address or a
+    card number in the stream for days; replaying the redacted copy distills the same lessons as
+    the save path would have stored. ``original_sha256`` identifies the exact original.
     """
 
     event_id: UUID = Field(default_factory=uuid4)
@@ -147,3 +149,6 @@ class DeadLetter(Outbound):
     details: dict[str, Any] = Field(default_factory=dict)
     deliveries: int = 1
     original_b64: str
+    original_sha256: str = ""
+    #: the PII kinds replaced in ``original_b64``.
+    redactions: list[str] = Field(default_factory=list)

@@ -4,6 +4,7 @@ record, in one transaction, and the consumer moves on. Nothing invalid is silent
 from __future__ import annotations
 
 import base64
+import hashlib
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -14,6 +15,7 @@ from contracts.events import DeadLetter
 from contracts.subjects import dead_letter_subject
 from shared import audit
 from shared.outbox import claim_inbox, enqueue
+from shared.policy import redact_pii
 
 __all__ = ["dead_letter", "delivery_key"]
 
@@ -59,6 +61,7 @@ async def dead_letter(
             )
         ],
     )
+    kept, kinds = redact_pii(msg.data.decode("utf-8", "replace"))
     letter = DeadLetter(
         event_id=uuid5(NAMESPACE_URL, f"engram-dlq:{consumer}:{key}"),
         source_subject=msg.subject,
@@ -67,7 +70,9 @@ async def dead_letter(
         reason=reason,
         details=details or {},
         deliveries=msg.metadata.num_delivered,
-        original_b64=base64.b64encode(msg.data).decode(),
+        original_b64=base64.b64encode(kept.encode()).decode(),
+        original_sha256=hashlib.sha256(msg.data).hexdigest(),
+        redactions=kinds,
     )
     await enqueue(session, dead_letter_subject(source), letter, letter.event_id)
     return True

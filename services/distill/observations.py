@@ -8,6 +8,7 @@ import json
 
 from contracts.events import SessionEnded, ToolCall
 from services.distill.save_path import Draft
+from shared.policy import clip_outside_pii
 
 __all__ = ["OBSERVATION_IMPORTANCE", "observation_drafts"]
 
@@ -23,7 +24,8 @@ def observation_drafts(session: SessionEnded) -> list[Draft]:
 
 def _short(value: object) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= _FIELD_CHARS else text[:_FIELD_CHARS] + "…"
+    # Never through a PII value: half a card number would no longer be redacted downstream.
+    return clip_outside_pii(text, _FIELD_CHARS + 1)
 
 
 def _observation(index: int, call: ToolCall) -> Draft:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -28,7 +28,7 @@ from shared import audit
 from shared.db.models import ENTRIES
 from shared.erasure import erased_before, prune_over_cap
 from shared.outbox import enqueue_many
-from shared.policy import PolicyDecision, apply_write_policy, fingerprint
+from shared.policy import PolicyDecision, apply_metadata_policy, apply_write_policy, fingerprint
 from shared.time import utcnow
 
 __all__ = [
@@ -186,9 +186,10 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
     tombstones = await _tombstones(session, items)
     for index, item in enumerate(items):
         for draft in item.drafts:
-            decision = _admit(draft, item.config, results[index])
-            if decision is None:
+            admitted = _admit(draft, item.config, results[index])
+            if admitted is None:
                 continue
+            decision, draft = admitted
             owner = owner_key(item.ctx.owner)
             key = (item.ctx.org_id, item.ctx.agent_config_id, owner, fingerprint(decision.text))
             if tombstones and _erased(tombstones, item.ctx, key):
@@ -303,8 +304,9 @@ def _erased(tombstones: list[Any], ctx: SaveContext, key: tuple[UUID, UUID, str,
     return False
 
 
-def _admit(draft: Draft, config: MemoryConfig, result: SaveResult) -> PolicyDecision | None:
-    """The checks before anything is stored; None (and a counted reason) when skipped."""
+def _admit(draft: Draft, config: MemoryConfig, result: SaveResult) -> tuple[PolicyDecision, Draft] | None:
+    """The checks before anything is stored: the decision and the draft as it may be stored
+    (metadata under the same PII handling as the text); None (and a counted reason) when skipped."""
     reason: str | None = None
     decision: PolicyDecision | None = None
     allowed_types = config.policy.memory_types_allowed
@@ -316,11 +318,19 @@ def _admit(draft: Draft, config: MemoryConfig, result: SaveResult) -> PolicyDeci
         decision = apply_write_policy(draft.text, config.pii_handling)
         if decision.denied is not None:
             reason = f"policy:{decision.denied}"
-    if reason is not None:
+        else:
+            metadata, kinds, denied = apply_metadata_policy(draft.metadata, config.pii_handling)
+            if denied is not None:
+                reason = f"policy:{denied}"
+            elif kinds:
+                draft = replace(draft, metadata=metadata)
+                merged = tuple(sorted({*decision.redactions, *kinds}))
+                decision = replace(decision, redactions=merged)
+    if reason is not None or decision is None:
         result.skipped += 1
-        result.skip_reasons[reason] += 1
+        result.skip_reasons[reason or "policy"] += 1
         return None
-    return decision
+    return decision, draft
 
 
 def _row_params(item: SaveItem, draft: Draft, decision: PolicyDecision, now: datetime) -> dict[str, Any]:

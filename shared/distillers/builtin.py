@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from contracts.events import SessionEnded, ToolCall
+from shared.policy import clip_outside_pii
 from shared.ports import Lesson, TraceSummary
 
 __all__ = ["MAX_LESSONS", "BuiltinDistiller", "distill_session"]
@@ -241,4 +242,5 @@ def _one_line(text: str) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    # Never through a PII value: half a card number would no longer be redacted downstream.
+    return clip_outside_pii(text, limit)

@@ -1,13 +1,14 @@
 """The write policy: normalization and fingerprints, PII redaction, injection detection (SPEC 4.3).
 
-Pure functions over text, standard library only, so every writer (distill, save, append, import)
-applies exactly the same rules.
+Pure functions over text (the standard library plus ``python-stdnum`` check digits and
+``phonenumbers`` numbering plans), so every writer (distill, save, append, import) applies exactly
+the same rules.
 """
 
 from shared.policy.injection import INJECTION_REASONS, find_injection, is_injection
 from shared.policy.normalize import fingerprint, normalize
-from shared.policy.pii import PII_KINDS, PiiFinding, find_pii, redact_pii
-from shared.policy.write_policy import PiiHandling, PolicyDecision, apply_write_policy
+from shared.policy.pii import PII_KINDS, PiiFinding, clip_outside_pii, find_pii, redact_pii
+from shared.policy.write_policy import PiiHandling, PolicyDecision, apply_metadata_policy, apply_write_policy
 
 __all__ = [
     "INJECTION_REASONS",
@@ -15,7 +16,9 @@ __all__ = [
     "PiiFinding",
     "PiiHandling",
     "PolicyDecision",
+    "apply_metadata_policy",
     "apply_write_policy",
+    "clip_outside_pii",
     "find_injection",
     "find_pii",
     "fingerprint",

@@ -7,12 +7,12 @@ stored with its reasons but never placed in a prompt (SPEC 5.4).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from shared.policy.injection import find_injection
 from shared.policy.pii import find_pii, redact_pii
 
-__all__ = ["PiiHandling", "PolicyDecision", "apply_write_policy"]
+__all__ = ["PiiHandling", "PolicyDecision", "apply_metadata_policy", "apply_write_policy"]
 
 PiiHandling = Literal["redact", "block", "allow"]
 DEFAULT_MAX_CHARS = 8000
@@ -66,3 +66,34 @@ def apply_write_policy(
 
 def _denied(text: str, reason: str) -> PolicyDecision:
     return PolicyDecision(text=text, redactions=(), quarantined=False, quarantine_reasons=(), denied=reason)
+
+
+def apply_metadata_policy(
+    metadata: dict[str, Any], pii_handling: PiiHandling
+) -> tuple[dict[str, Any], tuple[str, ...], str | None]:
+    """PII handling for every string inside an entry's ``metadata`` (keys and values, nested):
+    ``(metadata to store, kinds redacted, denial reason or None)``. Metadata is stored and
+    exported like the text, so it gets the same treatment; injection checks stay on the text,
+    which is what reaches a prompt."""
+    if pii_handling == "allow" or not metadata:
+        return metadata, (), None
+    kinds: set[str] = set()
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            if pii_handling == "block":
+                kinds.update(f.kind for f in find_pii(value))
+                return value
+            redacted, found = redact_pii(value)
+            kinds.update(found)
+            return redacted
+        if isinstance(value, dict):
+            return {clean(k): clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    cleaned = clean(metadata)
+    if pii_handling == "block" and kinds:
+        return metadata, (), "pii:" + ",".join(sorted(kinds))
+    return cleaned, tuple(sorted(kinds)), None

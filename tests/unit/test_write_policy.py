@@ -117,3 +117,31 @@ def test_decision_is_frozen() -> None:
     decision = apply_write_policy("fine", "redact")
     with pytest.raises(dataclasses.FrozenInstanceError):
         decision.denied = "changed"  # type: ignore[misc]
+
+
+def test_metadata_strings_get_the_texts_pii_handling() -> None:
+    from shared.policy import apply_metadata_policy
+
+    meta = {"contact": "ops@example.com", "nested": [{"ip": "10.1.2.3"}], "n": 3, "ok": "fine"}
+    stored, kinds, denied = apply_metadata_policy(meta, "redact")
+    assert denied is None
+    assert kinds == ("EMAIL", "IP_ADDRESS")
+    assert "ops@example.com" not in str(stored)
+    assert "10.1.2.3" not in str(stored)
+    assert stored["n"] == 3
+    assert stored["ok"] == "fine"
+    assert apply_metadata_policy(meta, "block")[2] == "pii:EMAIL,IP_ADDRESS"
+    assert apply_metadata_policy(meta, "allow") == (meta, (), None)
+    assert apply_metadata_policy({"ok": "fine"}, "block") == ({"ok": "fine"}, (), None)
+
+
+def test_clipping_never_cuts_through_a_pii_value() -> None:
+    from shared.policy import clip_outside_pii, find_pii
+
+    text = "payment failed for card 4111 1111 1111 1111 declined"
+    clipped = clip_outside_pii(text, 34)
+    assert clipped == "payment failed for card …"
+    assert not find_pii(clipped)
+    assert "4111" not in clipped
+    assert clip_outside_pii("short", 34) == "short"
+    assert clip_outside_pii("a" * 50, 10) == "a" * 9 + "…"
