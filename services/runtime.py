@@ -111,7 +111,8 @@ async def running_services(
             ),
         )
         relay = OutboxRelay(db, js)
-        sweepers: list[Any] = []
+        #: background tasks with start()/stop(): started with the subscribers, stopped after them.
+        workers: list[Any] = []
         infra = Infra(
             settings=settings,
             db=db,
@@ -144,9 +145,12 @@ async def running_services(
                 stack.push_async_callback(close)
             broker.include_router(distill_router(infra, distiller))
         if "embed" in names and vector_index is not None and embedder is not None:
+            from services.embed.router import EmbedPipeline
             from services.embed.router import build_router as embed_router
 
-            broker.include_router(embed_router(infra, embedder, vector_index))
+            pipeline = EmbedPipeline(infra, embedder, vector_index)
+            workers.append(pipeline)
+            broker.include_router(embed_router(infra, pipeline, vector_index))
         results = None
         if settings.redis_url and settings.result_cache_s > 0 and {"recall", "governance-audit"} & set(names):
             from shared.cache import ResultCache
@@ -181,16 +185,14 @@ async def running_services(
 
             erasures = Erasures(db, relay, index=vector_index, results=results)
             broker.include_router(governance_router(infra, erasures, results))
-            sweeper = RetentionSweeper(db, erasures.after_commit, interval_s=settings.retention_sweep_s)
-            sweepers.append(sweeper)
+            workers.append(RetentionSweeper(db, erasures.after_commit, interval_s=settings.retention_sweep_s))
         await broker.start()
         # Wait until the server has our subscriptions: a client told "ready" right after this
         # must not meet "no responders".
         await broker.connection.flush()
         await relay.start()
-        for sweeper in sweepers:
-            await sweeper.start()
-            stack.push_async_callback(sweeper.stop)
+        for worker in workers:
+            await worker.start()
         log.info("services running: %s", ", ".join(names))
         try:
             yield infra
@@ -199,6 +201,9 @@ async def running_services(
             # flush while the connection is still open, then the connection itself; the exit
             # stack then closes side effects, adapters and the database.
             await asyncio.gather(*(sub.stop() for sub in broker.subscribers), return_exceptions=True)
+            # Then the background workers finish what the subscribers handed them (acks included).
+            for worker in reversed(workers):
+                await worker.stop()
             await relay.stop()
             try:
                 await broker.stop()

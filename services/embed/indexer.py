@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -19,7 +20,7 @@ from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.ports import Embedder, VectorIndex, VectorPoint
 
-__all__ = ["IndexOutcome", "index_entries", "parse_purged", "parse_written"]
+__all__ = ["IndexOutcome", "index_entries", "index_rows", "load_pending", "parse_purged", "parse_written"]
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +78,29 @@ async def index_entries(
 
     Raises ``Unavailable`` when the embedder or the vector store is down (the caller retries).
     """
-    outcome = IndexOutcome()
+    todo, skipped = await load_pending(db, ids, force=force)
+    outcome = await index_rows(db, embedder, index, todo)
+    outcome.skipped += skipped
+    return outcome
+
+
+async def load_pending(db: Database, ids: Sequence[UUID], *, force: bool = False) -> tuple[list[Any], int]:
+    """The rows of ``ids`` still to embed (all existing ones with ``force``), and how many were
+    skipped (gone, or already indexed)."""
     unique = list(dict.fromkeys(ids))
     if not unique:
-        return outcome
+        return [], 0
     async with db.read() as session:
         rows = (await session.execute(_LOAD.where(ENTRIES.c.id.in_(unique)))).all()
     todo = [r for r in rows if force or r.embedding_status != "indexed"]
-    outcome.skipped = len(unique) - len(todo)
+    return todo, len(unique) - len(todo)
+
+
+async def index_rows(
+    db: Database, embedder: Embedder, index: VectorIndex, todo: Sequence[Any]
+) -> IndexOutcome:
+    """Embed ``todo`` (rows from :func:`load_pending`), upsert their vectors, mark them indexed."""
+    outcome = IndexOutcome()
     if not todo:
         return outcome
     try:

@@ -1,11 +1,19 @@
-"""embed's subscribers: ``memory.written`` → vectors, ``memory.purged`` → no vectors."""
+"""embed's subscribers: ``memory.written`` → vectors, ``memory.purged`` → no vectors.
+
+Written entries go through a two-stage pipeline so that the embedding model never waits for
+Postgres or NATS: the subscriber fetches a batch and loads its rows, then hands it to a worker
+that embeds, upserts and marks it, and only then acknowledges. The hand-over queue holds one
+batch, so while the model embeds batch N the subscriber already has batch N+1 loaded — and no
+more than two batches are ever unacknowledged.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
-from typing import Annotated
+from collections.abc import Awaitable, Sequence
+from typing import Annotated, Any
 
 from faststream import AckPolicy, Context
 from faststream.nats import ConsumerConfig, JStream, NatsRouter, PullSub
@@ -14,31 +22,74 @@ from nats.aio.msg import Msg
 from nats.errors import MsgAlreadyAckdError
 
 from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
-from services.embed.indexer import index_entries, parse_purged, parse_written
+from services.embed.indexer import index_rows, load_pending, parse_purged, parse_written
 from shared.infra import Infra
 from shared.ports import Embedder, VectorIndex
 
-__all__ = ["build_router"]
+__all__ = ["EmbedPipeline", "build_router"]
 
 log = logging.getLogger(__name__)
 
 
-def build_router(infra: Infra, embedder: Embedder, index: VectorIndex) -> NatsRouter:
+class EmbedPipeline:
+    def __init__(self, infra: Infra, embedder: Embedder, index: VectorIndex) -> None:
+        self._infra = infra
+        self._embedder = embedder
+        self._index = index
+        self._queue: asyncio.Queue[tuple[list[Msg], Sequence[Any]] | None] = asyncio.Queue(maxsize=1)
+        self._task: asyncio.Task[None] | None = None
+
+    async def settle(self, raw: list[Msg], work: Awaitable[object]) -> bool:
+        """Ack the batch when ``work`` succeeds, nak it (with backoff) when it fails."""
+        try:
+            await work
+        except Exception:
+            log.warning("a batch of %d failed; it will be redelivered", len(raw), exc_info=True)
+            await self._retry_later(raw)
+            return False
+        for m in raw:
+            await m.ack()
+        return True
+
+    async def _retry_later(self, raw: list[Msg]) -> None:
+        for m in raw:
+            with contextlib.suppress(MsgAlreadyAckdError):
+                await m.nak(delay=self._infra.backoff(m.metadata.num_delivered))
+
+    async def submit(self, raw: list[Msg]) -> None:
+        """Load the batch's rows (nak on failure) and queue it; waits while one is queued."""
+        ids = parse_written([m.data for m in raw])
+        try:
+            todo, _ = await load_pending(self._infra.db, ids)
+        except Exception:  # Postgres away: the batch comes back after the backoff
+            log.warning("loading a batch of %d failed; it will be redelivered", len(raw), exc_info=True)
+            await self._retry_later(raw)
+            return
+        await self._queue.put((raw, todo))
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="embed-pipeline")
+
+    async def stop(self) -> None:
+        """Finish what was handed over (the subscriber has stopped), then end the worker."""
+        if self._task is None:
+            return
+        await self._queue.put(None)
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def _run(self) -> None:
+        while (item := await self._queue.get()) is not None:
+            raw, todo = item
+            await self.settle(raw, index_rows(self._infra.db, self._embedder, self._index, todo))
+
+
+def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> NatsRouter:
     router = NatsRouter()
     stream = JStream("ENGRAM_MEMORY", declare=False)
     # An embedder or vector store outage is retried until it ends; nothing here is bad input.
     consumer = ConsumerConfig(ack_wait=infra.settings.ack_wait_s, max_deliver=-1)
-
-    async def settle(raw: list[Msg], work: Awaitable[object]) -> None:
-        try:
-            await work
-        except Exception:
-            for m in raw:
-                with contextlib.suppress(MsgAlreadyAckdError):
-                    await m.nak(delay=infra.backoff(m.metadata.num_delivered))
-            raise
-        for m in raw:
-            await m.ack()
 
     @router.subscriber(
         MEMORY_WRITTEN,
@@ -52,9 +103,7 @@ def build_router(infra: Infra, embedder: Embedder, index: VectorIndex) -> NatsRo
     )
     async def on_written(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
         """Embed and index written entries (a reinforcement of an indexed entry changes nothing)."""
-        raw: list[Msg] = msg.raw_message
-        ids = parse_written([m.data for m in raw])
-        await settle(raw, index_entries(infra.db, embedder, index, ids))
+        await pipeline.submit(msg.raw_message)
 
     @router.subscriber(
         MEMORY_PURGED,
@@ -68,6 +117,7 @@ def build_router(infra: Infra, embedder: Embedder, index: VectorIndex) -> NatsRo
     async def on_purged(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
         """Delete the vectors of purged and pruned entries."""
         raw: list[Msg] = msg.raw_message
-        await settle(raw, index.delete(parse_purged([m.data for m in raw])))
+        if not await pipeline.settle(raw, index.delete(parse_purged([m.data for m in raw]))):
+            raise RuntimeError("vector delete failed; redelivered")
 
     return router
