@@ -53,6 +53,17 @@ class Credential:
         if permission not in self.permissions:
             raise Forbidden(f"token lacks permission {permission!r}", {"permission": permission})
 
+    @property
+    def is_operator(self) -> bool:
+        """``memory.admin`` held by anyone but an end user: admin is an operator's permission, and
+        an end-user token carrying it is not trusted with other people's memory."""
+        return ADMIN in self.permissions and self.principal.kind != "end_user"
+
+    def require_operator(self) -> None:
+        self.require(ADMIN)
+        if self.principal.kind == "end_user":
+            raise Forbidden("memory.admin is an operator permission; an end-user token cannot use it")
+
     def require_agent_config(self, agent_config_id: UUID) -> None:
         if self.agent_config_id is not None and self.agent_config_id != agent_config_id:
             raise Forbidden("token is restricted to another agent config")
@@ -133,7 +144,11 @@ class TokenService:
             raise Unauthenticated("invalid token") from exc
         try:
             principal = Principal(kind=claims["pk"], id=claims.get("pid"))
-            perms = frozenset(str(p) for p in claims["perms"])
+            raw_perms = claims["perms"]
+            # A list of strings only: an object's keys ({"memory.admin": false}) grant nothing.
+            if not isinstance(raw_perms, list) or not all(isinstance(p, str) for p in raw_perms):
+                raise TypeError("perms must be a list of strings")
+            perms = frozenset(raw_perms)
             acfg = claims.get("acfg")
             return Credential(
                 org_id=UUID(str(claims["org"])),

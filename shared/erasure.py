@@ -252,6 +252,7 @@ async def prune_over_cap(
     requested_by: str,
     audit_kind: str = "memory.pruned",
     append_audit: bool = True,
+    audit_details: dict[str, Any] | None = None,
 ) -> tuple[Erased, int]:
     """Drop lowest importance, then oldest, until the agent config holds at most ``max_entries``
     (pinned entries exempt and never counted out). Returns what was erased and what remains."""
@@ -281,7 +282,7 @@ async def prune_over_cap(
         reason="prune",
         requested_by=requested_by,
         audit_kind=audit_kind,
-        audit_details={"max_entries": max_entries},
+        audit_details={"max_entries": max_entries, **(audit_details or {})},
         agent_config_id=agent_config_id,
         append_audit=append_audit,
     )

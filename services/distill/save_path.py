@@ -28,7 +28,13 @@ from shared import audit
 from shared.db.models import ENTRIES
 from shared.erasure import erased_before, prune_over_cap
 from shared.outbox import enqueue_many
-from shared.policy import PolicyDecision, apply_metadata_policy, apply_write_policy, fingerprint
+from shared.policy import (
+    PolicyDecision,
+    apply_metadata_policy,
+    apply_write_policy,
+    find_injection,
+    fingerprint,
+)
 from shared.time import utcnow
 
 __all__ = [
@@ -319,6 +325,11 @@ def _admit(draft: Draft, config: MemoryConfig, result: SaveResult) -> tuple[Poli
         if decision.denied is not None:
             reason = f"policy:{decision.denied}"
         else:
+            # The type is free-form and recall's narrative format shows it: an attack there
+            # quarantines the entry like an attack in its text.
+            type_attack = find_injection(draft.memory_type)
+            if type_attack and not decision.quarantined:
+                decision = replace(decision, quarantined=True, quarantine_reasons=("memory_type",))
             metadata, kinds, denied = apply_metadata_policy(draft.metadata, config.pii_handling)
             if denied is not None:
                 reason = f"policy:{denied}"

@@ -69,7 +69,24 @@ class Caller:
             return True
         if action == "read" and self.principal.kind == "actor" and key == SHARED_POOL:
             return True
-        return ADMIN in perms and self.principal.kind != "end_user"
+        return self.is_admin
+
+    @property
+    def via(self) -> dict[str, str]:
+        """For audit details: the token's own principal when it acts for someone else, so a
+        record says both for whom and by whom (a service acting for ``end_user:alice``)."""
+        token = self.credential.principal
+        return {"via": token.ref} if token != self.principal else {}
+
+    @property
+    def is_admin(self) -> bool:
+        """``memory.admin``, on a token that acts for anyone but an end user (see module doc)."""
+        return self.credential.is_operator and self.principal.kind != "end_user"
+
+    def require_admin(self) -> None:
+        self.credential.require_operator()
+        if self.principal.kind == "end_user":
+            raise Forbidden("memory.admin is an operator permission; not when acting for an end user")
 
     def require(self, action: Action, key: str) -> None:
         self.credential.require(_PERMISSION[action])

@@ -1,13 +1,19 @@
-"""``engram.audit.query`` / ``engram.audit.verify``: read and check the caller's own chain."""
+"""``engram.audit.query`` / ``engram.audit.verify``: read and check the caller's own chain.
+
+Both need ``memory.admin`` on an operator token (not an end user's). A token restricted to one
+agent config (or session) reads only that agent config's (session's) records, and cannot verify
+the whole chain, whose counts would describe the rest of the organization.
+"""
 
 from __future__ import annotations
 
 from sqlalchemy import select
 from sqlmodel import col
 
+from contracts.errors import Forbidden
 from contracts.requests import AuditQuery, AuditQueryReply, AuditVerify, AuditVerifyReply, BrokenLink
 from shared import audit
-from shared.auth import ADMIN, Credential
+from shared.auth import Credential
 from shared.db.models import AuditRecord
 from shared.infra import Infra
 
@@ -15,12 +21,18 @@ __all__ = ["query_audit", "verify_audit"]
 
 
 async def query_audit(infra: Infra, credential: Credential, request: AuditQuery) -> AuditQueryReply:
-    credential.require(ADMIN)
+    credential.require_operator()
+    agent_config_id = request.agent_config_id
+    if credential.agent_config_id is not None:
+        credential.require_agent_config(agent_config_id or credential.agent_config_id)
+        agent_config_id = credential.agent_config_id
     conditions = [col(AuditRecord.org_id) == credential.org_id, col(AuditRecord.seq) > request.after_seq]
     if request.kind is not None:
         conditions.append(col(AuditRecord.kind) == request.kind)
-    if request.agent_config_id is not None:
-        conditions.append(col(AuditRecord.agent_config_id) == request.agent_config_id)
+    if agent_config_id is not None:
+        conditions.append(col(AuditRecord.agent_config_id) == agent_config_id)
+    if credential.session_id is not None:
+        conditions.append(col(AuditRecord.session_id) == credential.session_id)
     async with infra.db.read() as db:
         rows = (
             (
@@ -37,7 +49,9 @@ async def query_audit(infra: Infra, credential: Credential, request: AuditQuery)
 
 
 async def verify_audit(infra: Infra, credential: Credential, request: AuditVerify) -> AuditVerifyReply:
-    credential.require(ADMIN)
+    credential.require_operator()
+    if credential.agent_config_id is not None or credential.session_id is not None:
+        raise Forbidden("verifying the organization's whole chain needs an unrestricted token")
     async with infra.db.read() as db:
         report = await audit.verify(db, credential.org_id)
     broken = (

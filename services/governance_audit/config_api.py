@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contracts.requests import ConfigGet, ConfigPut, ConfigReply
 from shared import audit
-from shared.auth import ADMIN, READ, Credential
+from shared.auth import READ, Credential
 from shared.config_store import load_config, put_config
 from shared.infra import Infra
 
@@ -20,7 +20,7 @@ async def get_config(infra: Infra, credential: Credential, request: ConfigGet) -
 
 
 async def set_config(infra: Infra, credential: Credential, request: ConfigPut) -> ConfigReply:
-    credential.require(ADMIN)
+    credential.require_operator()
     credential.require_agent_config(request.agent_config_id)
     async with infra.db.transaction() as db:
         config, version = await put_config(

@@ -17,7 +17,6 @@ from sqlalchemy import ColumnElement, and_, select
 from contracts.errors import NotFound
 from contracts.governance import DeleteRequest, PruneReply, PruneRequest, PurgeReceipt, PurgeRequest
 from services.governance_audit.access import Caller, target_key
-from shared.auth import ADMIN
 from shared.cache import ResultCache
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
@@ -69,6 +68,7 @@ class Erasures:
                 ],
                 recall_history_of=request.actor_ref,
                 agent_config_id=agent_config_id,
+                audit_details=caller.via,
             )
         return await self._receipt(caller.org_id, erased, request.actor_ref, request.session_id)
 
@@ -110,11 +110,12 @@ class Erasures:
                 ],
                 audit_kind="memory.deleted",
                 agent_config_id=request.agent_config_id,
+                audit_details=caller.via,
             )
         return await self._receipt(caller.org_id, erased, None, None)
 
     async def prune(self, caller: Caller, request: PruneRequest) -> PruneReply:
-        caller.credential.require(ADMIN)
+        caller.require_admin()  # a prune reaches every owner of the agent config
         caller.agent_config(request.agent_config_id)
         async with self._db.transaction() as session:
             erased, remaining = await prune_over_cap(
@@ -123,6 +124,7 @@ class Erasures:
                 agent_config_id=request.agent_config_id,
                 max_entries=request.max_entries,
                 requested_by=caller.ref,
+                audit_details=caller.via,
             )
         await self.after_commit(caller.org_id, erased)
         return PruneReply(deleted=len(erased.ids), remaining=remaining)

@@ -77,6 +77,7 @@ async def export_page(db: Database, pages: PageTokens, caller: Caller, request: 
                         "owner": request.actor_ref,
                         "count": len(entries),
                         "continued": bool(request.page_token),
+                        **caller.via,
                     },
                 )
             ],

@@ -19,7 +19,6 @@ from contracts.governance import EntryView, GetReply, GetRequest, ListRequest, P
 from services.governance_audit.access import Caller, target_key
 from services.recall.visibility import SHARED_POOL
 from shared import audit
-from shared.auth import ADMIN
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.page_tokens import PageTokens
@@ -133,7 +132,7 @@ async def list_entries(db: Database, pages: PageTokens, caller: Caller, request:
         ).all()
         more = len(rows) > request.page_size
         rows = rows[: request.page_size]
-        show = ADMIN in caller.credential.permissions
+        show = caller.is_admin
         entries = [entry_view(r, show_quarantined=show) for r in rows]
         await audit.append(
             session,
@@ -145,7 +144,7 @@ async def list_entries(db: Database, pages: PageTokens, caller: Caller, request:
                     agent_config_id=agent_config_id,
                     session_id=session_id,
                     entry_ids=[e.id for e in entries],
-                    details={"owners": list(keys), "count": len(entries)},
+                    details={"owners": list(keys), "count": len(entries), **caller.via},
                 )
             ],
         )
@@ -199,7 +198,7 @@ async def get_entry(db: Database, caller: Caller, request: GetRequest) -> GetRep
             or (caller.session_only is not None and row.session_id != caller.session_only)
         ):
             raise NotFound("no such entry")
-        show = ADMIN in caller.credential.permissions
+        show = caller.is_admin
         history: list[EntryView] = []
         if request.history:
             previous = row.supersedes
@@ -225,6 +224,7 @@ async def get_entry(db: Database, caller: Caller, request: GetRequest) -> GetRep
                     agent_config_id=request.agent_config_id,
                     session_id=row.session_id,
                     entry_ids=[row.id, *(h.id for h in history)],
+                    details=caller.via,
                 )
             ],
         )

@@ -52,7 +52,7 @@ async def manage_entry(session: AsyncSession, caller: Caller, request: ManageReq
     now = utcnow()
     affected: list[UUID] = [row.id]
     current: UUID | None = row.id
-    details: dict[str, Any] = {"op": request.op}
+    details: dict[str, Any] = {"op": request.op, **caller.via}
     op = request.op
     if op in ("pin", "unpin"):
         await _set(session, row.id, pinned=op == "pin", updated_at=now)
@@ -298,7 +298,7 @@ async def _rescope(session: AsyncSession, caller: Caller, row: Any, owner: str, 
         return [row.id]
     # Moving memory between owners is always cross-owner: admin only (SPEC 7.2).
     caller.require("write", key)
-    caller.credential.require("memory.admin")
+    caller.require_admin()
     family = [row.id, *(await lineage(session, row.org_id, {row.id}))]
     await _free(session, row, key, row.fingerprint, ignore=set(family))
     principal = Principal.parse_ref(owner) if key else None

@@ -42,6 +42,8 @@ from services.governance_audit.inspect import get_entry, list_entries
 from services.governance_audit.manage import manage_entry
 from shared.auth import Credential
 from shared.cache import ResultCache
+from shared.config_store import load_config
+from shared.db.engine import Database
 from shared.handlers import answer
 from shared.infra import Infra
 from shared.page_tokens import PageTokens
@@ -60,6 +62,22 @@ def _as_caller(
 
     async def run(credential: Credential, request: M) -> R:
         return await handler(resolve_caller(credential, getattr(request, "principal", None)), request)
+
+    return run
+
+
+def _own_agent_config(
+    db: Database, handler: Callable[[Caller, M], Awaitable[R]]
+) -> Callable[[Caller, M], Awaitable[R]]:
+    """An agent config of another organization is refused as such (``FORBIDDEN``), before the
+    handler — the same answer recall, save and config give, instead of an empty page."""
+
+    async def run(caller: Caller, request: M) -> R:
+        agent_config_id = getattr(request, "agent_config_id", None)
+        if agent_config_id is not None:
+            async with db.read() as session:
+                await load_config(session, caller.org_id, agent_config_id)
+        return await handler(caller, request)
 
     return run
 
@@ -91,11 +109,16 @@ def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None =
     serve(CONFIG_PUT, ConfigPut, put_config)
     serve(AUDIT_QUERY, AuditQuery, lambda c, r: query_audit(infra, c, r))
     serve(AUDIT_VERIFY, AuditVerify, lambda c, r: verify_audit(infra, c, r))
-    serve(MEMORY_LIST, ListRequest, _as_caller(lambda c, r: list_entries(infra.db, pages, c, r)))
-    serve(MEMORY_GET, GetRequest, _as_caller(lambda c, r: get_entry(infra.db, c, r)))
-    serve(MEMORY_EXPORT, ExportRequest, _as_caller(lambda c, r: export_page(infra.db, pages, c, r)))
-    serve(MEMORY_MANAGE, ManageRequest, _as_caller(manage))
-    serve(MEMORY_DELETE, DeleteRequest, _as_caller(erasures.delete))
-    serve(MEMORY_PURGE, PurgeRequest, _as_caller(erasures.purge))
-    serve(MEMORY_PRUNE, PruneRequest, _as_caller(erasures.prune))
+
+    def serve_memory(subject: str, model: type[M], handler: Callable[[Caller, M], Awaitable[Any]]) -> None:
+        """A management request: whom it acts for, then the agent config's organization, then it."""
+        serve(subject, model, _as_caller(_own_agent_config(infra.db, handler)))
+
+    serve_memory(MEMORY_LIST, ListRequest, lambda c, r: list_entries(infra.db, pages, c, r))
+    serve_memory(MEMORY_GET, GetRequest, lambda c, r: get_entry(infra.db, c, r))
+    serve_memory(MEMORY_EXPORT, ExportRequest, lambda c, r: export_page(infra.db, pages, c, r))
+    serve_memory(MEMORY_MANAGE, ManageRequest, manage)
+    serve_memory(MEMORY_DELETE, DeleteRequest, erasures.delete)
+    serve_memory(MEMORY_PURGE, PurgeRequest, erasures.purge)
+    serve_memory(MEMORY_PRUNE, PruneRequest, erasures.prune)
     return router

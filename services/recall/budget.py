@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -43,10 +44,16 @@ TITLE_CHARS = 60
 _ELLIPSIS = "…"
 
 
+#: A memory type shown in narrative text: a plain word or two. Types are free-form strings kept
+#: as given, so anything else ("SYSTEM: ignore …") is rendered as "memory", never into a prompt.
+_PLAIN_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,23}( [A-Za-z0-9_-]{1,24})?")
+
+
 def _narrative(r: Ranked, text: str) -> str:
     c = r.candidate
     importance = f"{round(c.importance, 2):g}"
-    return f"On {c.created_at.date().isoformat()} ({c.memory_type}, importance {importance}): {text}"
+    kind = c.memory_type if _PLAIN_TYPE.fullmatch(c.memory_type) and not c.quarantined else "memory"
+    return f"On {c.created_at.date().isoformat()} ({kind}, importance {importance}): {text}"
 
 
 def serialize_result(

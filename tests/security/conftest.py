@@ -1,0 +1,45 @@
+"""Security fixtures: the same in-process Engram as ``tests/conftest.py``, but with the embedder and
+the Qdrant Edge index built here and handed to ``running_services``, so a test can look into the
+very vector store recall searches (Edge is single-writer, in-process: there must be one instance)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from services.runtime import build_embedder, build_vector_index, running_services
+from shared.infra import Infra
+from shared.ports import Embedder, VectorIndex
+from shared.settings import EngramSettings
+from tests.security import support
+
+
+@pytest.fixture(scope="module")
+def embedder(settings: EngramSettings) -> Embedder:
+    return build_embedder(settings)
+
+
+@pytest.fixture(scope="module")
+async def vector_index(settings: EngramSettings, embedder: Embedder) -> AsyncIterator[VectorIndex]:
+    index = build_vector_index(settings, embedder)
+    assert index is not None
+    yield index
+    await index.close()
+
+
+@pytest.fixture(scope="module")
+async def engram(
+    settings: EngramSettings, embedder: Embedder, vector_index: VectorIndex
+) -> AsyncIterator[Infra]:
+    """Every service in-process on this module's NATS, sharing ``vector_index``."""
+    async with running_services(settings, embedder=embedder, vector_index=vector_index) as infra:
+        yield infra
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if support.LINES:
+        terminalreporter.section("security summary")
+        for line in support.LINES:
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"(counts kept in {support.RESULTS_FILE})")
