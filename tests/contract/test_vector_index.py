@@ -8,9 +8,11 @@ No servers: these run at unit-test speed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4, uuid5
@@ -275,6 +277,42 @@ class TestQdrantServerContract(VectorIndexSuite):
 
     def make(self, storage: AsyncQdrantClient, dimension: int) -> VectorIndex:
         return QdrantServerIndex(storage, "engram_vectors", dimension)
+
+
+@pytest.fixture(scope="session")
+def qdrant_url() -> Iterator[str]:
+    """A real Qdrant server: ``ENGRAM_TEST_QDRANT_URL`` if set, else one started with
+    testcontainers when a Docker engine answers; skipped (with the reason) otherwise."""
+    url = os.environ.get("ENGRAM_TEST_QDRANT_URL", "")
+    if url:
+        yield url
+        return
+    try:
+        from testcontainers.community.qdrant import QdrantContainer  # type: ignore[import-untyped]
+        from testcontainers.core.docker_client import DockerClient  # type: ignore[import-untyped]
+
+        DockerClient().client.ping()
+    except Exception as exc:  # no Docker engine here (this machine has none): say so, do not fail
+        pytest.skip(f"no real Qdrant server: set ENGRAM_TEST_QDRANT_URL or run a Docker engine ({exc})")
+    with QdrantContainer() as container:
+        yield f"http://{container.get_container_host_ip()}:{container.get_exposed_port(6333)}"
+
+
+class TestRealQdrantServerContract(VectorIndexSuite):
+    """The same suite against a real Qdrant server (a fresh collection per test)."""
+
+    @pytest.fixture
+    async def storage(self, qdrant_url: str) -> AsyncIterator[tuple[AsyncQdrantClient, str]]:
+        client = AsyncQdrantClient(url=qdrant_url, timeout=10)
+        collection = f"engram_test_{uuid4().hex}"
+        yield client, collection
+        with contextlib.suppress(Exception):
+            await client.delete_collection(collection)
+        await client.close()
+
+    def make(self, storage: tuple[AsyncQdrantClient, str], dimension: int) -> VectorIndex:
+        client, collection = storage
+        return QdrantServerIndex(client, collection, dimension)
 
 
 async def test_an_unreachable_qdrant_server_is_vector_unavailable() -> None:
