@@ -95,6 +95,9 @@ async def running_services(
         name=service_label,
         middlewares=[nats_telemetry_middleware(provider)],
         max_reconnect_attempts=-1,
+        # Replies to this process's own requests (JetStream API, acks, pulled messages) arrive
+        # under its own prefix, so least-privilege NATS users can keep each service to its own.
+        inbox_prefix=f"_INBOX_{service_label}",
         logger=logging.getLogger("engram.broker"),
         graceful_timeout=10.0,
     )
@@ -119,6 +122,7 @@ async def running_services(
             tokens=TokenService(settings.signing_keys(), settings.token_issuer),
             broker=broker,
             relay=relay,
+            inbox_prefix=f"_INBOX_{service_label}.".encode(),
         )
         # Governance erases vectors itself when the vector store is reachable from this process
         # (Edge shares the process with embed/recall, or a Qdrant server); else embed does.

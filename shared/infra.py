@@ -24,6 +24,9 @@ class Infra:
     tokens: TokenService
     broker: NatsBroker
     relay: OutboxRelay
+    #: Where JetStream delivers this process's pulled messages: the connection's own inbox
+    #: prefix (FastStream's pull subscribers take it per subscriber, defaulting to ``_INBOX.``).
+    inbox_prefix: bytes = b"_INBOX."
 
     @property
     def nc(self) -> Client:

@@ -31,6 +31,7 @@ def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
         durable=sessions.CONSUMER,
         # Batches amortize the transaction, inbox, audit and outbox work across sessions. The
         # timeout bounds what a lone session waits for company (latency at low load).
+        inbox_prefix=infra.inbox_prefix,
         pull_sub=PullSub(batch_size=100, timeout=0.02, batch=True),
         ack_policy=AckPolicy.MANUAL,
         config=consumer,
@@ -52,6 +53,7 @@ def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
         MEMORY_SAVE_ACCEPTED,
         stream=stream,
         durable=saves.CONSUMER,
+        inbox_prefix=infra.inbox_prefix,
         pull_sub=PullSub(batch_size=32, timeout=1.0),
         ack_policy=AckPolicy.MANUAL,
         config=consumer,

@@ -96,6 +96,7 @@ def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> N
         stream=stream,
         durable="embed",
         # Embedding models are fastest in batches; the timeout bounds a lone entry's wait.
+        inbox_prefix=infra.inbox_prefix,
         pull_sub=PullSub(batch_size=256, timeout=0.02, batch=True),
         ack_policy=AckPolicy.MANUAL,
         config=consumer,
@@ -109,6 +110,7 @@ def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> N
         MEMORY_PURGED,
         stream=stream,
         durable="embed-purge",
+        inbox_prefix=infra.inbox_prefix,
         pull_sub=PullSub(batch_size=256, timeout=0.02, batch=True),
         ack_policy=AckPolicy.MANUAL,
         config=consumer,

@@ -31,6 +31,7 @@ def build_router(infra: Infra) -> NatsRouter:
         stream=JStream("ENGRAM_SESSIONS", declare=False),
         durable=CONSUMER,
         # Batches amortize the inbox transaction; the timeout bounds a lone session's wait.
+        inbox_prefix=infra.inbox_prefix,
         pull_sub=PullSub(batch_size=100, timeout=0.02, batch=True),
         ack_policy=AckPolicy.MANUAL,
         # Bad input is dead-lettered on its first delivery; what is redelivered failed on an

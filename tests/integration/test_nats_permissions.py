@@ -48,7 +48,14 @@ pytestmark = pytest.mark.integration
 AUTH_CONF = Path(__file__).resolve().parents[2] / "infra" / "nats" / "engram-auth.conf"
 USERS = (*SERVICES, "platform", "audit-reader")
 #: External users have their own inbox prefix (see the config's comments); services use nats-py's.
-INBOX_PREFIX = {"platform": "_INBOX_platform", "audit-reader": "_INBOX_audit_reader"}
+INBOX_PREFIX = {
+    "platform": "_INBOX_platform",
+    "audit-reader": "_INBOX_audit_reader",
+    # services/runtime.py: each service process gets its own inbox prefix.
+    **{
+        name: f"_INBOX_engram-{name}" for name in ("ingest", "distill", "embed", "recall", "governance-audit")
+    },
+}
 
 
 def password_variable(user: str) -> str:
@@ -213,9 +220,14 @@ def _service_case(name: str, pub: list[str], sub: Sequence[tuple[str, str | None
     ] + [f"$JS.API.CONSUMER.CREATE.{stream}.sneaky.{filt}" for stream, _, filt in CONSUMERS[name]]
     return UserCase(
         allowed_pub=[*pub, *RELAY, *ENSURE_STREAMS, *own],
-        allowed_sub=[*sub, ("_INBOX.>", None), ("_INBOX.abc.*", None)],
+        allowed_sub=[*sub, (f"_INBOX_engram-{name}.>", None), (f"_INBOX_engram-{name}.abc.*", None)],
         refused_pub=[*SERVICE_FORBIDDEN_PUB, *others, *mismatched],
-        refused_sub=list(SERVICE_FORBIDDEN_SUB),
+        # Not the default inbox, nor another service's: what it pulled is its own business.
+        refused_sub=[
+            *SERVICE_FORBIDDEN_SUB,
+            ("_INBOX.>", None),
+            *((f"_INBOX_engram-{other}.>", None) for other in CONSUMERS if other != name),
+        ],
     )
 
 
