@@ -18,11 +18,11 @@ an operator's permission, and an end-user token carrying it is refused rather th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
 from contracts.common import Principal
-from contracts.errors import Forbidden, InvalidRequest
+from contracts.errors import Forbidden, InvalidRequest, NotFound
 from services.recall.visibility import SHARED_POOL, owner_key
 from shared.auth import ADMIN, PURGE, READ, WRITE, Credential, act_as
 
@@ -87,6 +87,18 @@ class Caller:
         self.credential.require_operator()
         if self.principal.kind == "end_user":
             raise Forbidden("memory.admin is an operator permission; not when acting for an end user")
+
+    def require_sees(self, row: Any) -> Any:
+        """``row`` (an entry with ``owner_key`` and ``session_id``, or None) if this caller may
+        read it; else ``NOT_FOUND``, exactly as for a missing entry — ids of other people's memory
+        are never confirmed."""
+        if (
+            row is None
+            or not self.may("read", row.owner_key)
+            or (self.session_only is not None and row.session_id != self.session_only)
+        ):
+            raise NotFound("no such entry")
+        return row
 
     def require(self, action: Action, key: str) -> None:
         self.credential.require(_PERMISSION[action])

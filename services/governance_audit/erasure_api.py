@@ -14,7 +14,6 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import ColumnElement, and_, select
 
-from contracts.errors import NotFound
 from contracts.governance import DeleteRequest, PruneReply, PruneRequest, PurgeReceipt, PurgeRequest
 from services.governance_audit.access import Caller, target_key
 from shared.cache import ResultCache
@@ -87,12 +86,7 @@ class Erasures:
                 )
             ).first()
             caller.credential.require("memory.write")
-            if (
-                row is None
-                or not caller.may("read", row.owner_key)
-                or (caller.session_only is not None and row.session_id != caller.session_only)
-            ):
-                raise NotFound("no such entry")
+            row = caller.require_sees(row)
             caller.require("write", row.owner_key)
             erased = await erase(
                 session,

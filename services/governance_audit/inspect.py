@@ -14,7 +14,6 @@ from uuid import UUID
 from sqlalchemy import ColumnElement, and_, or_, select
 
 from contracts.common import Principal
-from contracts.errors import NotFound
 from contracts.governance import EntryView, GetReply, GetRequest, ListRequest, Page
 from services.governance_audit.access import Caller, target_key
 from services.recall.visibility import SHARED_POOL
@@ -191,13 +190,7 @@ async def get_entry(db: Database, caller: Caller, request: GetRequest) -> GetRep
             )
         ).first()
         caller.credential.require("memory.read")
-        # Not one's to see reads exactly like not there: ids of others' memory are not confirmed.
-        if (
-            row is None
-            or not caller.may("read", row.owner_key)
-            or (caller.session_only is not None and row.session_id != caller.session_only)
-        ):
-            raise NotFound("no such entry")
+        row = caller.require_sees(row)
         show = caller.is_admin
         history: list[EntryView] = []
         if request.history:

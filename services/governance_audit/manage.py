@@ -23,7 +23,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.common import Principal
-from contracts.errors import InvalidRequest, NotFound, WritePolicyDenied
+from contracts.errors import InvalidRequest, WritePolicyDenied
 from contracts.events import MemoryWritten
 from contracts.governance import ManageReply, ManageRequest
 from contracts.subjects import MEMORY_WRITTEN
@@ -120,14 +120,7 @@ async def _load(session: AsyncSession, caller: Caller, entry_id: UUID, agent_con
             .with_for_update()
         )
     ).first()
-    # Someone else's entry reads exactly like a missing one: ids are not confirmed to strangers.
-    if (
-        row is None
-        or not caller.may("read", row.owner_key)
-        or (caller.session_only is not None and row.session_id != caller.session_only)
-    ):
-        raise NotFound("no such entry")
-    return row
+    return caller.require_sees(row)
 
 
 async def _row(session: AsyncSession, entry_id: UUID) -> Any:

@@ -187,19 +187,7 @@ class Recall:
             warnings.append("memory_context_quarantined")
         pack_id = uuid4()
         returned = tuple(UUID(str(r["id"])) for r in outcome.results)
-        self._effects.record(
-            Disclosure(
-                pack_id=pack_id,
-                org_id=credential.org_id,
-                agent_config_id=request.agent_config_id,
-                caller_ref=caller.ref,
-                session_id=request.session_id,
-                strategy=strategy,
-                cue_hash=hashlib.sha256(cue.encode()).hexdigest() if cue else None,
-                entry_ids=returned,
-                at=scope.now,
-            )
-        )
+        self._disclose(credential, request, caller, strategy, pack_id, returned)
         reply: dict[str, Any] = {
             "results": outcome.results,
             "context": render_context(outcome.results, strategy, request.format),
@@ -265,6 +253,20 @@ class Recall:
         """A cached reply is still a disclosure: a fresh pack id, and the same side effects."""
         data = json.loads(raw)
         pack_id = uuid4()
+        self._disclose(credential, request, caller, strategy, pack_id, tuple(UUID(i) for i in data["ids"]))
+        return RecallReply.model_validate({**data["reply"], "pack_id": str(pack_id)})
+
+    def _disclose(
+        self,
+        credential: Credential,
+        request: RecallRequest,
+        caller: Principal,
+        strategy: str,
+        pack_id: UUID,
+        entry_ids: tuple[UUID, ...],
+    ) -> None:
+        """Queue the recall's side effects (SPEC 5.6): its record, access counts, audit record.
+        Only a hash of the cue is kept: enough to group recalls, not to read what was asked."""
         cue = (request.cue or "").strip()
         self._effects.record(
             Disclosure(
@@ -275,11 +277,10 @@ class Recall:
                 session_id=request.session_id,
                 strategy=strategy,
                 cue_hash=hashlib.sha256(cue.encode()).hexdigest() if cue else None,
-                entry_ids=tuple(UUID(i) for i in data["ids"]),
+                entry_ids=entry_ids,
                 at=utcnow(),
             )
         )
-        return RecallReply.model_validate({**data["reply"], "pack_id": str(pack_id)})
 
     async def _rank(
         self,
