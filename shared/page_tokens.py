@@ -35,7 +35,11 @@ def _b64(data: bytes) -> str:
 def _unb64(text: str) -> bytes:
     if not text or len(text) > 4096 or not all(c.isalnum() or c in "-_" for c in text):
         raise ValueError("not base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    # Canonical spellings only: base64's spare bits would otherwise let one token have several.
+    if _b64(raw) != text:
+        raise ValueError("not canonical base64url")
+    return raw
 
 
 def filters_digest(filters: Mapping[str, Any]) -> str:
