@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install install-model run test lint bench eval schema clean
+.PHONY: install install-model run test lint bench soak eval schema clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ lint: install
 bench: install-model
 	$(BIN)/python -m tests.bench.write_path
 	$(BIN)/python -m tests.bench.recall
+
+## Resident size of `engram up` under steady load for 10 minutes (ARCHITECTURE 7: flat ±10%).
+soak: install
+	$(BIN)/python -m tests.bench.soak
 
 ## Recall quality on LoCoMo (evidence recall@5/@10, latency); skipped when ../shared/eval is absent.
 eval: install-model

@@ -1,0 +1,216 @@
+"""Soak (``make soak``): does a service's resident size stay flat under steady load?
+(ARCHITECTURE 7: ±10% over a 10-minute soak.)
+
+``engram up`` runs as its own process (every service, as ``make run`` starts them) against a
+fresh nats-server from the wheel and a throwaway Postgres database. This process is only the
+load: sessions published at ``--session-rate`` per second (the write path, with distill and
+embed) and recalls at ``--recall-rate`` per second (a mix of ``last_k``, ``semantic`` and
+``hybrid``, over NATS with the development token). The service process's RSS is read from
+``/proc`` every ``--sample-s`` seconds. The first ``--warmup-s`` seconds fill caches, pools and
+the embedder, so the drift is measured from the end of warm-up to the end of the run.
+
+Results go to ``bench-results/soak.json`` and a markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import nats
+from nats.aio.client import Client
+
+from shared.testing.servers import nats_server, throwaway_database
+from tests.bench.measure import summary
+from tests.bench.write_path import _sessions
+
+ENGRAM = Path(sys.executable).parent / "engram"
+CUES = ["upstream shard error", "Lyon warehouse", "ticket topic", "retry the items API", "order ships"]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+async def _connection(data_dir: Path, proc: subprocess.Popen[bytes], timeout: float = 120) -> dict[str, Any]:
+    path = data_dir / "connection.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"engram up exited with {proc.returncode}")
+        if path.exists():
+            data: dict[str, Any] = json.loads(path.read_text())
+            return data
+        await asyncio.sleep(0.2)
+    raise RuntimeError("engram up did not become ready")
+
+
+async def load(
+    nc: Client, info: dict[str, Any], args: argparse.Namespace, stop: asyncio.Event, out: dict[str, Any]
+) -> None:
+    token, org, agent = info["token"], UUID(info["org_id"]), UUID(info["agent_config_id"])
+    headers = {"Authorization": f"Bearer {token}"}
+    js = nc.jetstream()
+    rng = random.Random(7)
+    recalls: list[float] = []
+    errors = 0
+    sent = 0
+
+    async def sessions() -> None:
+        nonlocal sent
+        batch = 0
+        start = time.perf_counter()
+        while not stop.is_set():
+            for payload in _sessions(org, agent, int(args.session_rate), f"soak{batch}"):
+                await js.publish(
+                    "engram.session.ended",
+                    json.dumps(payload).encode(),
+                    headers={**headers, "Nats-Msg-Id": payload["event_id"]},
+                )
+                sent += 1
+            batch += 1
+            await asyncio.sleep(max(0.0, start + batch - time.perf_counter()))
+
+    async def recall_loop() -> None:
+        nonlocal errors
+        interval = 1.0 / args.recall_rate
+        next_at = time.perf_counter()
+        while not stop.is_set():
+            strategy = rng.choice(["last_k", "last_k", "semantic", "hybrid"])
+            body = {"agent_config_id": str(agent), "strategy": strategy, "top_k": 10}
+            if strategy != "last_k":
+                body["cue"] = rng.choice(CUES)
+            t0 = time.perf_counter()
+            try:
+                reply = await nc.request(
+                    "engram.recall", json.dumps(body).encode(), headers=headers, timeout=5
+                )
+                if "error" in json.loads(reply.data):
+                    errors += 1
+                recalls.append((time.perf_counter() - t0) * 1000)
+            except Exception:
+                errors += 1
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+
+    await asyncio.gather(sessions(), recall_loop())
+    out.update(
+        sessions_published=sent, recalls=len(recalls), recall_errors=errors, recall_ms=summary(recalls)
+    )
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="engram-soak-") as tmp:
+        async with (
+            nats_server(Path(tmp) / "nats") as server,
+            throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url,
+        ):
+            data_dir = Path(tmp) / "data"
+            env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+            proc = subprocess.Popen(
+                [
+                    str(ENGRAM),
+                    "up",
+                    "--data-dir",
+                    str(data_dir),
+                    "--nats-url",
+                    server.url,
+                    "--database-url",
+                    db_url,
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=open(Path(tmp) / "engram.log", "wb"),  # noqa: SIM115 (closed with the process)
+            )
+            try:
+                info = await _connection(data_dir, proc)
+                nc = await nats.connect(server.url)
+                stop = asyncio.Event()
+                out: dict[str, Any] = {}
+                task = asyncio.create_task(load(nc, info, args, stop, out))
+                samples: list[tuple[float, float]] = []
+                started = time.perf_counter()
+                while (elapsed := time.perf_counter() - started) < args.seconds:
+                    samples.append((round(elapsed, 1), round(rss_mib(proc.pid), 1)))
+                    print(
+                        f"[soak] t={elapsed:6.0f}s rss={samples[-1][1]:.1f} MiB", file=sys.stderr, flush=True
+                    )
+                    await asyncio.sleep(args.sample_s)
+                samples.append((round(time.perf_counter() - started, 1), round(rss_mib(proc.pid), 1)))
+                stop.set()
+                await task
+                await nc.drain()
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    after_warmup = [rss for t, rss in samples if t >= args.warmup_s]
+    base, end = after_warmup[0], after_warmup[-1]
+    return {
+        "seconds": args.seconds,
+        "warmup_s": args.warmup_s,
+        "session_rate": args.session_rate,
+        "recall_rate": args.recall_rate,
+        "rss_mib": {
+            "start": samples[0][1],
+            "after_warmup": base,
+            "end": end,
+            "max_after_warmup": max(after_warmup),
+            "drift_pct": round((end - base) / base * 100, 1),
+        },
+        "samples": samples,
+        **out,
+    }
+
+
+def render(r: dict[str, Any]) -> str:
+    rss = r["rss_mib"]
+    verdict = "met" if abs(rss["drift_pct"]) <= 10 else "MISSED"
+    return "\n".join(
+        [
+            "| measurement | value |",
+            "|---|---|",
+            f"| load | {r['session_rate']} sessions/s + {r['recall_rate']} recalls/s "
+            f"for {r['seconds']:.0f} s |",
+            f"| sessions published / recalls answered (errors) | {r['sessions_published']} / "
+            f"{r['recalls']} ({r['recall_errors']}) |",
+            f"| recall p50 / p99 under load | {r['recall_ms']['p50_ms']} / {r['recall_ms']['p99_ms']} ms |",
+            f"| engram up RSS: start / after {r['warmup_s']:.0f} s warm-up / end / max | {rss['start']} / "
+            f"{rss['after_warmup']} / {rss['end']} / {rss['max_after_warmup']} MiB |",
+            f"| drift after warm-up (target ±10%) | {rss['drift_pct']}%: {verdict} |",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--warmup-s", type=float, default=60)
+    parser.add_argument("--sample-s", type=float, default=10)
+    parser.add_argument("--session-rate", type=float, default=10)
+    parser.add_argument("--recall-rate", type=float, default=30)
+    parser.add_argument("--out", type=Path, default=Path("bench-results/soak.json"))
+    arguments = parser.parse_args()
+    results = asyncio.run(main(arguments))
+    arguments.out.parent.mkdir(parents=True, exist_ok=True)
+    arguments.out.write_text(json.dumps(results, indent=2))
+    print(render(results))
+    print(f"\n(full results: {arguments.out})")
