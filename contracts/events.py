@@ -70,8 +70,14 @@ class SessionEnded(Inbound):
 
     @model_validator(mode="after")
     def _default_occurred_at(self) -> SessionEnded:
+        # A time without a zone is taken as UTC, so every comparison downstream (retention,
+        # erasure tombstones) compares like with like.
+        if self.ended_at.tzinfo is None:
+            object.__setattr__(self, "ended_at", self.ended_at.replace(tzinfo=UTC))
         if self.occurred_at is None:
             object.__setattr__(self, "occurred_at", self.ended_at)
+        elif self.occurred_at.tzinfo is None:
+            object.__setattr__(self, "occurred_at", self.occurred_at.replace(tzinfo=UTC))
         return self
 
 

@@ -189,7 +189,11 @@ async def _distill(distiller: Distiller, work: _Work, config: MemoryConfig, org_
         source_agent=distiller.name,
         provenance={"event_id": str(session.event_id), "session_id": session.session_id},
         trace_headers=_headers_of(work.span),
-        observed_at=session.occurred_at,
+        # The session's own end, bounded by when Engram stored it: a platform clock running
+        # ahead cannot carry an erased session past the erasure.
+        observed_at=min(session.occurred_at, work.msg.metadata.timestamp)
+        if session.occurred_at is not None
+        else work.msg.metadata.timestamp,
     )
     outcome = audit.AuditEntry(
         kind="distill.skipped" if skip else "distill.completed",
