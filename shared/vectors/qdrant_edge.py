@@ -138,6 +138,9 @@ class QdrantEdgeIndex:
         #: Ids written or deleted while a build runs: its result must not bring them back.
         self._changed_during_build: set[UUID] | None = None
         self._unflushed = 0
+        #: Points written to the live shard since it was started, deleted ones included: churn
+        #: under a cap (prune, expiry) keeps its live count low while its storage still grows.
+        self._live_writes = 0
 
     # -- the port -------------------------------------------------------------------------
 
@@ -149,7 +152,7 @@ class QdrantEdgeIndex:
         await self._open()
         async with self._write_lock:
             await asyncio.to_thread(self._write, points)
-        if self._live_shard.info().points_count >= self._seal_threshold:
+        if self._live_full():
             self._wake.set()
 
     async def delete(self, ids: Sequence[UUID]) -> None:
@@ -228,6 +231,7 @@ class QdrantEdgeIndex:
         for start in range(0, len(points), _WRITE_CHUNK):
             chunk = points[start : start + _WRITE_CHUNK]
             self._forget_sealed([point.id for point in chunk])
+            self._live_writes += len(chunk)
             live.update(
                 UpdateOperation.upsert_points(
                     [Point(point.id, list(point.vector), payload_of(point)) for point in chunk]
@@ -314,7 +318,7 @@ class QdrantEdgeIndex:
             if self._closed.is_set():
                 return
             try:
-                full = self._live_shard.info().points_count >= self._seal_threshold
+                full = self._live_full()
                 if full or self._pick_inputs():
                     await self._build(seal=full)
                 else:
@@ -337,15 +341,29 @@ class QdrantEdgeIndex:
             if inputs:
                 await self._rebuild(inputs)
 
+    def _live_full(self) -> bool:
+        """Seal when the live shard holds ``seal_threshold`` points, or has taken that many writes:
+        its build keeps only the points still there, which is how deleted ones leave storage."""
+        return (
+            self._live_writes >= self._seal_threshold
+            or self._live_shard.info().points_count >= self._seal_threshold
+        )
+
     async def _seal_live(self) -> None:
-        """Start a new live shard; the old one becomes a sealed shard waiting for its build."""
+        """Start a new live shard; the old one becomes a sealed shard waiting for its build (or,
+        when everything in it was deleted, goes away at once)."""
         async with self._write_lock:
             manifest, old = self._manifest_now, self._live_shard
             points = old.info().points_count
-            if points == 0:
-                return
             name = manifest.new_name(LIVE_PREFIX)
             new = await asyncio.to_thread(create_shard, self._path / name, live_config(self.dimension))
+            self._live_writes = 0
+            if points == 0:
+                emptied = _Sealed(Generation(manifest.live, built=False, points=0), old)
+                await self._commit(replace(manifest, live=name), self._sealed)
+                self._live = new
+                await asyncio.to_thread(_close_and_remove, [emptied], self._path)
+                return
             generation = Generation(manifest.live, built=False, points=points)
             await self._commit(
                 replace(manifest, live=name, generations=[*manifest.generations, generation]),

@@ -121,6 +121,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         ):
             data_dir = Path(tmp) / "data"
             env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+            env.update(dict(pair.split("=", 1) for pair in args.env))
             proc = subprocess.Popen(
                 [
                     str(ENGRAM),
@@ -208,6 +209,9 @@ if __name__ == "__main__":
     parser.add_argument("--session-rate", type=float, default=10)
     parser.add_argument("--recall-rate", type=float, default=30)
     parser.add_argument("--out", type=Path, default=Path("bench-results/soak.json"))
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="ENGRAM_X=value", help="settings for engram up"
+    )
     arguments = parser.parse_args()
     results = asyncio.run(main(arguments))
     arguments.out.parent.mkdir(parents=True, exist_ok=True)

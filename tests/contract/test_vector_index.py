@@ -497,3 +497,41 @@ async def test_edge_reopens_with_its_index_and_unfinished_builds(tmp_path: Path)
         assert not [child for child in (tmp_path / "edge").iterdir() if child.name.startswith("build-")]
     finally:
         await again.close()
+
+
+async def test_edge_storage_stays_bounded_under_churn_below_the_cap(tmp_path: Path) -> None:
+    """Writes and deletes that keep the live count far below ``seal_threshold`` (prune, expiry)
+    still seal the live shard after that many writes; its build keeps only the survivors, so the
+    deleted points leave storage instead of piling up in one live shard forever (found by
+    ``make soak``: RSS grew ~3 MiB/min)."""
+    dimension = 16
+    rng = np.random.default_rng(3)
+    tenant = scope()
+    index = QdrantEdgeIndex(tmp_path / "edge", dimension, seal_threshold=200, check_interval_s=0.05)
+    live_dirs: set[str] = set()
+    try:
+        window: list[VectorPoint] = []
+        for _ in range(60):  # 1,200 writes, never more than 40 points alive
+            batch = [point(v.tolist(), tenant) for v in rng.standard_normal((20, dimension))]
+            await index.upsert(batch)
+            window += batch
+            if len(window) > 40:
+                await index.delete([p.id for p in window[:20]])
+                window = window[20:]
+            live_dirs |= {p.name for p in (tmp_path / "edge").iterdir() if p.name.startswith("live-")}
+            await asyncio.sleep(0.01)
+
+        def live_now() -> list[str]:
+            return [p.name for p in (tmp_path / "edge").iterdir() if p.name.startswith("live-")]
+
+        for _ in range(400):  # sealed live shards are built (vacuumed) and removed in the background
+            if len(live_now()) == 1 and not (await index.stats()).building:
+                break
+            await asyncio.sleep(0.05)
+        assert len(live_dirs) >= 4, "the live shard was never sealed under churn"
+        assert await index.count() == 40
+        assert len(live_now()) == 1, live_now()
+        hits = await index.search(window[-1].vector, tenant, limit=1)
+        assert ids(hits) == [window[-1].id]
+    finally:
+        await index.close()
