@@ -342,11 +342,15 @@ class QdrantEdgeIndex:
                 await self._rebuild(inputs)
 
     def _live_full(self) -> bool:
-        """Seal when the live shard holds ``seal_threshold`` points, or has taken that many writes:
-        its build keeps only the points still there, which is how deleted ones leave storage."""
+        """Seal when the live shard holds ``seal_threshold`` points, or has taken that many writes,
+        or a quarter of that many of its points were deleted since: its build keeps only the
+        points still there, which is how deleted ones leave storage (and memory, as the shards'
+        files are mapped)."""
+        points = self._live_shard.info().points_count
         return (
-            self._live_writes >= self._seal_threshold
-            or self._live_shard.info().points_count >= self._seal_threshold
+            points >= self._seal_threshold
+            or self._live_writes >= self._seal_threshold
+            or self._live_writes - points >= self._seal_threshold // 4
         )
 
     async def _seal_live(self) -> None:

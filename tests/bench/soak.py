@@ -90,7 +90,7 @@ async def load(
         interval = 1.0 / args.recall_rate
         next_at = time.perf_counter()
         while not stop.is_set():
-            strategy = rng.choice(["last_k", "last_k", "semantic", "hybrid"])
+            strategy = rng.choice(args.strategies)
             body = {"agent_config_id": str(agent), "strategy": strategy, "top_k": 10}
             if strategy != "last_k":
                 body["cue"] = rng.choice(CUES)
@@ -209,6 +209,9 @@ if __name__ == "__main__":
     parser.add_argument("--session-rate", type=float, default=10)
     parser.add_argument("--recall-rate", type=float, default=30)
     parser.add_argument("--out", type=Path, default=Path("bench-results/soak.json"))
+    parser.add_argument(
+        "--strategies", nargs="+", default=["last_k", "last_k", "semantic", "hybrid"], help="recall mix"
+    )
     parser.add_argument(
         "--env", action="append", default=[], metavar="ENGRAM_X=value", help="settings for engram up"
     )
