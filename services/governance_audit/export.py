@@ -12,13 +12,12 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import ColumnElement, and_, or_
 
 from contracts.errors import InvalidRequest
 from contracts.governance import ExportRequest, Page
 from services.governance_audit.access import Caller, target_key
-from services.governance_audit.inspect import ENTRY_COLUMNS, entry_view
-from shared import audit
+from services.governance_audit.paging import PageQuery, read_page
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.page_tokens import PageTokens
@@ -46,53 +45,25 @@ async def export_page(db: Database, pages: PageTokens, caller: Caller, request: 
         conditions.append(ENTRIES.c.lifecycle.in_(request.lifecycle))
     if session_id is not None:
         conditions.append(ENTRIES.c.session_id == session_id)
-    if request.page_token is not None:
-        pos = pages.open(
-            request.page_token, purpose="export", org_id=caller.org_id, caller=caller.ref, filters=filters
-        )
-        conditions.append(_after(pos))
-    async with db.transaction() as session:
-        rows = (
-            await session.execute(
-                select(*ENTRY_COLUMNS)
-                .where(*conditions)
-                .order_by(ENTRIES.c.created_at, ENTRIES.c.id)
-                .limit(request.page_size + 1)
-            )
-        ).all()
-        more = len(rows) > request.page_size
-        rows = rows[: request.page_size]
-        entries = [entry_view(r) for r in rows]
-        await audit.append(
-            session,
-            caller.org_id,
-            [
-                audit.AuditEntry(
-                    kind="memory.exported",
-                    actor_ref=caller.ref,
-                    agent_config_id=agent_config_id,
-                    session_id=session_id,
-                    entry_ids=[e.id for e in entries],
-                    details={
-                        "owner": request.actor_ref,
-                        "count": len(entries),
-                        "continued": bool(request.page_token),
-                        **caller.via,
-                    },
-                )
-            ],
-        )
-    token = None
-    if more and rows:
-        last = rows[-1]
-        token = pages.issue(
+    return await read_page(
+        db,
+        pages,
+        caller,
+        PageQuery(
             purpose="export",
-            org_id=caller.org_id,
-            caller=caller.ref,
             filters=filters,
-            position={"c": last.created_at.isoformat(), "id": str(last.id)},
-        )
-    return Page(entries=entries, next_page_token=token)
+            conditions=conditions,
+            order_by=(ENTRIES.c.created_at, ENTRIES.c.id),
+            after=_after,
+            position=lambda last: {"c": last.created_at.isoformat(), "id": str(last.id)},
+            page_size=request.page_size,
+            page_token=request.page_token,
+            audit_kind="memory.exported",
+            audit_details={"owner": request.actor_ref, "continued": request.page_token is not None},
+            agent_config_id=agent_config_id,
+            session_id=session_id,
+        ),
+    )
 
 
 def _after(pos: dict[str, Any]) -> ColumnElement[bool]:

@@ -13,61 +13,17 @@ from uuid import UUID
 
 from sqlalchemy import ColumnElement, and_, or_, select
 
-from contracts.common import Principal
 from contracts.governance import EntryView, GetReply, GetRequest, ListRequest, Page
 from services.governance_audit.access import Caller, target_key
+from services.governance_audit.paging import PageQuery, read_page
+from services.governance_audit.views import ENTRY_COLUMNS, entry_view
 from services.recall.visibility import SHARED_POOL
 from shared import audit
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.page_tokens import PageTokens
 
-__all__ = ["ENTRY_COLUMNS", "QUARANTINE_PLACEHOLDER", "entry_view", "get_entry", "list_entries"]
-
-#: Every column but the derived full-text vector.
-ENTRY_COLUMNS = tuple(c for c in ENTRIES.c if c.name != "search")
-QUARANTINE_PLACEHOLDER = "[quarantined memory withheld]"
-
-
-def entry_view(row: Any, *, show_quarantined: bool = True) -> EntryView:
-    owner = Principal(kind=row.owner_kind, id=row.owner_id) if row.owner_kind else None
-    text = row.text if (show_quarantined or not row.quarantined) else QUARANTINE_PLACEHOLDER
-    return EntryView(
-        id=row.id,
-        org_id=row.org_id,
-        agent_config_id=row.agent_config_id,
-        owner=owner,
-        session_id=row.session_id,
-        text=text,
-        fingerprint=row.fingerprint,
-        importance=row.importance,
-        reinforcement_count=row.reinforcement_count,
-        memory_type=row.memory_type,
-        layer=row.layer,
-        source=row.source,
-        source_agent=row.source_agent,
-        confidence=row.confidence,
-        reliability=row.reliability,
-        lifecycle=row.lifecycle,
-        pinned=row.pinned,
-        category=row.category,
-        confirmation=row.confirmation,
-        sensitivity=row.sensitivity,
-        consent=row.consent,
-        redaction=list(row.redaction or []),
-        quarantined=row.quarantined,
-        expires_at=row.expires_at,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        last_accessed_at=row.last_accessed_at,
-        access_count=row.access_count,
-        version=row.version,
-        supersedes=row.supersedes,
-        superseded_by=row.superseded_by,
-        derived_from=[UUID(str(x)) for x in row.derived_from or []],
-        embedding_status=row.embedding_status,
-        metadata=dict(row.metadata or {}),
-    )
+__all__ = ["get_entry", "list_entries"]
 
 
 def _readable_keys(caller: Caller, actor_ref: str | None) -> tuple[str, ...]:
@@ -115,49 +71,34 @@ async def list_entries(db: Database, pages: PageTokens, caller: Caller, request:
         conditions.append(ENTRIES.c.importance >= request.min_importance)
     if session_id is not None:
         conditions.append(ENTRIES.c.session_id == session_id)
-    if request.page_token is not None:
-        pos = pages.open(
-            request.page_token, purpose="list", org_id=caller.org_id, caller=caller.ref, filters=filters
-        )
-        conditions.append(_after(pos))
-    async with db.transaction() as session:
-        rows = (
-            await session.execute(
-                select(*ENTRY_COLUMNS)
-                .where(*conditions)
-                .order_by(ENTRIES.c.importance.desc(), ENTRIES.c.created_at.desc(), ENTRIES.c.id)
-                .limit(request.page_size + 1)
-            )
-        ).all()
-        more = len(rows) > request.page_size
-        rows = rows[: request.page_size]
-        show = caller.is_admin
-        entries = [entry_view(r, show_quarantined=show) for r in rows]
-        await audit.append(
-            session,
-            caller.org_id,
-            [
-                audit.AuditEntry(
-                    kind="memory.listed",
-                    actor_ref=caller.ref,
-                    agent_config_id=agent_config_id,
-                    session_id=session_id,
-                    entry_ids=[e.id for e in entries],
-                    details={"owners": list(keys), "count": len(entries), **caller.via},
-                )
-            ],
-        )
-    token = None
-    if more and rows:
-        last = rows[-1]
-        token = pages.issue(
+    return await read_page(
+        db,
+        pages,
+        caller,
+        PageQuery(
             purpose="list",
-            org_id=caller.org_id,
-            caller=caller.ref,
             filters=filters,
-            position={"i": last.importance, "c": last.created_at.isoformat(), "id": str(last.id)},
-        )
-    return Page(entries=entries, next_page_token=token)
+            conditions=conditions,
+            order_by=(ENTRIES.c.importance.desc(), ENTRIES.c.created_at.desc(), ENTRIES.c.id),
+            after=_after,
+            position=lambda last: {
+                "i": last.importance,
+                "c": last.created_at.isoformat(),
+                "id": str(last.id),
+            },
+            page_size=request.page_size,
+            page_token=request.page_token,
+            audit_kind="memory.listed",
+            audit_details={"owners": list(keys)},
+            agent_config_id=agent_config_id,
+            session_id=session_id,
+            show_quarantined=caller.is_admin,
+        ),
+    )
+
+
+def _position(last: Any) -> dict[str, Any]:
+    return {"i": last.importance, "c": last.created_at.isoformat(), "id": str(last.id)}
 
 
 def _after(pos: dict[str, Any]) -> ColumnElement[bool]:

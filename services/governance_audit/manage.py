@@ -28,7 +28,7 @@ from contracts.events import MemoryWritten
 from contracts.governance import ManageReply, ManageRequest
 from contracts.subjects import MEMORY_WRITTEN
 from services.governance_audit.access import Caller, target_key
-from services.governance_audit.inspect import ENTRY_COLUMNS, entry_view
+from services.governance_audit.views import ENTRY_COLUMNS, entry_view
 from shared import audit
 from shared.config_store import load_config
 from shared.db.models import ENTRIES

@@ -12,7 +12,7 @@ import pytest
 from nats.aio.client import Client
 from sqlalchemy import select
 
-from services.governance_audit.inspect import QUARANTINE_PLACEHOLDER as LIST_PLACEHOLDER
+from services.governance_audit.views import QUARANTINE_PLACEHOLDER as LIST_PLACEHOLDER
 from services.recall.candidates import QUARANTINE_PLACEHOLDER
 from services.recall.render import BLOCK_CLOSE, BLOCK_HEADER, BLOCK_OPEN, ORDERED_SEPARATOR, PACK_PREFIX
 from shared.auth import TokenService

@@ -1,0 +1,87 @@
+"""One page of entries for list and export: keyset pagination behind a signed page token, and the
+audit record of what the page disclosed — written in the same transaction as the read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import ColumnElement, select
+
+from contracts.governance import Page
+from services.governance_audit.access import Caller
+from services.governance_audit.views import ENTRY_COLUMNS, entry_view
+from shared import audit
+from shared.db.engine import Database
+from shared.page_tokens import PageTokens
+
+__all__ = ["PageQuery", "read_page"]
+
+
+@dataclass(frozen=True)
+class PageQuery:
+    """What a page sequence reads: ``filters`` are what its page tokens are bound to."""
+
+    purpose: str
+    filters: dict[str, Any]
+    conditions: Sequence[ColumnElement[bool]]
+    order_by: Sequence[Any]
+    #: the keyset condition continuing after a token's position (raise on a malformed one)
+    after: Callable[[dict[str, Any]], ColumnElement[bool]]
+    #: the position a page's last row leaves for the next token
+    position: Callable[[Any], dict[str, Any]]
+    page_size: int
+    page_token: str | None
+    audit_kind: str
+    audit_details: dict[str, Any]
+    agent_config_id: UUID | None
+    session_id: str | None
+    show_quarantined: bool = True
+
+
+async def read_page(db: Database, pages: PageTokens, caller: Caller, query: PageQuery) -> Page:
+    conditions = list(query.conditions)
+    if query.page_token is not None:
+        position = pages.open(
+            query.page_token,
+            purpose=query.purpose,
+            org_id=caller.org_id,
+            caller=caller.ref,
+            filters=query.filters,
+        )
+        conditions.append(query.after(position))
+    async with db.transaction() as session:
+        rows = (
+            await session.execute(
+                select(*ENTRY_COLUMNS).where(*conditions).order_by(*query.order_by).limit(query.page_size + 1)
+            )
+        ).all()
+        more = len(rows) > query.page_size
+        rows = rows[: query.page_size]
+        entries = [entry_view(r, show_quarantined=query.show_quarantined) for r in rows]
+        await audit.append(
+            session,
+            caller.org_id,
+            [
+                audit.AuditEntry(
+                    kind=query.audit_kind,
+                    actor_ref=caller.ref,
+                    agent_config_id=query.agent_config_id,
+                    session_id=query.session_id,
+                    entry_ids=[e.id for e in entries],
+                    details={**query.audit_details, "count": len(entries), **caller.via},
+                )
+            ],
+        )
+    token = None
+    if more and rows:
+        token = pages.issue(
+            purpose=query.purpose,
+            org_id=caller.org_id,
+            caller=caller.ref,
+            filters=query.filters,
+            position=query.position(rows[-1]),
+        )
+    return Page(entries=entries, next_page_token=token)

@@ -1,0 +1,57 @@
+"""Entries as management and export show them (SPEC 2, every field)."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from contracts.common import Principal
+from contracts.governance import EntryView
+from shared.db.models import ENTRIES
+
+__all__ = ["ENTRY_COLUMNS", "QUARANTINE_PLACEHOLDER", "entry_view"]
+
+#: Every column but the derived full-text vector.
+ENTRY_COLUMNS = tuple(c for c in ENTRIES.c if c.name != "search")
+QUARANTINE_PLACEHOLDER = "[quarantined memory withheld]"
+
+
+def entry_view(row: Any, *, show_quarantined: bool = True) -> EntryView:
+    owner = Principal(kind=row.owner_kind, id=row.owner_id) if row.owner_kind else None
+    text = row.text if (show_quarantined or not row.quarantined) else QUARANTINE_PLACEHOLDER
+    return EntryView(
+        id=row.id,
+        org_id=row.org_id,
+        agent_config_id=row.agent_config_id,
+        owner=owner,
+        session_id=row.session_id,
+        text=text,
+        fingerprint=row.fingerprint,
+        importance=row.importance,
+        reinforcement_count=row.reinforcement_count,
+        memory_type=row.memory_type,
+        layer=row.layer,
+        source=row.source,
+        source_agent=row.source_agent,
+        confidence=row.confidence,
+        reliability=row.reliability,
+        lifecycle=row.lifecycle,
+        pinned=row.pinned,
+        category=row.category,
+        confirmation=row.confirmation,
+        sensitivity=row.sensitivity,
+        consent=row.consent,
+        redaction=list(row.redaction or []),
+        quarantined=row.quarantined,
+        expires_at=row.expires_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        last_accessed_at=row.last_accessed_at,
+        access_count=row.access_count,
+        version=row.version,
+        supersedes=row.supersedes,
+        superseded_by=row.superseded_by,
+        derived_from=[UUID(str(x)) for x in row.derived_from or []],
+        embedding_status=row.embedding_status,
+        metadata=dict(row.metadata or {}),
+    )
