@@ -126,7 +126,7 @@ async def running_services(
         )
         # Governance erases vectors itself when the vector store is reachable from this process
         # (Edge shares the process with embed/recall, or a Qdrant server); else embed does.
-        needs_vectors = {"embed", "recall"} & set(names) or (
+        needs_vectors = bool({"embed", "recall"} & set(names)) or (
             "governance-audit" in names and settings.vector_store not in ("", "none")
         )
         if needs_vectors and embedder is None:

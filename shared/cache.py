@@ -15,23 +15,44 @@ __all__ = ["CueVectorCache", "ResultCache"]
 log = logging.getLogger(__name__)
 
 
-class CueVectorCache:
-    """An in-process LRU in front of an optional Redis (``redis_url``); every Redis failure is
-    a miss, never an error."""
+class _OptionalRedis:
+    """A Redis client when ``redis_url`` is set (short timeouts: a cache must never be slower than
+    the work it saves), and one warning the first time it fails."""
 
-    def __init__(
-        self, model: str, *, redis_url: str = "", local_size: int = 10_000, ttl_s: int = 86_400
-    ) -> None:
-        self._model = model
-        self._local: OrderedDict[str, list[float]] = OrderedDict()
-        self._local_size = local_size
-        self._ttl = ttl_s
+    _when_down = "Redis unavailable"
+
+    def __init__(self, redis_url: str) -> None:
         self._redis = None
         self._warned = False
         if redis_url:
             import redis.asyncio as redis_asyncio  # only when configured
 
             self._redis = redis_asyncio.from_url(redis_url, socket_timeout=0.2, socket_connect_timeout=0.2)
+
+    def _degraded(self) -> None:
+        if not self._warned:
+            log.warning(self._when_down)
+            self._warned = True
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+
+class CueVectorCache(_OptionalRedis):
+    """An in-process LRU in front of an optional Redis (``redis_url``); every Redis failure is
+    a miss, never an error."""
+
+    _when_down = "Redis unavailable: cue vectors are cached in-process only"
+
+    def __init__(
+        self, model: str, *, redis_url: str = "", local_size: int = 10_000, ttl_s: int = 86_400
+    ) -> None:
+        super().__init__(redis_url)
+        self._model = model
+        self._local: OrderedDict[str, list[float]] = OrderedDict()
+        self._local_size = local_size
+        self._ttl = ttl_s
 
     def _key(self, text: str) -> str:
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -73,15 +94,6 @@ class CueVectorCache:
         while len(self._local) > self._local_size:
             self._local.popitem(last=False)
 
-    def _degraded(self) -> None:
-        if not self._warned:
-            log.warning("Redis unavailable: cue vectors are cached in-process only")
-            self._warned = True
-
-    async def close(self) -> None:
-        if self._redis is not None:
-            await self._redis.aclose()
-
 
 # Atomic in Redis: store only if the generation is still the one read before computing.
 _PUT_IF_CURRENT = """
@@ -105,7 +117,7 @@ return n
 """
 
 
-class ResultCache:
+class ResultCache(_OptionalRedis):
     """Hot recall replies in Redis, per ``(organization, agent config)``, with their keys kept in
     a set so that an invalidation *deletes* every cached copy (a purge erases cached text too,
     and the receipt can count them).
@@ -117,15 +129,12 @@ class ResultCache:
     (Redis unreachable at that moment).
     """
 
+    _when_down = "Redis unavailable: recall replies are not cached"
+
     def __init__(self, redis_url: str = "", *, ttl_s: int = 30, max_value_bytes: int = 256 * 1024) -> None:
+        super().__init__(redis_url)
         self._ttl = ttl_s
         self._max = max_value_bytes
-        self._redis = None
-        self._warned = False
-        if redis_url:
-            import redis.asyncio as redis_asyncio
-
-            self._redis = redis_asyncio.from_url(redis_url, socket_timeout=0.2, socket_connect_timeout=0.2)
 
     @property
     def enabled(self) -> bool:
@@ -212,12 +221,3 @@ class ResultCache:
             except Exception:
                 log.error("Redis unavailable: cached recall replies expire by TTL (%ss) instead", self._ttl)
         return deleted
-
-    def _degraded(self) -> None:
-        if not self._warned:
-            log.warning("Redis unavailable: recall replies are not cached")
-            self._warned = True
-
-    async def close(self) -> None:
-        if self._redis is not None:
-            await self._redis.aclose()

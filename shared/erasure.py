@@ -19,10 +19,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import ColumnElement, delete, func, insert, or_, select
+from sqlalchemy import ColumnElement, delete, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contracts.config import TypePolicy
 from contracts.events import MemoryPurged
 from contracts.subjects import MEMORY_PURGED
 from shared import audit
@@ -34,6 +35,7 @@ __all__ = [
     "EVENT_CHUNK",
     "Erased",
     "Tombstone",
+    "decay_or_erase",
     "erase",
     "erased_before",
     "lineage",
@@ -287,3 +289,37 @@ async def prune_over_cap(
         append_audit=append_audit,
     )
     return erased, total - len(erased.ids)
+
+
+async def decay_or_erase(
+    session: AsyncSession,
+    *,
+    org_id: UUID,
+    agent_config_id: UUID,
+    entry: Any,
+    policy: TypePolicy,
+    requested_by: str,
+    also_set: dict[str, Any] | None = None,
+) -> tuple[float, Erased | None]:
+    """A memory that turned out wrong (SPEC 5.6, 7.2): its reliability times the type's
+    ``decay_on_failure``; below ``prune_below`` (pinned entries excepted) it is erased — Engram's
+    own judgement, so no tombstone — else the new reliability is stored with ``also_set``.
+    ``entry`` has ``id``, ``reliability`` and ``pinned``. The erasure's audit records are left
+    in ``Erased.audit`` for the caller to append last."""
+    reliability = entry.reliability * policy.decay_on_failure
+    if reliability < policy.prune_below and not entry.pinned:
+        erased = await erase(
+            session,
+            org_id=org_id,
+            where=ENTRIES.c.id == entry.id,
+            reason="reliability",
+            requested_by=requested_by,
+            audit_kind="memory.pruned",
+            agent_config_id=agent_config_id,
+            append_audit=False,
+        )
+        return reliability, erased
+    await session.execute(
+        update(ENTRIES).where(ENTRIES.c.id == entry.id).values(reliability=reliability, **(also_set or {}))
+    )
+    return reliability, None

@@ -21,6 +21,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from shared.background import cancel
 from shared.db.engine import Database
 from shared.db.models import INBOX, OUTBOX, OutboxMessage
 from shared.telemetry import inject_trace_headers
@@ -141,11 +142,8 @@ class OutboxRelay:
         self._task = asyncio.create_task(self._run(), name="outbox-relay")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
         # One last pass so a clean shutdown leaves nothing behind that a poll would have sent.
         try:
             await self.flush()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 from uuid import UUID, uuid4
 
-from sqlalchemy import ColumnElement, and_, select
+from sqlalchemy import ColumnElement, and_
 
 from contracts.governance import DeleteRequest, PruneReply, PruneRequest, PurgeReceipt, PurgeRequest
 from services.governance_audit.access import Caller, target_key
+from services.governance_audit.views import load_entry
 from shared.cache import ResultCache
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
@@ -73,20 +74,11 @@ class Erasures:
 
     async def delete(self, caller: Caller, request: DeleteRequest) -> PurgeReceipt:
         caller.agent_config(request.agent_config_id)
+        caller.credential.require("memory.write")
         async with self._db.transaction() as session:
-            row = (
-                await session.execute(
-                    select(ENTRIES.c.owner_key, ENTRIES.c.fingerprint, ENTRIES.c.session_id)
-                    .where(
-                        ENTRIES.c.id == request.entry_id,
-                        ENTRIES.c.org_id == caller.org_id,
-                        ENTRIES.c.agent_config_id == request.agent_config_id,
-                    )
-                    .with_for_update()
-                )
-            ).first()
-            caller.credential.require("memory.write")
-            row = caller.require_sees(row)
+            row = await load_entry(
+                session, caller, request.entry_id, request.agent_config_id, for_update=True
+            )
             caller.require("write", row.owner_key)
             erased = await erase(
                 session,

@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, and_, or_, select
 from contracts.governance import EntryView, GetReply, GetRequest, ListRequest, Page
 from services.governance_audit.access import Caller, target_key
 from services.governance_audit.paging import PageQuery, read_page
-from services.governance_audit.views import ENTRY_COLUMNS, entry_view
+from services.governance_audit.views import ENTRY_COLUMNS, entry_view, load_entry
 from services.recall.visibility import SHARED_POOL
 from shared import audit
 from shared.db.engine import Database
@@ -120,18 +120,9 @@ def _after(pos: dict[str, Any]) -> ColumnElement[bool]:
 
 async def get_entry(db: Database, caller: Caller, request: GetRequest) -> GetReply:
     caller.agent_config(request.agent_config_id)
+    caller.credential.require("memory.read")
     async with db.transaction() as session:
-        row = (
-            await session.execute(
-                select(*ENTRY_COLUMNS).where(
-                    ENTRIES.c.id == request.entry_id,
-                    ENTRIES.c.org_id == caller.org_id,
-                    ENTRIES.c.agent_config_id == request.agent_config_id,
-                )
-            )
-        ).first()
-        caller.credential.require("memory.read")
-        row = caller.require_sees(row)
+        row = await load_entry(session, caller, request.entry_id, request.agent_config_id)
         show = caller.is_admin
         history: list[EntryView] = []
         if request.history:

@@ -28,11 +28,11 @@ from contracts.events import MemoryWritten
 from contracts.governance import ManageReply, ManageRequest
 from contracts.subjects import MEMORY_WRITTEN
 from services.governance_audit.access import Caller, target_key
-from services.governance_audit.views import ENTRY_COLUMNS, entry_view
+from services.governance_audit.views import ENTRY_COLUMNS, entry_view, load_entry
 from shared import audit
 from shared.config_store import load_config
 from shared.db.models import ENTRIES
-from shared.erasure import erase, lineage
+from shared.erasure import decay_or_erase, lineage
 from shared.outbox import enqueue
 from shared.policy import apply_write_policy, fingerprint
 from shared.time import utcnow
@@ -46,7 +46,7 @@ async def manage_entry(session: AsyncSession, caller: Caller, request: ManageReq
     """Run the operation inside the caller's transaction (the router commits)."""
     caller.agent_config(request.agent_config_id)
     caller.credential.require("memory.write")
-    row = await _load(session, caller, request.entry_id, request.agent_config_id)
+    row = await load_entry(session, caller, request.entry_id, request.agent_config_id, for_update=True)
     caller.require("write", row.owner_key)
     config, _ = await load_config(session, caller.org_id, request.agent_config_id)
     now = utcnow()
@@ -71,25 +71,19 @@ async def manage_entry(session: AsyncSession, caller: Caller, request: ManageReq
         details["expires_at"] = expires.isoformat() if expires else None
     elif op == "mark_incorrect":
         _not_superseded(row)
-        policy = config.type_policy(row.memory_type)
-        reliability = row.reliability * policy.decay_on_failure
-        details["reliability"] = reliability
-        if reliability < policy.prune_below and not row.pinned:
-            erased = await erase(
-                session,
-                org_id=caller.org_id,
-                where=ENTRIES.c.id == row.id,
-                reason="reliability",
-                requested_by=caller.ref,
-                audit_kind="memory.pruned",
-                agent_config_id=request.agent_config_id,
-                append_audit=False,
-            )
-            affected, current = erased.ids, None
+        details["reliability"], erased = await decay_or_erase(
+            session,
+            org_id=caller.org_id,
+            agent_config_id=request.agent_config_id,
+            entry=row,
+            policy=config.type_policy(row.memory_type),
+            requested_by=caller.ref,
+            also_set={"lifecycle": "suppressed", "updated_at": now},
+        )
+        if erased is not None:
             details["deleted"] = True
-            await _audit(session, caller, request, affected, details, extra=erased.audit)
-            return ManageReply(op=op, entry=None, affected=affected)
-        await _set(session, row.id, lifecycle="suppressed", reliability=reliability, updated_at=now)
+            await _audit(session, caller, request, erased.ids, details, extra=erased.audit)
+            return ManageReply(op=op, entry=None, affected=erased.ids)
     elif op == "edit":
         _not_superseded(row)
         assert request.text is not None
@@ -106,21 +100,6 @@ async def manage_entry(session: AsyncSession, caller: Caller, request: ManageReq
     await _audit(session, caller, request, affected, details)
     assert current is not None
     return ManageReply(op=op, entry=entry_view(await _row(session, current)), affected=affected)
-
-
-async def _load(session: AsyncSession, caller: Caller, entry_id: UUID, agent_config_id: UUID) -> Any:
-    row = (
-        await session.execute(
-            select(*ENTRY_COLUMNS)
-            .where(
-                ENTRIES.c.id == entry_id,
-                ENTRIES.c.org_id == caller.org_id,
-                ENTRIES.c.agent_config_id == agent_config_id,
-            )
-            .with_for_update()
-        )
-    ).first()
-    return caller.require_sees(row)
 
 
 async def _row(session: AsyncSession, entry_id: UUID) -> Any:
@@ -249,7 +228,7 @@ async def _merge(
         raise InvalidRequest("merge needs at least one other entry in merge_with")
     sources = [row]
     for other in ids[1:]:
-        sources.append(await _load(session, caller, other, request.agent_config_id))
+        sources.append(await load_entry(session, caller, other, request.agent_config_id, for_update=True))
     for s in sources:
         _not_superseded(s)
         if s.owner_key != row.owner_key:

@@ -9,13 +9,13 @@ instances may sweep at once: ``FOR UPDATE SKIP LOCKED`` hands each a disjoint ba
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
 from sqlalchemy import select
 
+from shared.background import cancel
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.erasure import Erased, erase
@@ -80,11 +80,8 @@ class RetentionSweeper:
         self._task = asyncio.create_task(self._run(), name="retention-sweeper")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from contracts.common import Principal
 from contracts.governance import EntryView
+from services.governance_audit.access import Caller
 from shared.db.models import ENTRIES
 
-__all__ = ["ENTRY_COLUMNS", "QUARANTINE_PLACEHOLDER", "entry_view"]
+__all__ = ["ENTRY_COLUMNS", "QUARANTINE_PLACEHOLDER", "entry_view", "load_entry"]
 
 #: Every column but the derived full-text vector.
 ENTRY_COLUMNS = tuple(c for c in ENTRIES.c if c.name != "search")
@@ -55,3 +59,18 @@ def entry_view(row: Any, *, show_quarantined: bool = True) -> EntryView:
         embedding_status=row.embedding_status,
         metadata=dict(row.metadata or {}),
     )
+
+
+async def load_entry(
+    session: AsyncSession, caller: Caller, entry_id: UUID, agent_config_id: UUID, *, for_update: bool = False
+) -> Any:
+    """The entry ``entry_id`` of the caller's organization and ``agent_config_id``, if the caller
+    may see it; ``NOT_FOUND`` otherwise (:meth:`Caller.require_sees`). ``for_update`` locks it."""
+    stmt = select(*ENTRY_COLUMNS).where(
+        ENTRIES.c.id == entry_id,
+        ENTRIES.c.org_id == caller.org_id,
+        ENTRIES.c.agent_config_id == agent_config_id,
+    )
+    if for_update:
+        stmt = stmt.with_for_update()
+    return caller.require_sees((await session.execute(stmt)).first())

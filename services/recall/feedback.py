@@ -18,7 +18,7 @@ from shared.auth import WRITE, Credential, act_as
 from shared.config_store import load_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, RECALLS
-from shared.erasure import erase
+from shared.erasure import decay_or_erase
 
 __all__ = ["give_feedback"]
 
@@ -37,7 +37,7 @@ async def give_feedback(db: Database, credential: Credential, request: FeedbackR
             owner_keys = visible_owner_keys(caller, config.scope, request.session_id)
             row = (
                 await session.execute(
-                    select(ENTRIES.c.reliability, ENTRIES.c.memory_type, ENTRIES.c.pinned)
+                    select(ENTRIES.c.id, ENTRIES.c.reliability, ENTRIES.c.memory_type, ENTRIES.c.pinned)
                     .where(
                         ENTRIES.c.id == request.entry_id,
                         ENTRIES.c.org_id == credential.org_id,
@@ -50,29 +50,18 @@ async def give_feedback(db: Database, credential: Credential, request: FeedbackR
             if row is None:
                 raise NotFound("no such entry for this caller")
             if not request.success:
-                policy = config.type_policy(row.memory_type)
-                reliability = row.reliability * policy.decay_on_failure
-                if reliability < policy.prune_below and not row.pinned:
-                    # Below the floor: erased like any delete (lineage, tombstone-free — this is
-                    # Engram's own judgement, not an erasure request — and memory.purged).
-                    erased = await erase(
-                        session,
-                        org_id=credential.org_id,
-                        where=ENTRIES.c.id == request.entry_id,
-                        reason="reliability",
-                        requested_by=caller.ref,
-                        audit_kind="memory.pruned",
-                        agent_config_id=request.agent_config_id,
-                        append_audit=False,
-                    )
+                _, erased = await decay_or_erase(
+                    session,
+                    org_id=credential.org_id,
+                    agent_config_id=request.agent_config_id,
+                    entry=row,
+                    policy=config.type_policy(row.memory_type),
+                    requested_by=caller.ref,
+                )
+                if erased is not None:
                     entries.extend(erased.audit)
                     deleted = 1
                 else:
-                    await session.execute(
-                        update(ENTRIES)
-                        .where(ENTRIES.c.id == request.entry_id)
-                        .values(reliability=reliability)
-                    )
                     updated = 1
             entries.append(
                 audit.AuditEntry(

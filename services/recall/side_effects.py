@@ -20,6 +20,7 @@ from uuid import UUID
 from sqlalchemy import bindparam, insert, update
 
 from shared import audit
+from shared.background import cancel
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, RECALLS
 from shared.time import utcnow
@@ -68,11 +69,8 @@ class SideEffects:
         self._task = asyncio.create_task(self._run(), name="recall-side-effects")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
         await self.flush()
 
     async def _run(self) -> None:
