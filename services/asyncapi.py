@@ -66,6 +66,7 @@ from shared.db.engine import Database
 from shared.distillers.builtin import BuiltinDistiller
 from shared.infra import Infra
 from shared.outbox import OutboxRelay
+from shared.provenance import MessageSigner
 from shared.settings import EngramSettings
 
 __all__ = ["ASYNCAPI_FILE", "PAYLOADS", "REPLIES", "build_document", "main", "render"]
@@ -145,13 +146,15 @@ def _broker() -> NatsBroker:
     )
     broker = NatsBroker(settings.nats_url)
     db = Database(settings.database_url)  # creates the engine; connects on first use only
+    signer = MessageSigner(settings.signing_keys())
     infra = Infra(
         settings=settings,
         db=db,
         tokens=TokenService(settings.signing_keys(), settings.token_issuer),
         broker=broker,
         # The relay only stores its JetStream context until started; it never is here.
-        relay=OutboxRelay(db, cast(JetStreamContext, None)),
+        relay=OutboxRelay(db, cast(JetStreamContext, None), signer=signer),
+        signer=signer,
     )
     broker.include_router(ingest_router(infra))
     broker.include_router(distill_router(infra, BuiltinDistiller()))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from typing import Any
-from uuid import NAMESPACE_URL, UUID, uuid5
+from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
 from nats.aio.msg import Msg
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -17,11 +17,19 @@ from shared import audit
 from shared.outbox import claim_inbox, enqueue
 from shared.policy import redact_pii
 
-__all__ = ["dead_letter", "delivery_key"]
+__all__ = ["dead_letter", "delivery_key", "is_jetstream"]
+
+
+def is_jetstream(msg: Msg) -> bool:
+    """Whether ``msg`` was delivered by a JetStream consumer (it can be acked, and redelivered)."""
+    return bool(msg.reply) and msg.reply.startswith("$JS.ACK.")
 
 
 def delivery_key(msg: Msg) -> str:
-    """A key unique to one stored message (stream sequence plus its store timestamp)."""
+    """A key unique to one stored message (stream sequence plus its store timestamp). A core NATS
+    message is never redelivered, so each one gets a key of its own."""
+    if not is_jetstream(msg):
+        return f"core:{uuid4()}"
     meta = msg.metadata
     return f"{meta.stream}:{meta.sequence.stream}:{meta.timestamp}"
 
@@ -42,6 +50,7 @@ async def dead_letter(
     """Queue ``msg`` for the dead-letter stream and audit it; False if this delivery was already
     dead-lettered (a redelivery after a crash), in which case nothing is written twice."""
     key = delivery_key(msg)
+    deliveries = msg.metadata.num_delivered if is_jetstream(msg) else 1
     if not await claim_inbox(session, f"{consumer}:dlq", key):
         return False
     await audit.append(
@@ -56,7 +65,7 @@ async def dead_letter(
                     "reason": reason,
                     "event_id": original_event_id,
                     "delivery": key,
-                    "deliveries": msg.metadata.num_delivered,
+                    "deliveries": deliveries,
                 },
             )
         ],
@@ -69,7 +78,7 @@ async def dead_letter(
         code=code,
         reason=reason,
         details=details or {},
-        deliveries=msg.metadata.num_delivered,
+        deliveries=deliveries,
         original_b64=base64.b64encode(kept.encode()).decode(),
         original_sha256=hashlib.sha256(msg.data).hexdigest(),
         redactions=kinds,

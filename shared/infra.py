@@ -1,5 +1,6 @@
 """What every service is handed at the composition root: the database, the broker connection,
-the token verifier and the outbox relay. Built once per process by ``services.runtime``."""
+the token verifier, the outbox relay and the internal-message signer. Built once per process by
+``services.runtime``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from nats.js import JetStreamContext
 from shared.auth import TokenService
 from shared.db.engine import Database
 from shared.outbox import OutboxRelay
+from shared.provenance import MessageSigner
 from shared.settings import EngramSettings
 
 __all__ = ["Infra"]
@@ -24,6 +26,8 @@ class Infra:
     tokens: TokenService
     broker: NatsBroker
     relay: OutboxRelay
+    #: Signs what this process publishes for other services; checks what it consumes from them.
+    signer: MessageSigner
     #: Where JetStream delivers this process's pulled messages: the connection's own inbox
     #: prefix (FastStream's pull subscribers take it per subscriber, defaulting to ``_INBOX.``).
     inbox_prefix: bytes = b"_INBOX."

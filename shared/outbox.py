@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from nats.js import JetStreamContext
@@ -26,6 +27,9 @@ from shared.db.engine import Database
 from shared.db.models import INBOX, OUTBOX, OutboxMessage
 from shared.telemetry import inject_trace_headers
 from shared.time import utcnow
+
+if TYPE_CHECKING:  # shared.provenance dead-letters through this module
+    from shared.provenance import MessageSigner
 
 __all__ = [
     "OutboxRelay",
@@ -120,14 +124,21 @@ async def processed_of(session: AsyncSession, consumer: str, event_ids: Sequence
 
 
 class OutboxRelay:
-    """Publishes committed outbox rows. Runs beside every writer; several may run at once
-    (rows are claimed with ``FOR UPDATE SKIP LOCKED``)."""
+    """Publishes committed outbox rows, signed as a service's (``shared.provenance``). Runs
+    beside every writer; several may run at once (rows are claimed with ``FOR UPDATE SKIP LOCKED``)."""
 
     def __init__(
-        self, db: Database, js: JetStreamContext, *, batch: int = 200, poll_interval_s: float = 0.5
+        self,
+        db: Database,
+        js: JetStreamContext,
+        *,
+        signer: MessageSigner,
+        batch: int = 200,
+        poll_interval_s: float = 0.5,
     ) -> None:
         self._db = db
         self._js = js
+        self._signer = signer
         self._batch = batch
         self._poll = poll_interval_s
         self._wake = asyncio.Event()
@@ -194,7 +205,9 @@ class OutboxRelay:
                     self._js.publish(
                         row.subject,
                         row.payload,
-                        headers={**row.headers, "Nats-Msg-Id": str(row.event_id)},
+                        headers=self._signer.sign(
+                            row.subject, row.payload, {**row.headers, "Nats-Msg-Id": str(row.event_id)}
+                        ),
                     )
                     for row in rows
                 )

@@ -14,6 +14,7 @@ from contracts.subjects import MEMORY_SAVE_ACCEPTED, SESSION_VALIDATED
 from services.distill import saves, sessions
 from shared.infra import Infra
 from shared.ports import Distiller
+from shared.provenance import refuse_forged
 
 __all__ = ["build_router"]
 
@@ -38,10 +39,11 @@ def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
         title="distill:session.validated",
     )
     async def on_sessions(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
-        """Distill lessons from verified sessions and save them, a batch per transaction."""
+        """Distill lessons from sessions ingest verified (and signed), a batch per transaction."""
         raw: list[Msg] = msg.raw_message
         try:
-            await sessions.handle_validated_sessions(infra, distiller, raw)
+            genuine = await refuse_forged(infra, raw, consumer=sessions.CONSUMER)
+            await sessions.handle_validated_sessions(infra, distiller, genuine)
         except Exception:
             # An outage (Postgres, NATS) mid-batch: everything not yet acked comes back later.
             for m in raw:
@@ -62,7 +64,8 @@ def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
     async def on_save(msg: NatsMessage) -> None:
         """Run an accepted elective save through the save path."""
         try:
-            await saves.handle_accepted_save(infra, msg.raw_message)
+            if await refuse_forged(infra, [msg.raw_message], consumer=saves.CONSUMER):
+                await saves.handle_accepted_save(infra, msg.raw_message)
         except Exception:
             await msg.nack(delay=infra.backoff(msg.raw_message.metadata.num_delivered))
             raise

@@ -116,5 +116,6 @@ async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
     infra.relay.wake()
     if request.wait:
         # Core NATS: the waiting caller is live or gone; the stored outcome is the durable part.
-        await infra.nc.publish(save_result_subject(str(request.request_id)), json.dumps(reply).encode())
+        subject, body = save_result_subject(str(request.request_id)), json.dumps(reply).encode()
+        await infra.nc.publish(subject, body, headers=infra.signer.sign(subject, body))
     await msg.ack()

@@ -25,6 +25,7 @@ from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
 from services.embed.indexer import index_rows, load_pending, parse_purged, parse_written
 from shared.infra import Infra
 from shared.ports import Embedder, VectorIndex
+from shared.provenance import refuse_forged
 
 __all__ = ["EmbedPipeline", "build_router"]
 
@@ -104,7 +105,9 @@ def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> N
     )
     async def on_written(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
         """Embed and index written entries (a reinforcement of an indexed entry changes nothing)."""
-        await pipeline.submit(msg.raw_message)
+        genuine = await refuse_forged(infra, msg.raw_message, consumer="embed")
+        if genuine:
+            await pipeline.submit(genuine)
 
     @router.subscriber(
         MEMORY_PURGED,
@@ -118,8 +121,9 @@ def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> N
     )
     async def on_purged(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
         """Delete the vectors of purged and pruned entries."""
-        raw: list[Msg] = msg.raw_message
-        if not await pipeline.settle(raw, index.delete(parse_purged([m.data for m in raw]))):
+        # Only an erasure a service announced deletes vectors: a forged one is dead-lettered.
+        raw: list[Msg] = await refuse_forged(infra, msg.raw_message, consumer="embed-purge")
+        if raw and not await pipeline.settle(raw, index.delete(parse_purged([m.data for m in raw]))):
             raise RuntimeError("vector delete failed; redelivered")
 
     return router

@@ -3,10 +3,14 @@ outcome with ``wait: true``). The save itself happens in distill, on the one sav
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from typing import Any
 from uuid import uuid4
+
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from contracts.errors import Forbidden, InvalidRequest, error_for_code
 from contracts.internal import AcceptedSave
@@ -15,10 +19,13 @@ from contracts.subjects import MEMORY_SAVE_ACCEPTED, save_result_subject
 from shared.auth import WRITE, Credential, act_as
 from shared.config_store import load_config
 from shared.infra import Infra
+from shared.provenance import refuse_forged
 from shared.telemetry import inject_trace_headers
 
 __all__ = ["handle_save"]
 
+#: The consumer name of dead letters of forged outcomes.
+RESULT_CONSUMER = "ingest-save-result"
 #: How long a ``wait: true`` caller is kept waiting before it gets the 202 it would have had.
 WAIT_TIMEOUT_S = 10.0
 
@@ -50,24 +57,36 @@ async def handle_save(infra: Infra, credential: Credential, request: SaveRequest
     subscription = None
     if request.wait:
         # Subscribe before publishing, so a fast outcome cannot slip past us.
-        subscription = await infra.nc.subscribe(save_result_subject(str(request_id)), max_msgs=1)
+        subscription = await infra.nc.subscribe(save_result_subject(str(request_id)))
     try:
+        body = accepted.model_dump_json().encode()
+        headers = inject_trace_headers({"Nats-Msg-Id": f"{credential.org_id}/save/{request_id}"})
         await infra.js.publish(
-            MEMORY_SAVE_ACCEPTED,
-            accepted.model_dump_json().encode(),
-            headers=inject_trace_headers({"Nats-Msg-Id": f"{credential.org_id}/save/{request_id}"}),
+            MEMORY_SAVE_ACCEPTED, body, headers=infra.signer.sign(MEMORY_SAVE_ACCEPTED, body, headers)
         )
         if subscription is None:
             return Accepted(request_id=request_id)
-        try:
-            reply = await subscription.next_msg(timeout=WAIT_TIMEOUT_S)
-        except TimeoutError:
-            return Accepted(request_id=request_id)
-        return _outcome(json.loads(reply.data))
+        reply = await _genuine_outcome(infra, subscription)
+        return Accepted(request_id=request_id) if reply is None else _outcome(json.loads(reply.data))
     finally:
         if subscription is not None:
             with contextlib.suppress(Exception):
                 await subscription.unsubscribe()
+
+
+async def _genuine_outcome(infra: Infra, subscription: Subscription) -> Msg | None:
+    """distill's outcome, or None after ``WAIT_TIMEOUT_S``. An outcome distill did not sign is
+    dead-lettered and the wait goes on: nobody else can answer a waiting caller."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_TIMEOUT_S
+    while (left := deadline - loop.time()) > 0:
+        try:
+            reply = await subscription.next_msg(timeout=left)
+        except TimeoutError:
+            return None
+        if await refuse_forged(infra, [reply], consumer=RESULT_CONSUMER):
+            return reply
+    return None
 
 
 def _outcome(data: dict[str, Any]) -> SaveOutcome:

@@ -68,9 +68,16 @@ async def handle_sessions_ended(infra: Infra, msgs: list[Msg]) -> None:
     async with infra.db.read() as db:
         done = await processed_of(db, CONSUMER, [key for _, key, _ in valid])
     todo = [(msg, key, headers) for msg, key, headers in valid if key not in done]
-    # Forward the verified bytes as they came (the caller's token stays behind); the msg id
-    # makes a re-forward after a crash a no-op.
-    await asyncio.gather(*(infra.js.publish(SESSION_VALIDATED, m.data, headers=h) for m, _, h in todo))
+    # Forward the verified bytes as they came (the caller's token stays behind), signed as
+    # ingest's (distill believes nothing else); the msg id makes a re-forward after a crash a no-op.
+    await asyncio.gather(
+        *(
+            infra.js.publish(
+                SESSION_VALIDATED, m.data, headers=infra.signer.sign(SESSION_VALIDATED, m.data, h)
+            )
+            for m, _, h in todo
+        )
+    )
     async with infra.db.transaction() as db:
         claimed = await claim_inbox_many(db, CONSUMER, [key for _, key, _ in todo])
         await label_recalls(db, [s for s in ended if inbox_key(s) in claimed])

@@ -9,6 +9,7 @@ from uuid import UUID
 
 from faststream.nats import NatsRouter
 from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
 
 from contracts.recall import ExpandRequest, FeedbackReply, FeedbackRequest, RecallRequest
 from contracts.subjects import MEMORY_FEEDBACK, MEMORY_PURGED, MEMORY_WRITTEN, RECALL, RECALL_EXPAND
@@ -55,22 +56,29 @@ def build_router(infra: Infra, recall: Recall, results: ResultCache | None = Non
     if results is not None and results.enabled:
         # Core NATS (the relay's JetStream publishes reach core subscribers too), one instance per
         # event (queue group: the cache is shared); a missed event is bounded by the cache TTL.
-        @router.subscriber(MEMORY_WRITTEN, queue="recall-cache", title="recall:cache.written")
+        # no_reply: these are the relay's JetStream publishes, whose reply subject awaits the
+        # stream's ack; an empty answer from here would reach the relay first and fail its publish.
+        @router.subscriber(MEMORY_WRITTEN, queue="recall-cache", no_reply=True, title="recall:cache.written")
         async def on_written(msg: NatsMessage) -> None:
             """A write changes what recall would answer: drop the agent config's cached replies."""
-            await _invalidate(results, msg.body)
+            await _invalidate(infra, results, msg.raw_message)
 
-        @router.subscriber(MEMORY_PURGED, queue="recall-cache", title="recall:cache.purged")
+        @router.subscriber(MEMORY_PURGED, queue="recall-cache", no_reply=True, title="recall:cache.purged")
         async def on_purged(msg: NatsMessage) -> None:
             """An erasure by any path (prune, expiry, reliability) drops cached replies too."""
-            await _invalidate(results, msg.body)
+            await _invalidate(infra, results, msg.raw_message)
 
     return router
 
 
-async def _invalidate(results: ResultCache, body: bytes) -> None:
+async def _invalidate(infra: Infra, results: ResultCache, msg: Msg) -> None:
+    # An unsigned event is ignored here, not dead-lettered: embed's durable consumer receives the
+    # same message from the stream and dead-letters it, once.
+    if not infra.signer.verify(msg.subject, msg.data, msg.headers):
+        log.warning("cache invalidation: unsigned %s ignored", msg.subject)
+        return
     try:
-        data = json.loads(body)
+        data = json.loads(msg.data)
         org_id, agent_config_id = UUID(str(data["org_id"])), UUID(str(data["agent_config_id"]))
     except (ValueError, KeyError, TypeError):
         log.warning("cache invalidation: unreadable event skipped")
