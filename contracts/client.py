@@ -94,10 +94,13 @@ class EngramClient:
         *,
         timeout: float = 5.0,  # noqa: ASYNC109
         inbox_prefix: str = "_INBOX",
+        **nats_options: Any,
     ) -> EngramClient:
-        """``inbox_prefix``: where replies come back; with the least-privilege NATS users of
-        ``infra/nats/engram-auth.conf`` the ``platform`` user receives only on ``_INBOX_platform``."""
-        nc = await nats.connect(url, name="engram-client", inbox_prefix=inbox_prefix)
+        """``inbox_prefix``: where replies come back (a NATS identity may receive only under its
+        own); ``nats_options`` go to ``nats.connect`` as they are, e.g. the NATS identity from
+        ``contracts.connection.ConnectionInfo.nats_options()``."""
+        options = {"name": "engram-client", **nats_options}
+        nc = await nats.connect(url, inbox_prefix=inbox_prefix, **options)
         return cls(nc, token, timeout=timeout, owns_connection=True)
 
     async def __aenter__(self) -> EngramClient:

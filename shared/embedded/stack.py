@@ -1,6 +1,10 @@
 """The embedded stack: NATS and Postgres as child processes under one data dir, migrations
 applied, development credentials generated once and kept. External servers can replace either
-(``--nats-url`` / ``--database-url``). The services themselves are started by the caller."""
+(``--nats-url`` / ``--database-url``). The services themselves are started by the caller.
+
+Its nats-server admits only nkey users (``shared.nats_auth.store``): the services connect as one
+least-privilege identity whose seed never leaves this process, ``connection.json`` hands the
+development client its own, and platform clients get theirs from ``engram credentials mint``."""
 
 from __future__ import annotations
 
@@ -21,9 +25,17 @@ from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import migrate
 from shared.embedded.nats_server import NatsServerProcess
 from shared.embedded.postgres import EmbeddedPostgres
+from shared.nats_auth.store import NatsIdentities, write_private
 from shared.settings import EngramSettings
 
-__all__ = ["DevIdentity", "connection_file", "embedded_stack", "load_dev_identity", "write_connection_file"]
+__all__ = [
+    "DevIdentity",
+    "connection_file",
+    "connection_info",
+    "embedded_stack",
+    "load_dev_identity",
+    "write_connection_file",
+]
 
 DEV_TOKEN_TTL_S = 30 * 24 * 3600
 
@@ -77,12 +89,25 @@ def connection_file(data_dir: Path) -> Path:
 
 def write_connection_file(data_dir: Path, info: dict[str, Any]) -> Path:
     path = connection_file(data_dir)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(info, handle, indent=2)
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    write_private(path, json.dumps(info, indent=2))  # 0600, atomic: a reader never sees half a file
     return path
+
+
+def connection_info(settings: EngramSettings) -> dict[str, Any]:
+    """What the development client needs (``connection.json``): where NATS is and who to be on it
+    (this run's development nkey and inbox prefix; none on an external NATS), a development token,
+    the development organization and agent config, and the database."""
+    identity = load_dev_identity(settings.data_dir)
+    client = NatsIdentities(settings.data_dir).dev_client()
+    return {
+        "nats_url": settings.nats_url,
+        "nats_nkey_seed": client.seed if client is not None else None,
+        "nats_inbox_prefix": client.inbox_prefix if client is not None else "_INBOX",
+        "token": identity.service_token(),
+        "org_id": str(identity.org_id),
+        "agent_config_id": str(identity.agent_config_id),
+        "database_url": settings.database_url,
+    }
 
 
 @asynccontextmanager
@@ -99,10 +124,15 @@ async def embedded_stack(
     data_dir.mkdir(parents=True, exist_ok=True)
     connection_file(data_dir).unlink(missing_ok=True)
     identity = load_dev_identity(data_dir)
-    nats = None if nats_url else NatsServerProcess(data_dir / "nats", port=nats_port)
+    identities = NatsIdentities(data_dir)
+    identities.end_run()  # whatever a crashed run left
+    nats = None if nats_url else NatsServerProcess(data_dir / "nats", port=nats_port, auth=True)
     postgres = None if database_url else EmbeddedPostgres(data_dir)
+    nkey_seed = base.nats_nkey_seed if base else SecretStr("")
     try:
         if nats is not None:
+            # Fresh keys for this run's services and development client, before the server reads them.
+            nkey_seed = SecretStr(identities.start_run().seed)
             await nats.start()
             nats_url = nats.url
         if postgres is not None:
@@ -111,6 +141,7 @@ async def embedded_stack(
         settings = (base or EngramSettings()).model_copy(
             update={
                 "nats_url": nats_url,
+                "nats_nkey_seed": nkey_seed,
                 "database_url": database_url,
                 "data_dir": data_dir,
                 # Configured keys keep signing; the dev key is added so dev tokens verify too.
@@ -128,5 +159,6 @@ async def embedded_stack(
         connection_file(data_dir).unlink(missing_ok=True)
         if nats is not None:
             await nats.stop()
+            identities.end_run()
         if postgres is not None:
             await postgres.stop()

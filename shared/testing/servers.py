@@ -1,6 +1,7 @@
 """Real servers for tests (STYLE: tests talk to real things): a fresh ``nats-server`` from the
-wheel per use, and a throwaway Postgres database — on ``ENGRAM_TEST_DATABASE_URL``, else the
-machine's Postgres at 127.0.0.1:5432 when it answers, else the embedded Postgres wheel."""
+wheel per use (open, or with authentication as ``engram up`` runs it), and a throwaway Postgres
+database — on ``ENGRAM_TEST_DATABASE_URL``, else the machine's Postgres at 127.0.0.1:5432 when it
+answers, else the embedded Postgres wheel."""
 
 from __future__ import annotations
 
@@ -11,14 +12,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
 
 import asyncpg
 
 from shared.db.engine import migrate
 from shared.embedded.nats_server import NatsServerProcess
 from shared.embedded.postgres import EmbeddedPostgres
+from shared.nats_auth.keys import new_user_seed, public_key_of
+from shared.nats_auth.permissions import SERVICES, Grant, Permissions, service_permissions
+from shared.nats_auth.render import NatsUser
+from shared.nats_auth.store import Identity, NatsIdentities
 
-__all__ = ["nats_server", "throwaway_database"]
+__all__ = ["SecuredNatsServer", "nats_server", "secured_nats_server", "throwaway_database"]
 
 LOCAL_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -26,6 +32,55 @@ LOCAL_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 @asynccontextmanager
 async def nats_server(store_dir: Path) -> AsyncIterator[NatsServerProcess]:
     server = NatsServerProcess(store_dir)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+#: A test's eyes on Engram's internals (dead letters, consumer state, internal events): may do
+#: anything. Never part of a deployment; services and clients under test never use it.
+_EVERYTHING = Permissions(
+    publish=(Grant("a test observer", (">",)),), subscribe=(Grant("a test observer", (">",)),)
+)
+
+
+class SecuredNatsServer(NatsServerProcess):
+    """A nats-server admitting exactly what ``engram up``'s does (the all-in-one services identity,
+    the development client, minted platform clients), the per-service identities of a production
+    server (``engram serve <service>``), and an observer for the test itself."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root / "nats", auth=True)
+        self.identities = NatsIdentities(root)
+        #: A platform client of its own organization (``engram credentials mint``).
+        self.client: Identity = self.identities.mint("tenant", uuid4())
+        seed = new_user_seed()
+        self.observer = Identity("observer", seed, public_key_of(seed), "_INBOX_observer")
+        #: Seeds of the per-service identities, for ``engram serve <service>`` processes.
+        self.service_seeds = {name: new_user_seed() for name in SERVICES}
+        self.services: Identity | None = None
+
+    async def start(self, timeout_s: float = 15.0) -> None:
+        if self.services is None:
+            extra = [NatsUser(self.observer.public_key, _EVERYTHING, "test observer")]
+            extra += [
+                NatsUser(public_key_of(seed), service_permissions(name), f"engram serve {name}")
+                for name, seed in self.service_seeds.items()
+            ]
+            self.services = self.identities.start_run(extra=extra)
+        await super().start(timeout_s)
+
+    def log_lines(self, *needles: str) -> list[str]:
+        """Lines of the server's log containing any of ``needles`` (e.g. "Violation")."""
+        text = (self.store_dir / "nats-server.log").read_text(errors="replace")
+        return [line for line in text.splitlines() if any(n in line for n in needles)]
+
+
+@asynccontextmanager
+async def secured_nats_server(root: Path) -> AsyncIterator[SecuredNatsServer]:
+    server = SecuredNatsServer(root)
     await server.start()
     try:
         yield server

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
@@ -19,10 +20,15 @@ pytestmark = pytest.mark.integration
 
 
 async def test_client_round_trip(
-    engram: Infra, settings: EngramSettings, org: UUID, agent: UUID, service_token: str
+    engram: Infra,
+    settings: EngramSettings,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
+    platform_options: dict[str, Any],
 ) -> None:
     """publish_session, save (wait), config and audit calls work and return typed models."""
-    async with await EngramClient.connect(settings.nats_url, service_token) as client:
+    async with await EngramClient.connect(settings.nats_url, service_token, **platform_options) as client:
         seq = await client.publish_session(
             session_payload(org, agent, tool_trace=[{"tool": "t", "input": {}, "error": "e"}])
         )
@@ -49,19 +55,24 @@ async def test_client_round_trip(
 
 
 async def test_client_raises_typed_errors(
-    engram: Infra, settings: EngramSettings, tokens: TokenService, agent: UUID, service_token: str
+    engram: Infra,
+    settings: EngramSettings,
+    tokens: TokenService,
+    agent: UUID,
+    service_token: str,
+    platform_options: dict[str, Any],
 ) -> None:
     """Wire errors come back as the matching EngramError subclass."""
-    async with await EngramClient.connect(settings.nats_url, "forged") as anonymous:
+    async with await EngramClient.connect(settings.nats_url, "forged", **platform_options) as anonymous:
         with pytest.raises(Unauthenticated):
             await anonymous.get_config(agent)
-    async with await EngramClient.connect(settings.nats_url, service_token) as client:
+    async with await EngramClient.connect(settings.nats_url, service_token, **platform_options) as client:
         with pytest.raises(InvalidRequest):
             await client.put_config(agent, {"top_k": 0})
         await client.put_config(agent, {"top_k": 3})
     foreign = tokens.mint(
         org_id=uuid4(), principal=Principal(kind="service", id="x"), permissions=ALL_PERMISSIONS
     )
-    async with await EngramClient.connect(settings.nats_url, foreign) as intruder:
+    async with await EngramClient.connect(settings.nats_url, foreign, **platform_options) as intruder:
         with pytest.raises(Forbidden):
             await intruder.get_config(agent)

@@ -49,11 +49,18 @@ async def _dlq_last_seq(nc: Client) -> int:
 
 
 async def test_malformed_and_unauthorized_events_are_dead_lettered_with_reasons(
-    engram: Infra, nc: Client, db: Database, tokens: TokenService, org: UUID, agent: UUID, service_token: str
+    engram: Infra,
+    nc: Client,
+    observer_nc: Client,
+    db: Database,
+    tokens: TokenService,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
 ) -> None:
     """Not-JSON, unknown schema_version, missing fields, oversize, missing/forged/expired/foreign
     tokens and acting for someone else each land in the DLQ with their code; valid ones pass."""
-    start = await _dlq_last_seq(nc)
+    start = await _dlq_last_seq(observer_nc)
     other_org = uuid4()
     forged = TokenService({"test-key": secrets.token_urlsafe(48)}).mint(
         org_id=org, principal=Principal(kind="service", id="x"), permissions=ALL_PERMISSIONS
@@ -101,7 +108,7 @@ async def test_malformed_and_unauthorized_events_are_dead_lettered_with_reasons(
         await publish_session(nc, payload, service_token)
 
     async def settled() -> bool:
-        return len(await _dead_letters(nc, start)) >= len(bad)
+        return len(await _dead_letters(observer_nc, start)) >= len(bad)
 
     await eventually(settled, what="all bad events dead-lettered")
 
@@ -121,7 +128,7 @@ async def test_malformed_and_unauthorized_events_are_dead_lettered_with_reasons(
         return {d["event_id"] for d in rows} == {g["event_id"] for g in good}
 
     await eventually(distilled, what="the 10 valid sessions distilled")
-    letters = await _dead_letters(nc, start)
+    letters = await _dead_letters(observer_nc, start)
     assert sorted(str(letter["code"]) for letter in letters) == sorted(code for _, _, code in bad)
     assert all(letter["reason"] and letter["original_b64"] for letter in letters)
 
@@ -167,10 +174,10 @@ async def test_ingest_keeps_consuming_after_bad_input(
     await eventually(done, what="the valid session after the garbage")
 
 
-async def test_stream_retention_follows_settings(engram: Infra, nc: Client) -> None:
+async def test_stream_retention_follows_settings(engram: Infra, observer_nc: Client) -> None:
     """ENGRAM_SESSIONS and ENGRAM_DLQ keep messages only as long as the settings say."""
-    sessions = await nc.jetstream().stream_info("ENGRAM_SESSIONS")
-    dlq = await nc.jetstream().stream_info("ENGRAM_DLQ")
+    sessions = await observer_nc.jetstream().stream_info("ENGRAM_SESSIONS")
+    dlq = await observer_nc.jetstream().stream_info("ENGRAM_DLQ")
     assert sessions.config.max_age == engram.settings.session_retention_s
     assert dlq.config.max_age == engram.settings.dead_letter_retention_s
     assert sessions.config.duplicate_window

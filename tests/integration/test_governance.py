@@ -171,7 +171,14 @@ async def test_delete_erases_the_entry_its_versions_and_merges(
 
 
 async def test_purge_erases_rows_vectors_cache_and_history_and_nothing_comes_back(
-    engram: Infra, nc: Client, db: Database, tokens: TokenService, org: UUID, agent: UUID, service_token: str
+    engram: Infra,
+    nc: Client,
+    observer_nc: Client,
+    db: Database,
+    tokens: TokenService,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
 ) -> None:
     """Purge, then replay the session from the stream: the tombstone keeps the memory erased."""
     session = session_payload(
@@ -232,7 +239,7 @@ async def test_purge_erases_rows_vectors_cache_and_history_and_nothing_comes_bac
 
     # No memory text in any stream: sessions leave ENGRAM_SESSIONS once processed (work queue);
     # memory and audit streams carry ids only.
-    js = nc.jetstream()
+    js = observer_nc.jetstream()
     for stream in ("ENGRAM_SESSIONS", "ENGRAM_MEMORY", "ENGRAM_AUDIT"):
         state = (await js.stream_info(stream)).state
         for seq in range(state.first_seq, state.last_seq + 1):

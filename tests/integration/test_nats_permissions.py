@@ -1,8 +1,8 @@
-"""The least-privilege NATS users of ``infra/nats/engram-auth.conf`` on a real nats-server.
+"""The least-privilege NATS identities of ``infra/nats/engram-auth.conf`` on a real nats-server.
 
 Two checks. The permission matrix: every user's allowed publishes and subscriptions go through
-and a wide set of forbidden ones — including what an attacker holding the ``platform`` password
-would try — are refused by the server. And end to end: every service runs under its own user
+and a wide set of forbidden ones — including what an attacker holding the ``platform`` key
+would try — are refused by the server. And end to end: every service runs under its own nkey
 (one broker connection each, through ``services.runtime.running_services``), a platform
 publishes a session and makes requests as ``platform``, an ``audit-reader`` reads the audit
 stream, and the server logs no permission violation at all.
@@ -17,14 +17,12 @@ whatever the operation caused has arrived before it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import secrets
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -32,6 +30,7 @@ from uuid import UUID, uuid4
 import nats
 import pytest
 from nats.aio.client import Client
+from pydantic import SecretStr
 from sqlalchemy import func, select
 
 from contracts import subjects
@@ -40,26 +39,27 @@ from services.runtime import SERVICES, build_embedder, build_vector_index, runni
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, OUTBOX
 from shared.embedded.nats_server import NatsServerProcess
+from shared.nats_auth.infra import INFRA_AUTH_FILE, INFRA_USERS, nkey_variable
+from shared.nats_auth.keys import new_user_seed, public_key_of
+from shared.nats_auth.permissions import PUBLIC_REQUESTS
 from shared.settings import EngramSettings
+from tests.nats_probe import Probe, cannot_connect
 from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = pytest.mark.integration
 
-AUTH_CONF = Path(__file__).resolve().parents[2] / "infra" / "nats" / "engram-auth.conf"
-USERS = (*SERVICES, "platform", "audit-reader")
+AUTH_CONF = INFRA_AUTH_FILE
+USERS = INFRA_USERS
 #: External users have their own inbox prefix (see the config's comments); services use nats-py's.
 INBOX_PREFIX = {
     "platform": "_INBOX_platform",
     "audit-reader": "_INBOX_audit_reader",
+    "engram": "_INBOX_engram",
     # services/runtime.py: each service process gets its own inbox prefix.
     **{
         name: f"_INBOX_engram-{name}" for name in ("ingest", "distill", "embed", "recall", "governance-audit")
     },
 }
-
-
-def password_variable(user: str) -> str:
-    return "ENGRAM_NATS_PASSWORD_" + user.upper().replace("-", "_")
 
 
 class AuthNatsServer(NatsServerProcess):
@@ -68,8 +68,7 @@ class AuthNatsServer(NatsServerProcess):
 
     def __init__(self, store_dir: Path) -> None:
         super().__init__(store_dir)
-        # A letter first: the config parser reads the variable's value as a config value.
-        self.passwords = {user: f"pw{secrets.token_hex(16)}" for user in USERS}
+        self.seeds = {user: new_user_seed() for user in USERS}
 
     def _write_config(self) -> Path:
         conf = super()._write_config()
@@ -79,14 +78,14 @@ class AuthNatsServer(NatsServerProcess):
         return conf
 
     async def start(self, timeout_s: float = 15.0) -> None:
-        # The passwords reach the server only through its environment, as in a deployment.
+        # The public keys reach the server only through its environment, as in a deployment.
         with pytest.MonkeyPatch.context() as env:
-            for user, password in self.passwords.items():
-                env.setenv(password_variable(user), password)
+            for user, seed in self.seeds.items():
+                env.setenv(nkey_variable(user), public_key_of(seed))
             await super().start(timeout_s)
 
-    def url_for(self, user: str, password: str | None = None) -> str:
-        return f"nats://{user}:{password or self.passwords[user]}@{self.host}:{self.port}"
+    def options_for(self, user: str, seed: str | None = None) -> dict[str, Any]:
+        return {"nkeys_seed_str": seed or self.seeds[user], "inbox_prefix": INBOX_PREFIX.get(user, "_INBOX")}
 
     def log_lines(self, *needles: str) -> list[str]:
         text = (self.store_dir / "nats-server.log").read_text(errors="replace")
@@ -283,6 +282,34 @@ def _cases() -> dict[str, UserCase]:
         ("engram.recall", "recall"),
         ("engram.memory.save", "ingest"),
     ]
+    # engram (every service in one process): exactly the union of the five, with one inbox.
+    services = [cases[name] for name in CONSUMERS]
+    own_inboxes = {f"_INBOX_engram-{name}" for name in CONSUMERS}
+    cases["engram"] = UserCase(
+        allowed_pub=list(dict.fromkeys(x for c in services for x in c.allowed_pub)),
+        allowed_sub=[
+            *dict.fromkeys(
+                x for c in services for x in c.allowed_sub if x[0].split(".")[0] not in own_inboxes
+            ),
+            ("_INBOX_engram.>", None),
+            ("_INBOX_engram.abc.*", None),
+        ],
+        refused_pub=[
+            *SERVICE_FORBIDDEN_PUB,
+            # its consumers under another filter or another durable name
+            *(f"$JS.API.CONSUMER.CREATE.{st}.{d}.engram.dlq.session" for st, d, _ in ALL_CONSUMERS),
+            *(f"$JS.API.CONSUMER.CREATE.{st}.sneaky.{f}" for st, _, f in ALL_CONSUMERS),
+        ],
+        refused_sub=[
+            *SERVICE_FORBIDDEN_SUB,
+            ("_INBOX.>", None),
+            *((f"{inbox}.>", None) for inbox in sorted(own_inboxes)),
+            # request subjects only in their queue groups
+            ("engram.recall", None),
+            ("engram.memory.save", None),
+            ("engram.config.get", "recall"),
+        ],
+    )
     cases["platform"] = UserCase(
         allowed_pub=["engram.session.ended", *REQUESTS],
         allowed_sub=[("_INBOX_platform.>", None), ("_INBOX_platform.abc.*", None)],
@@ -392,86 +419,15 @@ def _cases() -> dict[str, UserCase]:
     return cases
 
 
-@dataclass
-class Probe:
-    """One user's connection and the permission errors the server sent it, in order."""
-
-    nc: Client
-    errors: list[str] = field(default_factory=list)
-
-    @classmethod
-    async def connect(cls, server: AuthNatsServer, user: str) -> Probe:
-        errors: list[str] = []
-
-        async def on_error(exc: Exception) -> None:
-            errors.append(str(exc))
-
-        nc = await nats.connect(
-            server.url_for(user),
-            name=f"probe-{user}",
-            error_cb=on_error,
-            inbox_prefix=INBOX_PREFIX.get(user, "_INBOX"),
-            allow_reconnect=False,
-        )
-        return cls(nc, errors)
-
-    async def refused(self, kind: str, subject: str, op: Callable[[], Awaitable[Any]]) -> bool:
-        """Run ``op`` and tell whether the server refused it (``kind``: publish | subscription)."""
-        start = len(self.errors)
-        await op()
-        barrier = f"zz.barrier.{uuid4().hex}"
-        await self.nc.publish(barrier, b"")
-        await self.nc.flush()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5.0
-        while not any(barrier in e for e in self.errors[start:]):
-            assert loop.time() < deadline, f"the barrier publish was not refused: {self.errors[start:]}"
-            await asyncio.sleep(0.002)
-        seen = self.errors[start:]
-        seen = seen[: next(i for i, e in enumerate(seen) if barrier in e)]
-        # nats-py lower-cases the server's message.
-        mine = f'permissions violation for {kind} to "{subject.lower()}"'
-        unrelated = [e for e in seen if mine not in e]
-        assert not unrelated, f"unexpected errors after {kind} {subject}: {unrelated}"
-        return bool(seen)
-
-    async def publish_refused(self, subject: str) -> bool:
-        return await self.refused("publish", subject, lambda: self.nc.publish(subject, b""))
-
-    async def subscribe_refused(self, subject: str, queue: str | None) -> bool:
-        subs = []
-
-        async def subscribe() -> None:
-            subs.append(await self.nc.subscribe(subject, queue=queue or ""))
-
-        refused = await self.refused("subscription", subject, subscribe)
-        for sub in subs:
-            await sub.unsubscribe()
-        return refused
-
-
-async def _quiet(exc: Exception) -> None:
-    """A refused login is the expected outcome here; nats-py's default callback would log it."""
-
-
-async def _cannot_connect(url: str) -> bool:
-    try:
-        nc = await nats.connect(url, allow_reconnect=False, connect_timeout=5, error_cb=_quiet)
-    except Exception as exc:  # nats-py raises a plain Error for 'Authorization Violation'
-        return "authorization violation" in str(exc).lower()
-    await nc.close()
-    return False
-
-
 async def test_each_user_may_do_exactly_what_its_role_needs(tmp_path: Path) -> None:
     """Every user's allowed publishes and subscriptions pass; every forbidden one is refused
-    (none unexpectedly allowed); nobody gets in without a user, or with another's password."""
+    (none unexpectedly allowed); nobody gets in without a known nkey."""
     tried = refused = 0
     wrong: list[str] = []
     async with auth_nats_server(tmp_path) as server:
         # No stream exists on this server: a publish that got through would change nothing.
         for user, case in _cases().items():
-            probe = await Probe.connect(server, user)
+            probe = await Probe.connect(server.url, f"probe-{user}", **server.options_for(user))
             try:
                 for subject in case.allowed_pub:
                     tried += 1
@@ -499,15 +455,20 @@ async def test_each_user_may_do_exactly_what_its_role_needs(tmp_path: Path) -> N
             finally:
                 await probe.nc.close()
 
-        logins = [("anonymous", f"nats://{server.host}:{server.port}")]
-        logins += [(f"{user}, wrong password", server.url_for(user, "pw-wrong")) for user in USERS]
-        logins += [
-            (f"{user} with {other}'s password", server.url_for(user, server.passwords[other]))
-            for user, other in zip(USERS, USERS[1:] + USERS[:1], strict=True)
+        plain = f"nats://{server.host}:{server.port}"
+        logins: list[tuple[str, str, dict[str, Any]]] = [
+            ("anonymous", plain, {}),
+            ("a user name and password", f"nats://platform:pw-guess@{server.host}:{server.port}", {}),
+            ("a token", plain, {"token": "guess"}),
         ]
-        for label, url in logins:
+        # A key the server does not know, with each user's inbox prefix.
+        logins += [
+            (f"{user} prefix, unknown key", plain, server.options_for(user, new_user_seed()))
+            for user in USERS
+        ]
+        for label, url, options in logins:
             tried += 1
-            if await _cannot_connect(url):
+            if await cannot_connect(url, **options):
                 refused += 1
             else:
                 wrong.append(f"login accepted: {label}")
@@ -523,7 +484,7 @@ def test_every_contract_subject_is_in_the_matrix() -> None:
     constants = {v for k, v in vars(subjects).items() if k.isupper() and isinstance(v, str)}
     streamed = {s for d in STREAMS for s in d.subjects}
     prefixes = {subjects.AUDIT, subjects.DEAD_LETTER_PREFIX, subjects.SAVE_RESULT_PREFIX}
-    assert constants - streamed - prefixes == set(REQUESTS)
+    assert constants - streamed - prefixes == set(REQUESTS) == set(PUBLIC_REQUESTS)
     conf = AUTH_CONF.read_text()
     for subject in REQUESTS:
         assert f'"{subject}"' in conf, f"{subject}: the platform user may not request it"
@@ -536,9 +497,7 @@ async def _connect_as(server: AuthNatsServer, user: str, errors: list[str]) -> C
     async def on_error(exc: Exception) -> None:
         errors.append(f"{user}: {exc}")
 
-    return await nats.connect(
-        server.url_for(user), name=user, error_cb=on_error, inbox_prefix=INBOX_PREFIX[user]
-    )
+    return await nats.connect(server.url, name=user, error_cb=on_error, **server.options_for(user))
 
 
 async def _entries(db: Database, org: UUID) -> int:
@@ -575,12 +534,14 @@ async def test_services_run_and_answer_under_their_own_users(
     async with AsyncExitStack() as stack:
         stack.push_async_callback(index.close)
         for name in SERVICES:
-            own = settings.model_copy(update={"nats_url": server.url_for(name)})
+            own = settings.model_copy(
+                update={"nats_url": server.url, "nats_nkey_seed": SecretStr(server.seeds[name])}
+            )
             infra = await stack.enter_async_context(
                 running_services(own, [name], embedder=embedder, vector_index=index)
             )
-            assert infra.nc.connected_url is not None
-            assert infra.nc.connected_url.username == name
+            # Connected: the server admits no one without a known key, so it proved this one.
+            assert infra.nc.is_connected
         platform = await _connect_as(server, "platform", errors)
         stack.push_async_callback(platform.drain)
         alice = {"kind": "end_user", "id": "alice"}
@@ -709,6 +670,6 @@ async def test_services_run_and_answer_under_their_own_users(
     assert violations == []
     assert errors == []
     leaked = [
-        r.getMessage() for r in caplog.records if any(p in r.getMessage() for p in server.passwords.values())
+        r.getMessage() for r in caplog.records if any(k in r.getMessage() for k in server.seeds.values())
     ]
-    assert leaked == [], "a NATS password reached the logs"
+    assert leaked == [], "a NATS seed reached the logs"

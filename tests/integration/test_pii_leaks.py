@@ -491,6 +491,7 @@ async def _save(nc: Client, token: str, agent: UUID, texts: list[str]) -> dict[s
 async def test_redacted_pii_is_stored_nowhere_raw(
     engram: Infra,
     nc: Client,
+    observer_nc: Client,
     db: Database,
     settings: EngramSettings,
     vectors: RecordingIndex,
@@ -510,7 +511,7 @@ async def test_redacted_pii_is_stored_nowhere_raw(
     assert saved["saved"] == len(_save_texts())
 
     # A session the token may not write (another organization): dead-lettered with its reason.
-    letters = await _dead_letters(nc)
+    letters = await _dead_letters(observer_nc)
     rejected = session_payload(
         uuid4(),
         agent,
@@ -543,7 +544,7 @@ async def test_redacted_pii_is_stored_nowhere_raw(
     async def recorded() -> bool:
         recalls = await _count(db, "SELECT count(*) FROM recall_records WHERE org_id = :org", org=org)
         rejects = await _audit_count(db, org, "session.rejected")
-        lettered = await _dead_letters(nc) > letters
+        lettered = await _dead_letters(observer_nc) > letters
         return recalls >= 3 and rejects >= 1 and lettered and await _relayed(db, org)
 
     await eventually(recorded, timeout=30, what="recall records, the rejection and their events")
@@ -560,7 +561,9 @@ async def test_redacted_pii_is_stored_nowhere_raw(
     print(f"\nstored {len(stored)} entries ({observations} observations) holding {placeholders} placeholders")
 
     scan = Scan([*SESSION_VALUES.values(), *SAVE_VALUES.values(), CUE_VALUE, *REJECTED_VALUES.values()])
-    await scan.everywhere(db=db, nc=nc, index=vectors, settings=settings, caplog=caplog, json_logs=json_logs)
+    await scan.everywhere(
+        db=db, nc=observer_nc, index=vectors, settings=settings, caplog=caplog, json_logs=json_logs
+    )
     print(scan.report("redact"))
     assert scan.looked_at.get("vector points", 0) >= len(stored)
     assert scan.looked_at.get("ENGRAM_DLQ messages", 0) >= 1
@@ -570,6 +573,7 @@ async def test_redacted_pii_is_stored_nowhere_raw(
 async def test_block_refuses_pii_and_stores_nothing_of_it(
     engram: Infra,
     nc: Client,
+    observer_nc: Client,
     db: Database,
     settings: EngramSettings,
     vectors: RecordingIndex,
@@ -622,7 +626,9 @@ async def test_block_refuses_pii_and_stores_nothing_of_it(
     assert all(not row["redaction"] for row in stored)
 
     scan = Scan(list(BLOCK_VALUES.values()))
-    await scan.everywhere(db=db, nc=nc, index=vectors, settings=settings, caplog=caplog, json_logs=json_logs)
+    await scan.everywhere(
+        db=db, nc=observer_nc, index=vectors, settings=settings, caplog=caplog, json_logs=json_logs
+    )
     print(scan.report("block"))
     assert not scan.leaks, scan.report("block")
 
@@ -630,6 +636,7 @@ async def test_block_refuses_pii_and_stores_nothing_of_it(
 async def test_allow_stores_pii_as_given_and_nowhere_else(
     engram: Infra,
     nc: Client,
+    observer_nc: Client,
     db: Database,
     settings: EngramSettings,
     vectors: RecordingIndex,
@@ -663,7 +670,9 @@ async def test_allow_stores_pii_as_given_and_nowhere_else(
         } or where.startswith("redis value b'engram:recall:")
 
     scan = Scan(list(ALLOW_VALUES.values()), allowed)
-    await scan.everywhere(db=db, nc=nc, index=vectors, settings=settings, caplog=caplog, json_logs=json_logs)
+    await scan.everywhere(
+        db=db, nc=observer_nc, index=vectors, settings=settings, caplog=caplog, json_logs=json_logs
+    )
     print(scan.report("allow"))
     assert ("postgres public.memory_entries.text", v["card"]) in scan.found_where_allowed
     assert not scan.leaks, scan.report("allow")
@@ -673,20 +682,20 @@ async def test_allow_stores_pii_as_given_and_nowhere_else(
 
 
 async def test_dead_letters_keep_no_raw_pii(
-    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
+    engram: Infra, nc: Client, observer_nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
 ) -> None:
     """A session refused at ingest is dead-lettered without the PII it carried."""
     value = "dead.letter@example.com"
     rejected = session_payload(uuid4(), agent, principal=ALICE, task=f"Mail {value}")
-    letters = await _dead_letters(nc)
+    letters = await _dead_letters(observer_nc)
     await publish_session(nc, rejected, service_token)
 
     async def lettered() -> bool:
-        return await _dead_letters(nc) > letters and await _relayed(db, org)
+        return await _dead_letters(observer_nc) > letters and await _relayed(db, org)
 
     await eventually(lettered, what="the rejection dead-lettered")
     scan = Scan([Planted("EMAIL", value)])
-    await scan.streams(nc)
+    await scan.streams(observer_nc)
     assert not scan.leaks, scan.report("dead letters")
 
 

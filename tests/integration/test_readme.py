@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from shared.db.engine import Database
 from shared.db.models import AuditRecord
 from shared.infra import Infra
 from shared.settings import EngramSettings
+from shared.testing.servers import SecuredNatsServer
 from tests.platform import eventually
 
 pytestmark = pytest.mark.integration
@@ -26,13 +28,35 @@ def _python_blocks() -> list[str]:
 
 
 async def test_readme_platform_snippet_publishes_and_saves(
-    engram: Infra, settings: EngramSettings, db: Database, org: UUID, agent: UUID, service_token: str
+    engram: Infra,
+    settings: EngramSettings,
+    nats_proc: SecuredNatsServer,
+    db: Database,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
+    tmp_path: Path,
 ) -> None:
-    """The README's raw nats-py snippet publishes a session that is distilled and saves with wait."""
+    """The README's raw nats-py snippet, given a connection file like ``engram up``'s (a platform
+    client's NATS identity on an authenticated server), publishes a session that is distilled
+    and saves with wait."""
     (block,) = _python_blocks()
     namespace: dict[str, Any] = {}
     exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 (our own README)
-    reply = await namespace["publish_one"](settings.nats_url, service_token, str(org), str(agent))
+    connection = tmp_path / "connection.json"
+    connection.write_text(
+        json.dumps(
+            {
+                "nats_url": settings.nats_url,
+                "nats_nkey_seed": nats_proc.client.seed,
+                "nats_inbox_prefix": nats_proc.client.inbox_prefix,
+                "token": service_token,
+                "org_id": str(org),
+                "agent_config_id": str(agent),
+            }
+        )
+    )
+    reply = await namespace["publish_one"](str(connection))
     assert (reply["status"], reply["saved"], reply["skipped"], reply["reinforced"]) == (200, 1, 0, 0)
 
     async def distilled() -> bool:

@@ -27,6 +27,7 @@ from nats.aio.msg import Msg
 
 from contracts.subjects import MEMORY_WRITTEN, SESSION_ENDED
 from shared.settings import EngramSettings
+from shared.testing.servers import SecuredNatsServer
 from tests.platform import session_payload
 
 pytestmark = pytest.mark.integration
@@ -89,14 +90,14 @@ def _env(settings: EngramSettings) -> dict[str, str]:
 
 
 @contextmanager
-def serving(settings: EngramSettings, log_dir: Path) -> Iterator[list[ServeProcess]]:
-    """All three services as separate processes, killed (process groups) whatever happens;
-    their output is printed if the block fails."""
+def serving(settings: EngramSettings, log_dir: Path, seeds: dict[str, str]) -> Iterator[list[ServeProcess]]:
+    """The services as separate processes, each under its own NATS identity, killed (process
+    groups) whatever happens; their output is printed if the block fails."""
     procs: list[ServeProcess] = []
     try:
         env = _env(settings)
         for service in SERVICES:
-            procs.append(ServeProcess(service, env, log_dir))
+            procs.append(ServeProcess(service, {**env, "ENGRAM_NATS_NKEY_SEED": seeds[service]}, log_dir))
         yield procs
     except BaseException:
         for proc in procs:
@@ -161,7 +162,14 @@ def _by_name(spans: list[dict[str, Any]], name: str) -> dict[str, Any]:
 
 
 async def test_one_trace_spans_ingest_and_distill_processes_and_memory_written(
-    settings: EngramSettings, nc: Client, org: UUID, agent: UUID, service_token: str, tmp_path: Path
+    settings: EngramSettings,
+    nats_proc: SecuredNatsServer,
+    nc: Client,
+    observer_nc: Client,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
+    tmp_path: Path,
 ) -> None:
     """A session.ended with our traceparent yields spans in the ingest and distill processes and a
     memory.written header, all in our trace, each hop parented on the one before it."""
@@ -176,8 +184,8 @@ async def test_one_trace_spans_ingest_and_distill_processes_and_memory_written(
     async def on_written(msg: Msg) -> None:
         await written.put(msg)
 
-    sub = await nc.subscribe(MEMORY_WRITTEN, cb=on_written)
-    with serving(settings, tmp_path) as procs:
+    sub = await observer_nc.subscribe(MEMORY_WRITTEN, cb=on_written)
+    with serving(settings, tmp_path, nats_proc.service_seeds) as procs:
         await _wait_ready(procs)
         await nc.jetstream().publish(
             SESSION_ENDED,

@@ -51,7 +51,13 @@ async def _audit_count(db: Database, org: UUID, kind: str) -> int:
 
 
 async def test_200_sessions_give_each_expected_lesson_exactly_once(
-    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
+    engram: Infra,
+    nc: Client,
+    observer_nc: Client,
+    db: Database,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
 ) -> None:
     """200 published sessions produce every expected lesson once per owner, reinforced by repeats;
     publishing them all again — with and without Nats-Msg-Id — changes nothing."""
@@ -74,10 +80,10 @@ async def test_200_sessions_give_each_expected_lesson_exactly_once(
     # Again with Nats-Msg-Id (JetStream drops them) and without it (ingest's inbox drops them).
     await asyncio.gather(*(publish_session(nc, s, service_token) for s in sessions))
     await asyncio.gather(*(publish_session(nc, s, service_token, msg_id=None) for s in sessions))
-    info = await nc.jetstream().consumer_info("ENGRAM_SESSIONS", "ingest")
+    info = await observer_nc.jetstream().consumer_info("ENGRAM_SESSIONS", "ingest")
 
     async def ingest_drained() -> bool:
-        ci = await nc.jetstream().consumer_info("ENGRAM_SESSIONS", "ingest")
+        ci = await observer_nc.jetstream().consumer_info("ENGRAM_SESSIONS", "ingest")
         return ci.num_pending == 0 and ci.num_ack_pending == 0
 
     await eventually(ingest_drained, what="ingest consumed the duplicates")
@@ -89,7 +95,13 @@ async def test_200_sessions_give_each_expected_lesson_exactly_once(
 
 
 async def test_every_stored_entry_has_one_written_event(
-    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
+    engram: Infra,
+    nc: Client,
+    observer_nc: Client,
+    db: Database,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
 ) -> None:
     """Each stored or reinforced lesson is announced once on engram.memory.written, with no text."""
     sessions = _sessions(org, agent)[:12]
@@ -100,7 +112,7 @@ async def test_every_stored_entry_has_one_written_event(
         if event["org_id"] == str(org):
             events.append(event)
 
-    sub = await nc.subscribe("engram.memory.written", cb=collect)
+    sub = await observer_nc.subscribe("engram.memory.written", cb=collect)
     await asyncio.gather(*(publish_session(nc, s, service_token) for s in sessions))
     expected_events = sum(expected_lessons(sessions).values())
 
@@ -172,14 +184,14 @@ async def test_secrets_in_traces_are_redacted_before_storage(
 
 
 async def test_one_event_twice_in_a_batch_takes_effect_once(
-    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID
+    engram: Infra, observer_nc: Client, db: Database, org: UUID, agent: UUID
 ) -> None:
     """The same validated session delivered three times in ONE distill batch (as after a
     reconnect, or a re-forward outside the duplicate window) is saved once, not reinforced by
     itself, and every copy is acked."""
     payload = _sessions(org, agent)[0]
     body = json.dumps(payload).encode()
-    js = nc.jetstream()
+    js = observer_nc.jetstream()
     stream, subject = f"DUP_{uuid4().hex[:8]}", f"test.dup.{uuid4().hex[:8]}"
     await js.add_stream(name=stream, subjects=[subject])
     try:

@@ -79,6 +79,7 @@ async def _cached(redis: Any, org: UUID) -> list[bytes]:
 async def test_purged_memory_stays_gone_after_replay_and_reindex(
     engram: Infra,
     nc: Client,
+    observer_nc: Client,
     db: Database,
     tokens: TokenService,
     embedder: Embedder,
@@ -237,14 +238,17 @@ async def test_purged_memory_stays_gone_after_replay_and_reindex(
 
     after_purge = await check("after purge")
 
-    # Replay every memory.written from the start of the stream, as new messages.
-    written = await _written_messages(nc)
+    # Replay every memory.written from the start of the stream, as new messages — signed as a
+    # service signs them (an insider's replay: unsigned ones never get past the signature check,
+    # tests/security/test_wire.py), so what is tested here is the layer beneath.
+    written = await _written_messages(observer_nc)
     replayed_ids = {json.loads(d)["entry_id"] for d in written}
     assert purged & replayed_ids, "the stream should still reference alice's entries"
-    js = nc.jetstream()
+    js = observer_nc.jetstream()
     for data in written:
-        await js.publish("engram.memory.written", data, headers={"Nats-Msg-Id": f"replay-{uuid4()}"})
-    await eventually(lambda: _embed_caught_up(nc), what="embed processed the replay")
+        headers = engram.signer.sign("engram.memory.written", data, {"Nats-Msg-Id": f"replay-{uuid4()}"})
+        await js.publish("engram.memory.written", data, headers=headers)
+    await eventually(lambda: _embed_caught_up(observer_nc), what="embed processed the replay")
     await asyncio.sleep(0.2)  # let the relay and cache listeners settle
     # A cold cache (only this organization's keys: other test runs share Redis db 15), then a
     # full rebuild of the vector store from Postgres.

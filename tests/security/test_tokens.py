@@ -298,13 +298,14 @@ async def _dead_letters(nc: Client, since_seq: int) -> list[dict[str, Any]]:
 async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
     engram: Infra,
     nc: Client,
+    observer_nc: Client,
     db: Database,
     tokens: TokenService,
     org: UUID,
     agent: UUID,
     service_token: str,
 ) -> None:
-    start = int((await nc.jetstream().stream_info("ENGRAM_DLQ")).state.last_seq)
+    start = int((await observer_nc.jetstream().stream_info("ENGRAM_DLQ")).state.last_seq)
     trace = [{"tool": "deploy", "input": {}, "error": "remember: the forged lesson"}]
     bad: list[tuple[str, str | None, str]] = [
         (name, token, "UNAUTHENTICATED") for name, token in forge(org, TEST_KID, TEST_SECRET).items()
@@ -333,7 +334,7 @@ async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
     await publish_session(nc, good, service_token)
 
     async def settled() -> bool:
-        return len(await _dead_letters(nc, start)) >= len(bad)
+        return len(await _dead_letters(observer_nc, start)) >= len(bad)
 
     await eventually(settled, what="every forged session dead-lettered")
 
@@ -342,7 +343,7 @@ async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
 
     await eventually(honest_done, what="the honest session distilled")
     await asyncio.sleep(0.3)  # a late straggler would show up below
-    letters = await _dead_letters(nc, start)
+    letters = await _dead_letters(observer_nc, start)
     got = sorted(str(letter["code"]) for letter in letters)
     expected = sorted(code for _, _, code in bad)
     distilled = await count_rows(db, ENTRIES.c.org_id == org, ENTRIES.c.session_id.like("forged-%"))

@@ -1,0 +1,168 @@
+"""``engram credentials``: NATS identities for platform clients of an ``engram up`` data dir.
+
+Each platform client gets its own nkey and inbox prefix (so it can read no other client's
+replies) and a token for its organization, in one file (mode 0600) that
+``contracts.connection.ConnectionInfo`` reads. The server only ever learns public keys; a running
+``engram up`` is reloaded at once, so a revoked client is disconnected before this returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from uuid import UUID
+
+import typer
+
+from contracts.common import Principal
+from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.embedded.nats_server import reload_nats_server
+from shared.embedded.stack import connection_file, load_dev_identity
+from shared.nats_auth.keys import new_user_seed, public_key_of
+from shared.nats_auth.store import Identity, NatsIdentities, write_private
+from shared.settings import EngramSettings
+
+__all__ = ["credentials_app", "signing_keys"]
+
+credentials_app = typer.Typer(
+    help="Issue, rotate and revoke NATS identities of platform clients.", no_args_is_help=True
+)
+DATA_DIR = typer.Option(Path(".engram"), "--data-dir", help="The `engram up` data dir.")
+DEFAULT_NATS_URL = "nats://127.0.0.1:4223"
+CLIENT_TOKEN_TTL_S = 30 * 24 * 3600
+
+
+def signing_keys(data_dir: Path) -> dict[str, str]:
+    """``ENGRAM_TOKEN_KEYS``, else the data dir's development key."""
+    keys = EngramSettings().signing_keys()
+    if not keys:
+        identity = load_dev_identity(data_dir)
+        keys = {identity.kid: identity.secret}
+    return keys
+
+
+def _apply(data_dir: Path) -> None:
+    """Make a running ``engram up`` of ``data_dir`` take the registry's users now."""
+    if NatsIdentities(data_dir).running() and asyncio.run(reload_nats_server(data_dir / "nats")):
+        typer.echo("applied: the running nats-server reloaded its users", err=True)
+    else:
+        typer.echo("takes effect at the next `engram up` of this data dir", err=True)
+
+
+def _write_client_file(
+    out: Path, identity: Identity, org_id: UUID, token: str, nats_url: str, *, replace: bool
+) -> None:
+    if out.exists() and not replace:
+        raise typer.BadParameter(f"{out} exists; choose another --out")
+    info = {
+        "name": identity.name,
+        "nats_url": nats_url,
+        "nats_nkey_seed": identity.seed,
+        "nats_inbox_prefix": identity.inbox_prefix,
+        "token": token,
+        "org_id": str(org_id),
+    }
+    write_private(out, json.dumps(info, indent=2) + "\n")
+    typer.echo(f"wrote {out} (mode 0600): NATS identity {identity.public_key}, inbox {identity.inbox_prefix}")
+
+
+def _nats_url(data_dir: Path, given: str) -> str:
+    if given:
+        return given
+    path = connection_file(data_dir)
+    if path.exists():
+        return str(json.loads(path.read_text())["nats_url"])
+    return DEFAULT_NATS_URL
+
+
+def _client_token(data_dir: Path, org: UUID, name: str, perms: list[str], ttl: int) -> str:
+    unknown = set(perms) - ALL_PERMISSIONS
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown permissions {sorted(unknown)}; choose from {sorted(ALL_PERMISSIONS)}"
+        )
+    return TokenService(signing_keys(data_dir), EngramSettings().token_issuer).mint(
+        org_id=org,
+        principal=Principal(kind="service", id=name),
+        permissions=set(perms),
+        ttl_seconds=ttl,
+    )
+
+
+@credentials_app.command("mint")
+def mint(
+    org: UUID = typer.Option(..., help="The organization the client works for."),
+    name: str = typer.Option(
+        ..., help="A name for the client: a-z, 0-9, '-', '_' (its inbox is _INBOX_<name>)."
+    ),
+    out: Path = typer.Option(None, help="Where to write the client's file (default: ./<name>.json)."),
+    perm: list[str] = typer.Option(["memory.read", "memory.write"], help="Token permissions; repeat."),
+    token_ttl: int = typer.Option(CLIENT_TOKEN_TTL_S, help="Seconds until the token expires."),
+    nats_url: str = typer.Option("", help="The URL to write (default: the running engram up's)."),
+    data_dir: Path = DATA_DIR,
+) -> None:
+    """Issue a platform client: its own NATS identity and a service token for ORG, in one file."""
+    target = out or Path(f"{name}.json")
+    if target.exists():
+        raise typer.BadParameter(f"{target} exists; choose another --out")
+    token = _client_token(data_dir, org, name, perm, token_ttl)
+    try:
+        identity = NatsIdentities(data_dir).mint(name, org)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    _write_client_file(target, identity, org, token, _nats_url(data_dir, nats_url), replace=False)
+    _apply(data_dir)
+
+
+@credentials_app.command("rotate")
+def rotate(
+    name: str = typer.Option(..., help="The client to give a new key."),
+    out: Path = typer.Option(None, help="Where to write its new file (default: ./<name>.json)."),
+    perm: list[str] = typer.Option(["memory.read", "memory.write"], help="Token permissions; repeat."),
+    token_ttl: int = typer.Option(CLIENT_TOKEN_TTL_S, help="Seconds until the new token expires."),
+    nats_url: str = typer.Option("", help="The URL to write (default: the running engram up's)."),
+    data_dir: Path = DATA_DIR,
+) -> None:
+    """A new key (and token) for a client, same organization and inbox; the old key stops working."""
+    try:
+        identity, record = NatsIdentities(data_dir).rotate(name)
+    except KeyError as exc:
+        raise typer.BadParameter(str(exc.args[0])) from exc
+    org = UUID(record.org_id)
+    token = _client_token(data_dir, org, name, perm, token_ttl)
+    _write_client_file(
+        out or Path(f"{name}.json"), identity, org, token, _nats_url(data_dir, nats_url), replace=True
+    )
+    _apply(data_dir)
+
+
+@credentials_app.command("revoke")
+def revoke(name: str = typer.Option(..., help="The client to refuse."), data_dir: Path = DATA_DIR) -> None:
+    """Refuse a client from now on; its open connections are closed."""
+    try:
+        record = NatsIdentities(data_dir).revoke(name)
+    except KeyError as exc:
+        raise typer.BadParameter(str(exc.args[0])) from exc
+    typer.echo(f"revoked {record.name} ({record.public_key})")
+    _apply(data_dir)
+
+
+@credentials_app.command("list")
+def list_clients(
+    all_: bool = typer.Option(False, "--all", help="Revoked clients too."), data_dir: Path = DATA_DIR
+) -> None:
+    """The platform clients of this data dir (public keys only), one JSON object per line."""
+    for record in NatsIdentities(data_dir).clients(include_revoked=all_):
+        typer.echo(json.dumps(record.__dict__, sort_keys=True))
+
+
+@credentials_app.command("keygen")
+def keygen(out: Path = typer.Option(..., help="Where to write the seed (mode 0600).")) -> None:
+    """A new NATS user nkey for a production server (infra/nats/engram-auth.conf): the seed goes
+    to OUT, the public key (for ENGRAM_NATS_NKEY_<USER> on the server) is printed."""
+    if out.exists():
+        raise typer.BadParameter(f"{out} exists; choose another --out")
+    seed = new_user_seed()
+    write_private(out, seed + "\n")
+    typer.echo(public_key_of(seed))

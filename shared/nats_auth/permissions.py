@@ -1,0 +1,278 @@
+"""Who may do what on NATS: every Engram identity's subject permissions, as data.
+
+One table serves every deployment: ``engram up`` renders it into its embedded server's config
+(``shared.nats_auth.store``), and ``infra/nats/engram-auth.conf`` is the same table rendered for a
+production server (``python -m shared.nats_auth.infra``; a test keeps the file in sync).
+
+Subject permissions match whole tokens (``*`` one token, ``>`` the rest), so streams and consumers
+are named one by one. Everything not allowed is refused. Services answer requests through
+``allow_responses`` (one reply to the reply subject of a request they received), never through a
+publish right on inboxes, and each identity subscribes only under its own inbox prefix, so nobody
+can read a reply or a pulled message meant for someone else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from contracts import subjects as s
+from contracts.subjects import STREAMS
+
+__all__ = [
+    "ALL_IN_ONE",
+    "CONSUMERS",
+    "PUBLIC_REQUESTS",
+    "SERVICES",
+    "Grant",
+    "Permissions",
+    "all_in_one_permissions",
+    "audit_reader_permissions",
+    "platform_permissions",
+    "service_inbox",
+    "service_permissions",
+]
+
+SERVICES = ("ingest", "distill", "embed", "recall", "governance-audit")
+#: The identity of a process that runs every service (``engram up``).
+ALL_IN_ONE = "engram"
+
+#: The request-reply subjects platforms may call (SPEC 4.2, 5, 7): the public API besides
+#: publishing ``engram.session.ended``.
+PUBLIC_REQUESTS: tuple[str, ...] = (
+    s.MEMORY_SAVE,
+    s.RECALL,
+    s.RECALL_EXPAND,
+    s.MEMORY_FEEDBACK,
+    s.MEMORY_LIST,
+    s.MEMORY_GET,
+    s.MEMORY_DELETE,
+    s.MEMORY_PURGE,
+    s.MEMORY_PRUNE,
+    s.MEMORY_MANAGE,
+    s.MEMORY_EXPORT,
+    s.CONFIG_GET,
+    s.CONFIG_PUT,
+    s.AUDIT_QUERY,
+    s.AUDIT_VERIFY,
+)
+
+#: Each service's durable pull consumers, ``(stream, durable, filter subject)``, as
+#: ``services/*/router.py`` declare them.
+CONSUMERS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "ingest": (("ENGRAM_SESSIONS", "ingest", s.SESSION_ENDED),),
+    "distill": (
+        ("ENGRAM_SESSIONS", "distill", s.SESSION_VALIDATED),
+        ("ENGRAM_SESSIONS", "distill-saves", s.MEMORY_SAVE_ACCEPTED),
+    ),
+    "embed": (
+        ("ENGRAM_MEMORY", "embed", s.MEMORY_WRITTEN),
+        ("ENGRAM_MEMORY", "embed-purge", s.MEMORY_PURGED),
+    ),
+    "recall": (),
+    "governance-audit": (),
+}
+
+_RECALL_QUEUE = ("recall", (s.RECALL, s.RECALL_EXPAND, s.MEMORY_FEEDBACK))
+_GOVERNANCE_QUEUE = (
+    "governance-audit",
+    (
+        s.CONFIG_GET,
+        s.CONFIG_PUT,
+        s.AUDIT_QUERY,
+        s.AUDIT_VERIFY,
+        s.MEMORY_LIST,
+        s.MEMORY_GET,
+        s.MEMORY_DELETE,
+        s.MEMORY_PURGE,
+        s.MEMORY_PRUNE,
+        s.MEMORY_MANAGE,
+        s.MEMORY_EXPORT,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Subjects allowed together, with the reason they are (rendered as a comment)."""
+
+    why: str
+    subjects: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """An identity's allow lists; ``publish``/``subscribe`` grants render in order."""
+
+    publish: tuple[Grant, ...] = ()
+    subscribe: tuple[Grant, ...] = ()
+    allow_responses: bool = False
+    #: Where this identity's replies and pulled messages arrive (its connection's inbox prefix).
+    inbox_prefix: str = ""
+
+    def publish_subjects(self) -> list[str]:
+        return _flatten(self.publish)
+
+    def subscribe_subjects(self) -> list[str]:
+        return _flatten(self.subscribe)
+
+    def __or__(self, other: Permissions) -> Permissions:
+        """Both identities' rights (the all-in-one process; the development client)."""
+        return Permissions(
+            publish=_merge(self.publish, other.publish),
+            subscribe=_merge(self.subscribe, other.subscribe),
+            allow_responses=self.allow_responses or other.allow_responses,
+            inbox_prefix=self.inbox_prefix or other.inbox_prefix,
+        )
+
+
+def _flatten(grants: Iterable[Grant]) -> list[str]:
+    seen: dict[str, None] = {}
+    for grant in grants:
+        seen.update(dict.fromkeys(grant.subjects))
+    return list(seen)
+
+
+def _merge(first: tuple[Grant, ...], second: tuple[Grant, ...]) -> tuple[Grant, ...]:
+    """Grants of both, each subject once (the first grant that names it keeps it)."""
+    taken: set[str] = set()
+    merged: list[Grant] = []
+    for grant in (*first, *second):
+        fresh = tuple(x for x in grant.subjects if x not in taken)
+        taken.update(fresh)
+        if fresh:
+            same = next((i for i, g in enumerate(merged) if g.why == grant.why), None)
+            if same is None:
+                merged.append(Grant(grant.why, fresh))
+            else:
+                merged[same] = Grant(grant.why, merged[same].subjects + fresh)
+    return tuple(merged)
+
+
+def service_inbox(name: str) -> str:
+    """The inbox prefix of a process running ``name`` (``services/runtime.py`` uses the same)."""
+    return "_INBOX_engram" if name == ALL_IN_ONE else f"_INBOX_engram-{name}"
+
+
+def _inbox(prefix: str) -> Grant:
+    return Grant("its own inbox: replies, JetStream acks and pulled messages", (f"{prefix}.>",))
+
+
+# -- services ---------------------------------------------------------------------------------
+
+#: Every service process runs an outbox relay over the ONE shared outbox table, and a relay
+#: publishes whichever committed rows it claims, whichever service wrote them.
+_RELAY = Grant(
+    "outbox relay",
+    (s.MEMORY_WRITTEN, s.MEMORY_PURGED, f"{s.AUDIT}.*.*", f"{s.DEAD_LETTER_PREFIX}.>"),
+)
+#: Every service process runs ``shared.bus.ensure_streams`` at start-up for all four streams;
+#: nothing else of the stream API (no DELETE, PURGE, MSG.DELETE, SNAPSHOT ...).
+_ENSURE_STREAMS = Grant(
+    "ensure_streams",
+    tuple(f"$JS.API.STREAM.{op}.{d.name}" for d in STREAMS for op in ("INFO", "CREATE", "UPDATE")),
+)
+
+
+def _consumer(stream: str, durable: str, filter_subject: str) -> Grant:
+    """A durable pull consumer: looked up, created with exactly this filter (the filter is part of
+    the subject), fetched from, acked. No DELETE or UPDATE: a service cannot remove or rewire
+    another's consumer."""
+    return Grant(
+        f"consumer {stream}/{durable} on {filter_subject}",
+        (
+            f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
+            f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.{filter_subject}",
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",
+            f"$JS.ACK.{stream}.{durable}.>",
+        ),
+    )
+
+
+def _queue(queue: str, names: Iterable[str]) -> Grant:
+    """Request subscriptions pinned to the service's queue group (``"<subject> <queue>"``)."""
+    return Grant(f"requests, queue group {queue!r}", tuple(f"{n} {queue}" for n in names))
+
+
+def _service_rights(name: str) -> Permissions:
+    """A service's rights apart from its inbox."""
+    if name not in SERVICES:
+        raise ValueError(f"unknown service {name!r}; choose from {', '.join(SERVICES)}")
+    publish: list[Grant] = []
+    subscribe: list[Grant] = []
+    responds = False
+    if name == "ingest":
+        publish.append(Grant("hand-offs to distill", (s.SESSION_VALIDATED, s.MEMORY_SAVE_ACCEPTED)))
+        subscribe.append(_queue("ingest", [s.MEMORY_SAVE]))
+        subscribe.append(Grant("outcomes of waiting saves", (f"{s.SAVE_RESULT_PREFIX}.*",)))
+        responds = True
+    elif name == "distill":
+        publish.append(Grant("outcomes of waiting saves", (f"{s.SAVE_RESULT_PREFIX}.*",)))
+    elif name == "recall":
+        subscribe.append(_queue(*_RECALL_QUEUE))
+        # The Redis result cache's invalidations (ids and metadata, never memory text).
+        subscribe.append(_queue("recall-cache", [s.MEMORY_WRITTEN, s.MEMORY_PURGED]))
+        responds = True
+    elif name == "governance-audit":
+        subscribe.append(_queue(*_GOVERNANCE_QUEUE))
+        responds = True
+    publish += [_RELAY, _ENSURE_STREAMS, *(_consumer(*c) for c in CONSUMERS[name])]
+    return Permissions(tuple(publish), tuple(subscribe), responds)
+
+
+def _with_inbox(rights: Permissions, prefix: str) -> Permissions:
+    return Permissions(rights.publish, (*rights.subscribe, _inbox(prefix)), rights.allow_responses, prefix)
+
+
+def service_permissions(name: str) -> Permissions:
+    """What one service process (``engram serve <name>``) needs, and nothing more."""
+    return _with_inbox(_service_rights(name), service_inbox(name))
+
+
+def all_in_one_permissions() -> Permissions:
+    """``engram up``: every service in one process on one connection — the union of the five
+    service identities, with the process's own inbox instead of five."""
+    merged = Permissions()
+    for name in SERVICES:
+        merged = merged | _service_rights(name)
+    return _with_inbox(merged, service_inbox(ALL_IN_ONE))
+
+
+# -- clients ----------------------------------------------------------------------------------
+
+
+def platform_permissions(inbox_prefix: str) -> Permissions:
+    """A platform client (an agent runner, a backend): publishes ended sessions (a JetStream
+    publish needs nothing but the subject and a reply inbox for the ack) and calls the public
+    requests. It reads nothing but its own inbox, publishes no internal subject and touches no
+    ``$JS.API``. Tenancy still comes from the bearer token in each message."""
+    return Permissions(
+        publish=(
+            Grant("ended sessions (JetStream; the ack comes back on its inbox)", (s.SESSION_ENDED,)),
+            Grant("the public requests", PUBLIC_REQUESTS),
+        ),
+        subscribe=(_inbox(inbox_prefix),),
+        inbox_prefix=inbox_prefix,
+    )
+
+
+def audit_reader_permissions(inbox_prefix: str) -> Permissions:
+    """An audit consumer (SIEM export, compliance, ``engram audit tail``): its own pull consumers
+    on ENGRAM_AUDIT only, which it must name (looking a stream up by subject is not allowed)."""
+    return Permissions(
+        publish=(
+            Grant(
+                "pull consumers of its own on ENGRAM_AUDIT, durable or ephemeral",
+                (
+                    "$JS.API.STREAM.INFO.ENGRAM_AUDIT",
+                    "$JS.API.CONSUMER.CREATE.ENGRAM_AUDIT.>",
+                    "$JS.API.CONSUMER.INFO.ENGRAM_AUDIT.*",
+                    "$JS.API.CONSUMER.DELETE.ENGRAM_AUDIT.*",
+                    "$JS.API.CONSUMER.MSG.NEXT.ENGRAM_AUDIT.*",
+                    "$JS.ACK.ENGRAM_AUDIT.>",
+                ),
+            ),
+        ),
+        subscribe=(_inbox(inbox_prefix),),
+        inbox_prefix=inbox_prefix,
+    )
