@@ -39,7 +39,7 @@ def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
         title="distill:session.validated",
     )
     async def on_sessions(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
-        """Distill lessons from sessions ingest verified (and signed), a batch per transaction."""
+        """Distill lessons from verified sessions and save them, a batch per transaction."""
         raw: list[Msg] = msg.raw_message
         try:
             genuine = await refuse_forged(infra, raw, consumer=sessions.CONSUMER)
