@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import stat
 import time
@@ -165,6 +166,8 @@ async def test_engram_up_serves_sessions_and_config_then_stops_cleanly(
         # the CLI and this test used: the server refused nothing.
         log = (data_dir / "nats" / "nats-server.log").read_text(errors="replace")
         assert "Violation" not in log, [line for line in log.splitlines() if "Violation" in line]
+        # No nkey seed (the services', the development client's) was ever printed or logged.
+        assert not re.findall(r"SU[A-Z2-7]{56}", up.output() + log)
     first_run.update(event_id=payload["event_id"], org_id=str(org))
 
 

@@ -17,9 +17,12 @@ whatever the operation caused has arrived before it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import shutil
+import subprocess
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -38,7 +41,7 @@ from contracts.subjects import STREAMS
 from services.runtime import SERVICES, build_embedder, build_vector_index, running_services
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, OUTBOX
-from shared.embedded.nats_server import NatsServerProcess
+from shared.embedded.nats_server import NatsServerProcess, find_nats_server, free_port, port_in_use
 from shared.nats_auth.infra import INFRA_AUTH_FILE, INFRA_USERS, nkey_variable
 from shared.nats_auth.keys import new_user_seed, public_key_of
 from shared.nats_auth.permissions import PUBLIC_REQUESTS
@@ -476,6 +479,44 @@ async def test_each_user_may_do_exactly_what_its_role_needs(tmp_path: Path) -> N
     print(f"\nNATS permissions: {tried} operations tried, {refused} refused, {len(wrong)} unexpected")
     assert wrong == []
     assert refused == expected_refusals
+
+
+async def test_the_production_config_is_authenticated_as_shipped(tmp_path: Path) -> None:
+    """infra/nats/nats-server.conf as checked in (only its listen address and store moved to a
+    scratch place) refuses an anonymous client and admits a service by its key."""
+    port = free_port()
+    shutil.copy(AUTH_CONF, tmp_path / AUTH_CONF.name)
+    shipped = (AUTH_CONF.parent / "nats-server.conf").read_text()
+    moved = shipped.replace("0.0.0.0:4222", f"127.0.0.1:{port}").replace(
+        "/var/lib/nats/jetstream", str(tmp_path / "js")
+    )
+    assert moved != shipped
+    (tmp_path / "nats-server.conf").write_text(moved)
+    seeds = {user: new_user_seed() for user in USERS}
+    env = {**os.environ, **{nkey_variable(u): public_key_of(seed) for u, seed in seeds.items()}}
+    log = (tmp_path / "nats.log").open("wb")
+    proc = subprocess.Popen(
+        [find_nats_server(), "-c", str(tmp_path / "nats-server.conf")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"nats://127.0.0.1:{port}"
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while not port_in_use(port):
+            assert proc.poll() is None, (tmp_path / "nats.log").read_text()
+            assert loop.time() < deadline, "nats-server did not listen"
+            await asyncio.sleep(0.05)
+        assert await cannot_connect(url)
+        nc = await nats.connect(url, nkeys_seed_str=seeds["ingest"], inbox_prefix="_INBOX_engram-ingest")
+        assert nc.is_connected
+        await nc.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
 
 
 def test_every_contract_subject_is_in_the_matrix() -> None:
