@@ -87,7 +87,7 @@ def up(
             info = connection_info(settings)
             path = write_connection_file(settings.data_dir, info)
             console.print(f"[bold green]Engram is up[/] — NATS at [bold]{settings.nats_url}[/]")
-            console.print(f"connection details (URL, dev token, org, agent config): {path}")
+            console.print(f"connection details (URL, NATS identity, dev token, org, agent config): {path}")
             if demo:
                 from services.cli.demo import run_demo
 
