@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.embedders.hashing import HashingEmbedder
-from shared.embedders.local_model import SentenceTransformerEmbedder, missing_dependencies
+from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
 
 _SUBJECTS = ["the deploy", "the nightly backup", "kubectl apply", "the payment API", "certbot", "the CI job"]
 _VERBS = ["failed", "timed out", "was retried", "succeeded", "was rate limited", "returned 503"]

