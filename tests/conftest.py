@@ -69,6 +69,9 @@ def settings(
         session_retention_s=3600,
         # The machine's Redis when it runs (CI starts it); without it the caches degrade to misses.
         redis_url="redis://127.0.0.1:6379/15",
+        # Fast and deterministic; the default (all-MiniLM-L6-v2) runs in tests/e2e, the parity test
+        # and the tests that name it.
+        embedder="hashing-384",
         _env_file=None,  # type: ignore[call-arg]
     )
 

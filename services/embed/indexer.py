@@ -35,6 +35,8 @@ _LOAD = select(
     ENTRIES.c.session_id,
     ENTRIES.c.created_at,
     ENTRIES.c.embedding_status,
+    ENTRIES.c.embedding_model,
+    ENTRIES.c.embedding_dimension,
 )
 
 
@@ -74,25 +76,34 @@ async def index_entries(
     *,
     force: bool = False,
 ) -> IndexOutcome:
-    """Embed and index the given entries that exist and are not indexed yet (all with ``force``).
+    """Embed and index the given entries that exist and are not indexed yet by ``embedder`` (all
+    with ``force``).
 
     Raises ``Unavailable`` when the embedder or the vector store is down (the caller retries).
     """
-    todo, skipped = await load_pending(db, ids, force=force)
+    todo, skipped = await load_pending(db, embedder, ids, force=force)
     outcome = await index_rows(db, embedder, index, todo)
     outcome.skipped += skipped
     return outcome
 
 
-async def load_pending(db: Database, ids: Sequence[UUID], *, force: bool = False) -> tuple[list[Any], int]:
+async def load_pending(
+    db: Database, embedder: Embedder, ids: Sequence[UUID], *, force: bool = False
+) -> tuple[list[Any], int]:
     """The rows of ``ids`` still to embed (all existing ones with ``force``), and how many were
-    skipped (gone, or already indexed)."""
+    skipped (gone, or already indexed by this embedder). An entry another embedder indexed is
+    embedded again: its vector is in that embedder's collection, not in this one."""
     unique = list(dict.fromkeys(ids))
     if not unique:
         return [], 0
     async with db.read() as session:
         rows = (await session.execute(_LOAD.where(ENTRIES.c.id.in_(unique)))).all()
-    todo = [r for r in rows if force or r.embedding_status != "indexed"]
+    made_by = (embedder.name, embedder.dimension)
+    todo = [
+        r
+        for r in rows
+        if force or r.embedding_status != "indexed" or (r.embedding_model, r.embedding_dimension) != made_by
+    ]
     return todo, len(unique) - len(todo)
 
 
@@ -113,7 +124,7 @@ async def index_rows(
         return outcome
     await index.upsert([_point(r, v) for r, v in zip(todo, vectors, strict=True)])
     done = [r.id for r in todo]
-    still_there = await _mark(db, done, "indexed")
+    still_there = await _mark(db, done, "indexed", made_by=embedder)
     # Purged while we were embedding: its purge may have run before our upsert, so undo it here.
     vanished = set(done) - still_there
     if vanished:
@@ -137,13 +148,14 @@ def _point(row: object, vector: list[float]) -> VectorPoint:
     )
 
 
-async def _mark(db: Database, ids: list[UUID], status: str) -> set[UUID]:
-    """Set ``embedding_status``; returns the ids whose rows still exist."""
+async def _mark(db: Database, ids: list[UUID], status: str, *, made_by: Embedder | None = None) -> set[UUID]:
+    """Set ``embedding_status`` (and which embedder made the vector); returns the ids whose rows
+    still exist."""
+    values: dict[str, Any] = {"embedding_status": status}
+    if made_by is not None:
+        values.update(embedding_model=made_by.name, embedding_dimension=made_by.dimension)
     async with db.transaction() as session:
         result = await session.execute(
-            update(ENTRIES)
-            .where(ENTRIES.c.id.in_(ids))
-            .values(embedding_status=status)
-            .returning(ENTRIES.c.id)
+            update(ENTRIES).where(ENTRIES.c.id.in_(ids)).values(**values).returning(ENTRIES.c.id)
         )
         return {row[0] for row in result}

