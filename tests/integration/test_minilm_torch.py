@@ -12,8 +12,8 @@ import os
 import time
 
 import pytest
-from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
 
+from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
 from tests.unit.embedder_suite import DEPLOY_FAILURE, RELATED, UNRELATED, EmbedderSuite, cosine
 
 _MISSING = missing_dependencies()

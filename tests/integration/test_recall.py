@@ -199,3 +199,43 @@ async def test_budget_fields_and_expand(
     )
     assert many["truncated"] is True
     assert len(many["not_found"]) == 100
+
+
+async def test_a_cue_without_a_strategy_recalls_with_hybrid(
+    engram: Infra, nc: Client, agent: UUID, service_token: str
+) -> None:
+    """Naming no strategy: a cue is answered by ``hybrid``, no cue (or a blank one) by the config's
+    ``last_k``; a config strategy that uses the cue (``pack``) is kept, one that does not
+    (``importance``) gives way to ``hybrid``; with semantic recall disabled the config's strategy
+    answers, with no warning (nothing the caller asked for fell back)."""
+    await _save(nc, service_token, agent, None, "The office closes at 6pm.", "Backups run at 2am nightly.")
+
+    async def strategy_for(**fields: object) -> dict[str, object]:
+        return await _recall(nc, service_token, agent, **fields)
+
+    cued = await strategy_for(cue="when do the backups run")
+    assert (cued["strategy"], cued["warnings"]) == ("hybrid", [])
+    assert cued["results"][0]["text"] == "Backups run at 2am nightly."  # type: ignore[index]
+    assert (await strategy_for())["strategy"] == "last_k"
+    assert (await strategy_for(cue="   "))["strategy"] == "last_k"
+    assert (await strategy_for(cue="backups", strategy="last_k"))["strategy"] == "last_k"
+
+    async def configure(config: dict[str, object], cue: str, expected: str) -> dict[str, object]:
+        body = {"agent_config_id": str(agent), "config": config}
+        reply = await request(nc, "engram.config.put", body, service_token)
+        assert "error" not in reply, reply
+        replies: list[dict[str, object]] = []
+
+        async def applied() -> bool:  # recall trusts a config it read for config_cache_s
+            replies.append(await strategy_for(cue=cue))
+            return replies[-1]["strategy"] == expected
+
+        await eventually(applied, what=f"{config} applied")
+        return replies[-1]
+
+    await configure({"memory_strategy": "importance"}, "backups", "hybrid")
+    await configure({"memory_strategy": "pack"}, "backups", "pack")
+    disabled = await configure(
+        {"memory_strategy": "last_k", "semantic_recall": {"enabled": False}}, "backups", "last_k"
+    )
+    assert disabled["warnings"] == []

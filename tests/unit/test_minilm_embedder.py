@@ -121,7 +121,7 @@ def test_other_weights_are_refused(tmp_path: Path) -> None:
 
 def test_missing_files_are_refused(tmp_path: Path) -> None:
     """An empty model directory fails with what to install, not a bare file error."""
-    with pytest.raises(ModelFilesError, match="cannot read .*make install"):
+    with pytest.raises(ModelFilesError, match=r"cannot read .*make install"):
         MiniLMEmbedder(directory=tmp_path).load()
 
 
