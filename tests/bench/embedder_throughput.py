@@ -1,9 +1,15 @@
-"""Embedder throughput (``python -m tests.bench.embedder_throughput``): texts/s of the hashing
-embedder and, when the ``local-model`` extra is installed, of all-MiniLM-L6-v2 on the CPU.
+"""The default embedder against torch (``python -m tests.bench.embedder_throughput``, in ``make bench``).
 
-Texts are short memory-like sentences (10-16 words), all different. Each embedder is warmed up
-first (for MiniLM that includes loading the model), then timed over several rounds; the best round
-is reported, since other load on the machine only ever makes a round slower. Results go to
+all-MiniLM-L6-v2 in numpy (shared/embedders/minilm.py, the default) and through sentence-transformers
+on CPU torch (the ``local-model`` extra), in the same run, on the same texts:
+
+- single cue: one short cue per call, as recall embeds a cue it has not seen; p50/p99 over
+  ``--cues`` distinct cues (goal: p50 ≤ 10 ms).
+- batch throughput: texts/s over ``--model-texts`` memory-like sentences in batches of 64, as the
+  embed service gets them (goal: numpy ≥ 80% of torch). The two alternate for ``--rounds`` rounds
+  and each keeps its best round: load from other processes only ever makes a round slower.
+
+The hashing embedder's throughput is reported too, as before. Results go to
 ``bench-results/embedder_throughput.json`` and a markdown table on stdout.
 """
 
@@ -20,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from shared.embedders.hashing import HashingEmbedder
+from shared.embedders.minilm import MiniLMEmbedder
 from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
+from tests.bench.measure import summary
+
+SINGLE_CUE_P50_GOAL_MS = 10.0
+THROUGHPUT_GOAL = 0.8
 
 _SUBJECTS = ["the deploy", "the nightly backup", "kubectl apply", "the payment API", "certbot", "the CI job"]
 _VERBS = ["failed", "timed out", "was retried", "succeeded", "was rate limited", "returned 503"]
@@ -32,6 +43,14 @@ _CAUSES = [
     "until the user {n} asked to pin the version",
     "since the region eu-west-{n} was degraded",
 ]
+_QUESTIONS = [
+    "why did {s} fail?",
+    "what happened to {s} last week",
+    "{s} {v}",
+    "how do we fix {s} when it {v}",
+]
+
+Embed = Callable[[Sequence[str]], Any]
 
 
 def make_texts(count: int, seed: int = 7) -> list[str]:
@@ -43,9 +62,16 @@ def make_texts(count: int, seed: int = 7) -> list[str]:
     ]
 
 
-def measure(
-    embed: Callable[[Sequence[str]], Any], texts: list[str], batch: int, rounds: int
-) -> dict[str, Any]:
+def make_cues(count: int, seed: int = 3) -> list[str]:
+    """``count`` distinct short cues, as an agent asks them."""
+    rng = random.Random(seed)
+    return [
+        rng.choice(_QUESTIONS).format(s=rng.choice(_SUBJECTS), v=rng.choice(_VERBS)) + f" (#{n})"
+        for n in range(count)
+    ]
+
+
+def measure(embed: Embed, texts: list[str], batch: int, rounds: int) -> dict[str, Any]:
     """The best texts/s over ``rounds`` passes over ``texts`` in batches of ``batch``."""
     best = float("inf")
     for _ in range(rounds):
@@ -61,48 +87,112 @@ def measure(
     }
 
 
+def single_cue(embed: Embed, cues: list[str]) -> dict[str, float]:
+    """Latency of embedding one cue per call (after one untimed call)."""
+    embed(["warm-up"])
+    ms = []
+    for cue in cues:
+        started = time.perf_counter()
+        embed([cue])
+        ms.append((time.perf_counter() - started) * 1000)
+    return summary(ms)
+
+
+def alternate(embedders: dict[str, Embed], texts: list[str], rounds: int) -> dict[str, dict[str, Any]]:
+    """Each embedder's best round, the embedders taking turns round by round."""
+    best: dict[str, dict[str, Any]] = {}
+    for _ in range(rounds):
+        for name, embed in embedders.items():
+            run = measure(embed, texts, 64, 1)
+            if name not in best or run["texts_per_s"] > best[name]["texts_per_s"]:
+                best[name] = run
+    return best
+
+
 def main(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_avg_before": [round(x, 2) for x in os.getloadavg()],
+        }
     }
     hashing = HashingEmbedder(384)
     texts = make_texts(args.hashing_texts)
     hashing.embed_sync(texts[:1000])  # warm-up
     results["hashing-384"] = [measure(hashing.embed_sync, texts, batch, args.rounds) for batch in (64, 1000)]
+
+    numpy_minilm = MiniLMEmbedder()
+    started = time.perf_counter()
+    numpy_minilm.load()
+    results["numpy"] = {"load_s": round(time.perf_counter() - started, 2), "threads": numpy_minilm.threads}
+    cues = make_cues(args.cues)
+    texts = make_texts(args.model_texts)
+    contenders: dict[str, Embed] = {"numpy": numpy_minilm.embed_sync}
     missing = missing_dependencies()
     if missing:
-        results["all-MiniLM-L6-v2"] = {"skipped": f"missing {', '.join(missing)}"}
-        return results
-    import torch  # only to report the thread count inference ran with
+        results["torch"] = {"skipped": f"missing {', '.join(missing)} (make install-model)"}
+    else:
+        import torch
 
-    minilm = SentenceTransformerEmbedder(batch_size=64)
-    started = time.perf_counter()
-    minilm.model()
-    load_s = time.perf_counter() - started
-    texts = make_texts(args.model_texts)
-    minilm.embed_sync(texts[:128])  # warm-up
-    results["all-MiniLM-L6-v2"] = {
-        "load_s": round(load_s, 2),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "runs": [measure(minilm.embed_sync, texts, 64, args.rounds)],
-    }
+        reference = SentenceTransformerEmbedder(batch_size=64)
+        started = time.perf_counter()
+        reference.model()
+        results["torch"] = {
+            "load_s": round(time.perf_counter() - started, 2),
+            "version": torch.__version__,
+            "threads": torch.get_num_threads(),
+        }
+        contenders["torch"] = reference.embed_sync
+    for name, embed in contenders.items():
+        embed(texts[:128])  # warm-up
+        results[name]["single_cue"] = single_cue(embed, cues)
+    for name, run in alternate(contenders, texts, args.rounds).items():
+        results[name]["batch"] = run
+    if "batch" in results["torch"]:
+        results["throughput_vs_torch"] = round(
+            results["numpy"]["batch"]["texts_per_s"] / results["torch"]["batch"]["texts_per_s"], 3
+        )
+    results["machine"]["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     return results
 
 
 def render(results: dict[str, Any]) -> str:
-    rows = ["| embedder | batch | texts/s |", "|---|---|---|"]
-    for run in results["hashing-384"]:
-        rows.append(f"| hashing-384 | {run['batch']} | {run['texts_per_s']} |")
-    minilm = results["all-MiniLM-L6-v2"]
-    if "skipped" in minilm:
-        rows.append(f"| all-MiniLM-L6-v2 | - | skipped: {minilm['skipped']} |")
+    numpy_run, torch_run = results["numpy"], results["torch"]
+    single = numpy_run["single_cue"]
+    rows = [
+        "| embedder | single cue p50 ms | p99 ms | texts/s (batch 64) | goal |",
+        "|---|---:|---:|---:|---|",
+    ]
+    p50_ok = single["p50_ms"] <= SINGLE_CUE_P50_GOAL_MS
+    ratio = results.get("throughput_vs_torch")
+    ratio_text = f"{ratio:.0%} of torch" if ratio is not None else "torch not installed"
+    verdict = (
+        f"p50 ≤ {SINGLE_CUE_P50_GOAL_MS:g} ms: {'met' if p50_ok else 'MISSED'}; "
+        f"≥ {THROUGHPUT_GOAL:.0%} of torch: "
+        + ("-" if ratio is None else ("met" if ratio >= THROUGHPUT_GOAL else "MISSED"))
+    )
+    rows.append(
+        f"| all-MiniLM-L6-v2, numpy ({numpy_run['threads']} threads, load {numpy_run['load_s']} s) "
+        f"| {single['p50_ms']} | {single['p99_ms']} | {numpy_run['batch']['texts_per_s']} ({ratio_text}) "
+        f"| {verdict} |"
+    )
+    if "skipped" in torch_run:
+        rows.append(f"| all-MiniLM-L6-v2, torch | - | - | skipped: {torch_run['skipped']} | - |")
     else:
-        for run in minilm["runs"]:
-            rows.append(
-                f"| all-MiniLM-L6-v2 ({minilm['torch_threads']} threads, load {minilm['load_s']} s) "
-                f"| {run['batch']} | {run['texts_per_s']} |"
-            )
+        rows.append(
+            f"| all-MiniLM-L6-v2, torch {torch_run['version']} ({torch_run['threads']} threads, load "
+            f"{torch_run['load_s']} s) | {torch_run['single_cue']['p50_ms']} | "
+            f"{torch_run['single_cue']['p99_ms']} | {torch_run['batch']['texts_per_s']} | reference |"
+        )
+    for run in results["hashing-384"]:
+        rows.append(f"| hashing-384 (batch {run['batch']}) | - | - | {run['texts_per_s']} | - |")
+    machine = results["machine"]
+    rows.append("")
+    rows.append(
+        f"{machine['cpus']} CPUs; 1/5/15-min load average before / after: "
+        f"{machine['load_avg_before']} / {machine['load_avg_after']}"
+    )
     return "\n".join(rows)
 
 
@@ -110,6 +200,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hashing-texts", type=int, default=20_000)
     parser.add_argument("--model-texts", type=int, default=1_024)
+    parser.add_argument("--cues", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench-results/embedder_throughput.json"))
     args = parser.parse_args()

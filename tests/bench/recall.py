@@ -66,7 +66,7 @@ from services.recall import queries
 from services.runtime import running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedders.hashing import HashingEmbedder
-from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
+from shared.embedders.minilm import MiniLMEmbedder
 from shared.ports import Embedder, TenantFilter
 from shared.settings import EngramSettings
 from shared.testing.servers import nats_server, throwaway_database
@@ -646,15 +646,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                         await profile_loop(nc, headers, biggest.agent, strategy, cues, args.profile_seconds)
 
                 # -- all-MiniLM-L6-v2: cold cues and embed throughput ------------------------------
-                missing = missing_dependencies()
                 if args.no_model:
                     notes.append("all-MiniLM-L6-v2 rows skipped: --no-model")
-                elif missing:
-                    notes.append(f"all-MiniLM-L6-v2 rows skipped: missing {', '.join(missing)}")
                 else:
-                    minilm = SentenceTransformerEmbedder()
+                    minilm = MiniLMEmbedder()  # the default embedder (numpy)
                     started = time.perf_counter()
-                    minilm.model()
+                    minilm.load()
                     load_s = time.perf_counter() - started
                     raw = raw_throughput(minilm.embed_sync, args.embed_entries, 2)
                     _log(f"MiniLM loaded in {load_s:.1f} s; raw {raw}")
