@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from uuid import UUID
 
-import nats
 import pytest
 from nats.aio.client import Client
 from sqlalchemy import select
@@ -107,6 +106,7 @@ async def _all_indexed(database_url: str, ids: list[UUID], model: str) -> None:
 async def test_an_embedder_switch_is_detected_until_reindex(
     old_settings: EngramSettings,
     new_settings: EngramSettings,
+    nc: Client,
     agent: UUID,
     service_token: str,
     caplog: pytest.LogCaptureFixture,
@@ -115,63 +115,55 @@ async def test_an_embedder_switch_is_detected_until_reindex(
     warning naming `engram reindex`; semantic and hybrid answer with ``semantic_index_incomplete``,
     hybrid still finding them lexically); `engram reindex` re-embeds them with MiniLM, after which
     semantic recall finds them without the warning."""
-    nc = await nats.connect(old_settings.nats_url)
-    try:
-        async with running_services(old_settings):
-            old_ids = await _save(nc, service_token, agent, *TEXTS)
-            await _all_indexed(old_settings.database_url, old_ids, "hashing-384")
-        made = await _made_by(old_settings.database_url)
-        assert {made[i] for i in old_ids} == {("indexed", "hashing-384", 384)}
+    async with running_services(old_settings):
+        old_ids = await _save(nc, service_token, agent, *TEXTS)
+        await _all_indexed(old_settings.database_url, old_ids, "hashing-384")
+    made = await _made_by(old_settings.database_url)
+    assert {made[i] for i in old_ids} == {("indexed", "hashing-384", 384)}
 
-        with caplog.at_level(logging.WARNING, logger="services.embed.router"):
-            async with running_services(new_settings):
-                warned = [r.getMessage() for r in caplog.records if "engram reindex" in r.getMessage()]
-                assert len(warned) == 1
-                assert "3 indexed entries" in warned[0]
-                assert "all-MiniLM-L6-v2" in warned[0]
-                assert "3 by hashing-384 (384-d)" in warned[0]
-
-                hybrid = await _recall(nc, service_token, agent, "hybrid", "nightly backup disk full")
-                assert "semantic_index_incomplete" in hybrid["warnings"]
-                assert hybrid["results"][0]["text"] == TEXTS[0]  # the lexical leg still sees it
-                semantic = await _recall(nc, service_token, agent, "semantic", "backups that failed")
-                assert "semantic_index_incomplete" in semantic["warnings"]
-                assert semantic["count"] == 0  # MiniLM's collection holds none of them yet
-
-                (new_id,) = await _save(nc, service_token, agent, "The VPN drops every night at 2am.")
-                await _all_indexed(new_settings.database_url, [new_id], "all-MiniLM-L6-v2")
-
-        embedder = build_embedder(new_settings)
-        index = build_vector_index(new_settings, embedder)
-        assert index is not None
-        try:
-            assert await reindex_all(new_settings.database_url, embedder, index) == 4
-        finally:
-            await index.close()
-        made = await _made_by(new_settings.database_url)
-        assert set(made.values()) == {("indexed", "all-MiniLM-L6-v2", 384)}
-
+    with caplog.at_level(logging.WARNING, logger="services.embed.router"):
         async with running_services(new_settings):
+            warned = [r.getMessage() for r in caplog.records if "engram reindex" in r.getMessage()]
+            assert len(warned) == 1
+            assert "3 indexed entries" in warned[0]
+            assert "all-MiniLM-L6-v2" in warned[0]
+            assert "3 by hashing-384 (384-d)" in warned[0]
+
+            hybrid = await _recall(nc, service_token, agent, "hybrid", "nightly backup disk full")
+            assert "semantic_index_incomplete" in hybrid["warnings"]
+            assert hybrid["results"][0]["text"] == TEXTS[0]  # the lexical leg still sees it
             semantic = await _recall(nc, service_token, agent, "semantic", "backups that failed")
-            assert semantic["warnings"] == []
-            assert semantic["count"] == 4
-            assert semantic["results"][0]["text"] == TEXTS[0]
+            assert "semantic_index_incomplete" in semantic["warnings"]
+            assert semantic["count"] == 0  # MiniLM's collection holds none of them yet
+
+            (new_id,) = await _save(nc, service_token, agent, "The VPN drops every night at 2am.")
+            await _all_indexed(new_settings.database_url, [new_id], "all-MiniLM-L6-v2")
+
+    embedder = build_embedder(new_settings)
+    index = build_vector_index(new_settings, embedder)
+    assert index is not None
+    try:
+        assert await reindex_all(new_settings.database_url, embedder, index) == 4
     finally:
-        await nc.drain()
+        await index.close()
+    made = await _made_by(new_settings.database_url)
+    assert set(made.values()) == {("indexed", "all-MiniLM-L6-v2", 384)}
+
+    async with running_services(new_settings):
+        semantic = await _recall(nc, service_token, agent, "semantic", "backups that failed")
+        assert semantic["warnings"] == []
+        assert semantic["count"] == 4
+        assert semantic["results"][0]["text"] == TEXTS[0]
 
 
 async def test_entries_another_embedder_indexed_are_embedded_again(
-    old_settings: EngramSettings, agent: UUID, service_token: str
+    old_settings: EngramSettings, nc: Client, agent: UUID, service_token: str
 ) -> None:
     """Without ``force``, indexing skips what this embedder already indexed but not what another
     one did; the coverage check follows (asked afresh each time with ``ttl_s=0``)."""
-    nc = await nats.connect(old_settings.nats_url)
-    try:
-        async with running_services(old_settings):
-            ids = await _save(nc, service_token, agent, *TEXTS)
-            await _all_indexed(old_settings.database_url, ids, "hashing-384")
-    finally:
-        await nc.drain()
+    async with running_services(old_settings):
+        ids = await _save(nc, service_token, agent, *TEXTS)
+        await _all_indexed(old_settings.database_url, ids, "hashing-384")
     db = Database(old_settings.database_url, pool_size=2)
     minilm = MiniLMEmbedder()
     index = build_vector_index(old_settings, minilm)
