@@ -7,10 +7,11 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from faststream.nats import NatsBroker
-from faststream.nats.security import NatsNKey
+from faststream.nats.security import NatsNKey, NatsSecurity
 
 from shared.auth import TokenService
 from shared.bus import configured_streams, ensure_streams, patch_pull_timeout
@@ -18,13 +19,24 @@ from shared.db.engine import Database
 from shared.distillers.builtin import BuiltinDistiller
 from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.infra import Infra
+from shared.nats_auth.permissions import ALL_IN_ONE, process_name, service_inbox
 from shared.outbox import OutboxRelay
 from shared.ports import Distiller, Embedder, VectorIndex
 from shared.provenance import MessageSigner
 from shared.settings import EngramSettings
 from shared.telemetry import nats_telemetry_middleware, setup_telemetry
+from shared.tls import client_tls_context
+from shared.vectors.edge_lock import exclusive_edge_store
 
-__all__ = ["SERVICES", "build_distiller", "build_embedder", "build_vector_index", "running_services"]
+__all__ = [
+    "SERVICES",
+    "build_distiller",
+    "build_embedder",
+    "build_vector_index",
+    "edge_store_path",
+    "nats_security",
+    "running_services",
+]
 
 SERVICES = ("ingest", "distill", "embed", "recall", "governance-audit")
 log = logging.getLogger(__name__)
@@ -53,12 +65,21 @@ def build_embedder(settings: EngramSettings) -> Embedder:
     )
 
 
+def _collection(embedder: Embedder) -> str:
+    return f"engram_{embedder.name}".replace("-", "_").replace(".", "_").lower()
+
+
+def edge_store_path(settings: EngramSettings, embedder: Embedder) -> Path:
+    """Where Qdrant Edge keeps ``embedder``'s vectors under the data dir."""
+    return settings.data_dir.resolve() / "vectors" / _collection(embedder)
+
+
 def build_vector_index(settings: EngramSettings, embedder: Embedder) -> VectorIndex | None:
     """A Qdrant server when ``ENGRAM_VECTOR_STORE`` is a URL, Qdrant Edge in-process under the
     data dir otherwise (one process only: separate processes need a server), none for ``none``."""
     if settings.vector_store == "none":
         return None
-    collection = f"engram_{embedder.name}".replace("-", "_").replace(".", "_").lower()
+    collection = _collection(embedder)
     if settings.vector_store:
         from qdrant_client import AsyncQdrantClient
 
@@ -67,7 +88,17 @@ def build_vector_index(settings: EngramSettings, embedder: Embedder) -> VectorIn
         return QdrantServerIndex(AsyncQdrantClient(url=settings.vector_store), collection, embedder.dimension)
     from shared.vectors.qdrant_edge import QdrantEdgeIndex
 
-    return QdrantEdgeIndex(settings.data_dir.resolve() / "vectors" / collection, embedder.dimension)
+    return QdrantEdgeIndex(edge_store_path(settings, embedder), embedder.dimension)
+
+
+def nats_security(settings: EngramSettings) -> NatsSecurity | None:
+    """This process's NATS identity (an nkey seed) and TLS context, as FastStream takes them."""
+    tls = client_tls_context(
+        settings.nats_tls_ca_file, settings.nats_tls_cert_file, settings.nats_tls_key_file
+    )
+    if seed := settings.nats_nkey_seed.get_secret_value():
+        return NatsNKey.from_seed(seed, ssl_context=tls)
+    return NatsSecurity(ssl_context=tls) if tls is not None else None
 
 
 @asynccontextmanager
@@ -82,30 +113,35 @@ async def running_services(
     """Start the named services against ``settings.nats_url`` / ``settings.database_url`` and
     yield once they consume; stops them cleanly on exit. Adapters not passed in are built from
     the settings."""
-    unknown = set(names) - set(SERVICES)
-    if unknown:
-        raise ValueError(f"unknown services {sorted(unknown)}; choose from {', '.join(SERVICES)}")
+    # The process's NATS identity and inbox follow from what it runs (shared/nats_auth/permissions.py).
+    process = process_name(names)
     if not settings.nats_url or not settings.database_url:
         raise ValueError("set ENGRAM_NATS_URL and ENGRAM_DATABASE_URL (or use `engram up`)")
     patch_pull_timeout()
-    service_label = "engram" if len(names) > 1 else f"engram-{names[0]}"
+    service_label = ALL_IN_ONE if process == ALL_IN_ONE else f"engram-{process}"
+    inbox = service_inbox(process)
     provider = setup_telemetry(
         service_label, exporter=settings.otel_exporter, endpoint=settings.otel_endpoint
     )
     broker = NatsBroker(
-        settings.nats_url,
+        settings.nats_servers(),
         name=service_label,
         middlewares=[nats_telemetry_middleware(provider)],
         max_reconnect_attempts=-1,
         # Replies to this process's own requests (JetStream API, acks, pulled messages) arrive
         # under its own prefix, so least-privilege NATS users can keep each service to its own.
-        inbox_prefix=f"_INBOX_{service_label}",
-        # This process's NATS identity (least privilege: shared/nats_auth/permissions.py).
-        security=NatsNKey.from_seed(seed) if (seed := settings.nats_nkey_seed.get_secret_value()) else None,
+        inbox_prefix=inbox,
+        # This process's NATS identity (least privilege: shared/nats_auth/permissions.py) and TLS.
+        security=nats_security(settings),
         logger=logging.getLogger("engram.broker"),
         graceful_timeout=10.0,
     )
-    db = Database(settings.database_url)
+    db = Database(
+        settings.database_url,
+        tls=client_tls_context(
+            settings.database_tls_ca_file, settings.database_tls_cert_file, settings.database_tls_key_file
+        ),
+    )
     async with AsyncExitStack() as stack:
         stack.push_async_callback(db.close)
         await broker.connect()
@@ -116,6 +152,7 @@ async def running_services(
                 session_retention_s=settings.session_retention_s,
                 dead_letter_retention_s=settings.dead_letter_retention_s,
             ),
+            replicas=settings.stream_replicas,
         )
         signer = MessageSigner(settings.signing_keys())
         relay = OutboxRelay(db, js, signer=signer)
@@ -128,7 +165,7 @@ async def running_services(
             broker=broker,
             relay=relay,
             signer=signer,
-            inbox_prefix=f"_INBOX_{service_label}.".encode(),
+            inbox_prefix=f"{inbox}.".encode(),
         )
         # Governance erases vectors itself when the vector store is reachable from this process
         # (Edge shares the process with embed/recall, or a Qdrant server); else embed does.
@@ -143,6 +180,8 @@ async def running_services(
             if load is not None:
                 await asyncio.to_thread(load)
         if needs_vectors and vector_index is None and embedder is not None:
+            if not settings.vector_store:  # Qdrant Edge: this process must be its only user
+                stack.enter_context(exclusive_edge_store(edge_store_path(settings, embedder)))
             vector_index = build_vector_index(settings, embedder)
             if vector_index is not None:
                 stack.push_async_callback(vector_index.close)

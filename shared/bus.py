@@ -40,10 +40,13 @@ def configured_streams(*, session_retention_s: int, dead_letter_retention_s: int
     return [replace(d, max_age_seconds=overrides.get(d.name, d.max_age_seconds)) for d in STREAMS]
 
 
-async def ensure_streams(js: JetStreamContext, definitions: Iterable[StreamDef] = STREAMS) -> None:
-    """Create the streams, or bring an existing one's config up to date (idempotent)."""
+async def ensure_streams(
+    js: JetStreamContext, definitions: Iterable[StreamDef] = STREAMS, *, replicas: int = 1
+) -> None:
+    """Create the streams, or bring an existing one's config up to date (idempotent; a stream's
+    replica count follows ``replicas`` too, which JetStream changes in place on a cluster)."""
     for definition in definitions:
-        config = stream_config(definition)
+        config = stream_config(definition, replicas=replicas)
         try:
             info = await js.stream_info(definition.name)
         except NotFoundError:

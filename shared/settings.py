@@ -16,16 +16,27 @@ class EngramSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", env_file=".env", extra="ignore")
 
-    #: External NATS; empty means the embedded stack starts its own.
+    #: External NATS; empty means the embedded stack starts its own. A cluster takes several
+    #: URLs separated by commas (the seed list; the client learns the other nodes from the
+    #: cluster and fails over between them): ``nats://n1:4222,nats://n2:4222,nats://n3:4222``.
     nats_url: str = ""
+    #: TLS to NATS (SPEC 8: off-box traffic is encrypted). A CA file turns TLS on and verifies
+    #: the servers with it; a client certificate and key are sent when the servers ask for one.
+    nats_tls_ca_file: str = ""
+    nats_tls_cert_file: str = ""
+    nats_tls_key_file: str = ""
     #: This process's NATS identity: a user nkey seed (``SU…``; see infra/nats/engram-auth.conf).
     #: Empty connects without one (a ``user:password@`` in the URL still works). ``engram up``
     #: sets it to a fresh key of its own at every start.
     nats_nkey_seed: SecretStr = SecretStr("")
     #: External Postgres (``postgresql://…``); empty means the embedded stack starts its own.
     database_url: str = ""
+    #: TLS to Postgres, as for NATS: a CA file verifies the server (and its host name); a client
+    #: certificate and key are sent when given. ``?ssl=require`` in the URL also works without a CA.
+    database_tls_ca_file: str = ""
+    database_tls_cert_file: str = ""
+    database_tls_key_file: str = ""
     redis_url: str = ""
-    qdrant_url: str = ""
     data_dir: Path = Path(".engram")
 
     #: Signing keys for tokens, ``kid=secret`` pairs separated by commas; the first one signs.
@@ -45,6 +56,18 @@ class EngramSettings(BaseSettings):
     session_retention_s: int = Field(default=24 * 3600, ge=600)
     #: How long dead letters are kept for an operator to inspect and replay.
     dead_letter_retention_s: int = Field(default=7 * 24 * 3600, ge=3600)
+
+    #: Replicas of every Engram stream (and so of its consumers): 1 on one server (``engram up``),
+    #: 3 on a 3-node cluster, so that losing a node loses no acknowledged message.
+    stream_replicas: int = Field(default=1, ge=1, le=5)
+
+    #: ``engram serve``'s health endpoint (``/healthz``, ``/readyz``) for orchestrator probes;
+    #: 0 turns it off. Listens on all interfaces because probes come from outside the container.
+    health_port: int = Field(default=8081, ge=0, le=65535)
+    health_host: str = "0.0.0.0"  # noqa: S104 (a container's probes reach it from outside)
+    #: After SIGTERM: stop fetching, finish and ack in-flight work, flush the outbox, exit 0 —
+    #: within this bound (below Kubernetes' default 30 s grace period), else exit 1.
+    shutdown_timeout_s: float = Field(default=25.0, gt=0)
 
     #: JetStream redelivery: attempts before a message is dead-lettered, and the backoff.
     max_deliver: int = Field(default=5, ge=1)
@@ -84,6 +107,10 @@ class EngramSettings(BaseSettings):
         if value not in {"console", "otlp", "none"}:
             raise ValueError("ENGRAM_OTEL_EXPORTER must be one of console, otlp, none")
         return value
+
+    def nats_servers(self) -> list[str]:
+        """``nats_url`` as the list of servers to try (one, or a cluster's seed list)."""
+        return [url.strip() for url in self.nats_url.split(",") if url.strip()]
 
     def signing_keys(self) -> dict[str, str]:
         """The ``kid → secret`` map from ``ENGRAM_TOKEN_KEYS`` (insertion order: first signs)."""

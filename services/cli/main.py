@@ -109,20 +109,26 @@ def up(
 
 
 @app.command()
-def serve(service: str = typer.Argument(..., help="ingest | distill | governance-audit")) -> None:
-    """Run one service against external NATS and Postgres (ENGRAM_NATS_URL, ENGRAM_DATABASE_URL)."""
-    from services.runtime import SERVICES, running_services
+def serve(
+    services: list[str] = typer.Argument(
+        ...,
+        help="ingest | distill | embed | recall | governance-audit; several run in one process "
+        "(`engram serve embed recall`: the vector process when vectors live in Qdrant Edge).",
+    ),
+) -> None:
+    """Run services in this process against external NATS and Postgres (ENGRAM_NATS_URL,
+    ENGRAM_DATABASE_URL), with health probes on ENGRAM_HEALTH_PORT and a graceful drain on SIGTERM."""
+    from services.runtime import SERVICES
+    from services.serve import serve as serve_process
 
-    if service not in SERVICES:
-        raise typer.BadParameter(f"choose one of {', '.join(SERVICES)}")
+    unknown = sorted(set(services) - set(SERVICES))
+    if unknown:
+        raise typer.BadParameter(f"unknown service {', '.join(unknown)}; choose from {', '.join(SERVICES)}")
     settings = EngramSettings()
     setup_logging(settings.log_level, json=settings.log_json)
-
-    async def main() -> None:
-        async with running_services(settings, [service]):
-            await _wait_for_signal()
-
-    asyncio.run(main())
+    code = asyncio.run(serve_process(settings, list(dict.fromkeys(services))))
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

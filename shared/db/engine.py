@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,8 +28,15 @@ def async_url(url: str) -> str:
 class Database:
     """One engine per process; ``transaction()`` is the only way code writes."""
 
-    def __init__(self, url: str, *, pool_size: int = 20) -> None:
+    def __init__(self, url: str, *, pool_size: int = 20, tls: ssl.SSLContext | None = None) -> None:
         self.url = async_url(url)
+        # asyncpg prepares statements, and after five runs Postgres may switch a prepared
+        # statement to a generic plan that ignores the values: measured at 100k entries, a
+        # 20-id lookup went from 2 ms to 130 ms. Recall's queries are value-sensitive, so
+        # plan each execution for its values.
+        connect_args: dict[str, object] = {"server_settings": {"plan_cache_mode": "force_custom_plan"}}
+        if tls is not None:  # asyncpg takes the context as is (shared.tls.client_tls_context)
+            connect_args["ssl"] = tls
         # A fixed pool, no overflow: under load, handlers wait for a connection instead of
         # opening and closing extra ones per message. No pre-ping either (a round trip on every
         # checkout); a dead connection fails its statement, the message is redelivered, and the
@@ -39,11 +47,7 @@ class Database:
             max_overflow=0,
             pool_recycle=1800,
             pool_timeout=60,
-            # asyncpg prepares statements, and after five runs Postgres may switch a prepared
-            # statement to a generic plan that ignores the values: measured at 100k entries, a
-            # 20-id lookup went from 2 ms to 130 ms. Recall's queries are value-sensitive, so
-            # plan each execution for its values.
-            connect_args={"server_settings": {"plan_cache_mode": "force_custom_plan"}},
+            connect_args=connect_args,
         )
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 

@@ -9,19 +9,24 @@ from pathlib import Path
 
 from shared.nats_auth.permissions import (
     ALL_IN_ONE,
+    EDGE_VECTOR_PROCESS,
     SERVICES,
     all_in_one_permissions,
     audit_reader_permissions,
     platform_permissions,
+    process_name,
+    process_permissions,
     service_permissions,
 )
 from shared.nats_auth.render import NatsUser, render_authorization
 
-__all__ = ["INFRA_AUTH_FILE", "INFRA_USERS", "nkey_variable", "render_infra"]
+__all__ = ["EDGE_VECTORS", "INFRA_AUTH_FILE", "INFRA_USERS", "nkey_variable", "render_infra"]
 
 INFRA_AUTH_FILE = Path(__file__).resolve().parents[2] / "infra" / "nats" / "engram-auth.conf"
 #: Every user of the production config, in file order.
-INFRA_USERS = (*SERVICES, ALL_IN_ONE, "platform", "audit-reader")
+#: The Edge vector process (``engram serve embed recall``): one process, one connection, one user.
+EDGE_VECTORS = process_name(EDGE_VECTOR_PROCESS)
+INFRA_USERS = (*SERVICES, EDGE_VECTORS, ALL_IN_ONE, "platform", "audit-reader")
 
 _HEADER = """\
 GENERATED from shared/nats_auth/permissions.py by `python -m shared.nats_auth.infra` (make schema);
@@ -68,6 +73,9 @@ _COMMENTS = {
     "embed": "embed: consumes engram.memory.written and engram.memory.purged (vectors in, vectors out).",
     "recall": "recall: serves recall, expand and feedback; drops cached replies on written/purged.",
     "governance-audit": "governance-audit: serves config, the audit log and the governance API.",
+    EDGE_VECTORS: "embed+recall: embed and recall in one process (`engram serve embed recall`), for a\n"
+    "deployment whose vectors live in Qdrant Edge (in-process, one process at a time): the union of\n"
+    "the two service users, with one inbox prefix, _INBOX_engram-embed+recall.",
     ALL_IN_ONE: "engram: every service in one process (`engram up --nats-url …`): the union of the five\n"
     "service users, with one inbox prefix, _INBOX_engram.",
     "platform": "platform: an agent runner or platform backend. Publishes ended sessions and makes\n"
@@ -80,7 +88,7 @@ _COMMENTS = {
 
 def nkey_variable(user: str) -> str:
     """The environment variable nats-server reads ``user``'s public key from."""
-    return "ENGRAM_NATS_NKEY_" + user.upper().replace("-", "_")
+    return "ENGRAM_NATS_NKEY_" + user.upper().replace("-", "_").replace("+", "_")
 
 
 def render_infra() -> str:
@@ -90,6 +98,8 @@ def render_infra() -> str:
             perms = service_permissions(user)
         elif user == ALL_IN_ONE:
             perms = all_in_one_permissions()
+        elif user == EDGE_VECTORS:
+            perms = process_permissions(EDGE_VECTOR_PROCESS)
         elif user == "platform":
             perms = platform_permissions("_INBOX_platform")
         else:

@@ -22,6 +22,7 @@ from contracts.subjects import STREAMS
 __all__ = [
     "ALL_IN_ONE",
     "CONSUMERS",
+    "EDGE_VECTOR_PROCESS",
     "PUBLIC_REQUESTS",
     "SERVICES",
     "Grant",
@@ -29,6 +30,8 @@ __all__ = [
     "all_in_one_permissions",
     "audit_reader_permissions",
     "platform_permissions",
+    "process_name",
+    "process_permissions",
     "service_inbox",
     "service_permissions",
 ]
@@ -36,6 +39,9 @@ __all__ = [
 SERVICES = ("ingest", "distill", "embed", "recall", "governance-audit")
 #: The identity of a process that runs every service (``engram up``).
 ALL_IN_ONE = "engram"
+#: The services that share one process when vectors live in Qdrant Edge (in-process, opened by
+#: one process at a time): the vector process of a deployment without a Qdrant server.
+EDGE_VECTOR_PROCESS = ("embed", "recall")
 
 #: The request-reply subjects platforms may call (SPEC 4.2, 5, 7): the public API besides
 #: publishing ``engram.session.ended``.
@@ -227,6 +233,30 @@ def _with_inbox(rights: Permissions, prefix: str) -> Permissions:
 def service_permissions(name: str) -> Permissions:
     """What one service process (``engram serve <name>``) needs, and nothing more."""
     return _with_inbox(_service_rights(name), service_inbox(name))
+
+
+def process_name(names: Iterable[str]) -> str:
+    """The NATS identity of a process running ``names``: the service's own name for one,
+    ``engram`` for all five, else the services joined by ``+`` in :data:`SERVICES` order
+    (``embed+recall``, the Edge vector process)."""
+    chosen = set(names)
+    unknown = chosen - set(SERVICES)
+    if unknown or not chosen:
+        raise ValueError(f"unknown services {sorted(unknown)}; choose from {', '.join(SERVICES)}")
+    if chosen == set(SERVICES):
+        return ALL_IN_ONE
+    return "+".join(name for name in SERVICES if name in chosen)
+
+
+def process_permissions(names: Iterable[str]) -> Permissions:
+    """What a process running ``names`` needs: the union of their rights, one inbox of its own."""
+    name = process_name(names)
+    if name == ALL_IN_ONE:
+        return all_in_one_permissions()
+    merged = Permissions()
+    for service in name.split("+"):
+        merged = merged | _service_rights(service)
+    return _with_inbox(merged, service_inbox(name))
 
 
 def all_in_one_permissions() -> Permissions:

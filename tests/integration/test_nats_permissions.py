@@ -58,6 +58,7 @@ INBOX_PREFIX = {
     "platform": "_INBOX_platform",
     "audit-reader": "_INBOX_audit_reader",
     "engram": "_INBOX_engram",
+    "embed+recall": "_INBOX_engram-embed+recall",
     # services/runtime.py: each service process gets its own inbox prefix.
     **{
         name: f"_INBOX_engram-{name}" for name in ("ingest", "distill", "embed", "recall", "governance-audit")
@@ -311,6 +312,33 @@ def _cases() -> dict[str, UserCase]:
             ("engram.recall", None),
             ("engram.memory.save", None),
             ("engram.config.get", "recall"),
+        ],
+    )
+    # embed+recall (the Edge vector process): the union of the two, with one inbox of its own.
+    pair = [cases["embed"], cases["recall"]]
+    pair_inbox = "_INBOX_engram-embed+recall"
+    cases["embed+recall"] = UserCase(
+        allowed_pub=list(dict.fromkeys(x for c in pair for x in c.allowed_pub)),
+        allowed_sub=[
+            *dict.fromkeys(x for c in pair for x in c.allowed_sub if x[0].split(".")[0] not in own_inboxes),
+            (f"{pair_inbox}.>", None),
+            (f"{pair_inbox}.abc.*", None),
+        ],
+        refused_pub=[
+            *SERVICE_FORBIDDEN_PUB,
+            *(api for c in ALL_CONSUMERS if c not in CONSUMERS["embed"] for api in consumer_api(*c)),
+            "engram.session.validated",
+            "engram.save.accepted",
+            f"engram.save.result.{uuid4()}",
+        ],
+        refused_sub=[
+            *SERVICE_FORBIDDEN_SUB,
+            ("_INBOX.>", None),
+            ("_INBOX_engram.>", None),
+            *((f"{inbox}.>", None) for inbox in sorted(own_inboxes)),
+            ("engram.recall", None),
+            ("engram.memory.save", "ingest"),
+            ("engram.config.get", "governance-audit"),
         ],
     )
     cases["platform"] = UserCase(

@@ -1,0 +1,96 @@
+"""``engram serve <service>…``: one process as an orchestrator runs it.
+
+Health probes first (liveness answers while the services start; readiness once they consume),
+then the services; on SIGTERM (or SIGINT) readiness fails at once, the subscribers stop fetching,
+in-flight messages finish and are acked, background work and the outbox are flushed, and the
+process exits 0 — within ``ENGRAM_SHUTDOWN_TIMEOUT_S``, else 1. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+
+from services.runtime import running_services
+from shared.health import HealthServer
+from shared.settings import EngramSettings
+from shared.vectors.edge_lock import EdgeStoreInUse
+
+__all__ = ["EXIT_DRAIN_TIMEOUT", "EXIT_REFUSED", "serve"]
+
+log = logging.getLogger("engram.serve")
+
+#: The services did not finish their in-flight work within the shutdown bound.
+EXIT_DRAIN_TIMEOUT = 1
+#: The process refused to start (another process holds the Qdrant Edge store).
+EXIT_REFUSED = 2
+
+
+async def serve(settings: EngramSettings, names: Sequence[str]) -> int:
+    """Run ``names`` in this process until SIGTERM/SIGINT; returns the exit code."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():  # a second signal: the operator does not want to wait for the drain
+            os._exit(EXIT_DRAIN_TIMEOUT)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    started = asyncio.Event()
+    health = HealthServer(settings.health_host, settings.health_port) if settings.health_port else None
+    if health is not None:
+
+        async def is_started() -> bool:
+            return started.is_set()
+
+        health.add_check("started", is_started)
+        await health.start()
+        log.info("health probes on http://%s:%d/healthz and /readyz", settings.health_host, health.port)
+    stack = AsyncExitStack()
+    draining = False
+    try:
+        try:
+            infra = await stack.enter_async_context(running_services(settings, names))
+        except EdgeStoreInUse as refused:
+            log.error("engram serve %s refused to start: %s", " ".join(names), refused)
+            return EXIT_REFUSED
+        if health is not None:
+
+            async def nats_connected() -> bool:
+                return bool(infra.nc.is_connected)
+
+            async def postgres_answers() -> bool:
+                await infra.db.ping()
+                return True
+
+            health.add_check("nats", nats_connected)
+            health.add_check("postgres", postgres_answers)
+        started.set()
+        await stop.wait()
+        if health is not None:
+            health.draining = True
+        log.info("draining: no new work; finishing what is in flight")
+        draining = True
+        try:
+            async with asyncio.timeout(settings.shutdown_timeout_s):
+                await stack.aclose()
+        except TimeoutError:
+            log.error(
+                "in-flight work did not finish within %.0f s; exiting anyway", settings.shutdown_timeout_s
+            )
+            return EXIT_DRAIN_TIMEOUT
+        log.info("drained; exiting")
+        return 0
+    finally:
+        if not draining:  # startup failed or was cancelled: close what was opened
+            await stack.aclose()
+        if health is not None:
+            await health.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,308 @@
+"""The distributed deployment on one machine: a 3-node NATS JetStream cluster, Postgres, Redis, and
+every service as its own OS process (``engram serve …``) with replicas, each under its own
+least-privilege NATS identity — what an orchestrator runs, small enough for loopback.
+
+Processes are started, SIGKILLed, SIGTERMed and restarted here the way Kubernetes would; waits
+are on conditions (``/readyz`` answering 200, a node's ``/healthz``), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from shared.db.engine import migrate
+from shared.embedded.nats_server import free_port, port_in_use
+from shared.embedded.postgres import EmbeddedPostgres
+from shared.nats_auth.keys import new_user_seed, public_key_of
+from shared.nats_auth.permissions import (
+    EDGE_VECTOR_PROCESS,
+    Grant,
+    Permissions,
+    platform_permissions,
+    process_name,
+    process_permissions,
+)
+from shared.nats_auth.render import NatsUser, render_authorization
+from shared.testing.nats_cluster import NatsCluster
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: What runs, and how many of each: every service in its own processes, two replicas each, except
+#: embed and recall, which share the one process that may open the Qdrant Edge store (no Qdrant
+#: server can run here; see docs/decisions.md, "Distributed deployment").
+DEPLOYMENT: dict[tuple[str, ...], int] = {
+    ("ingest",): 2,
+    ("distill",): 2,
+    ("governance-audit",): 2,
+    EDGE_VECTOR_PROCESS: 1,
+}
+PLATFORM_INBOX = "_INBOX_platform"
+_EVERYTHING = Permissions(
+    publish=(Grant("test observer", (">",)),), subscribe=(Grant("test observer", (">",)),)
+)
+
+
+@dataclass
+class Identities:
+    """Seeds for every process kind, the platform client and the test's observer."""
+
+    services: dict[str, str] = field(default_factory=dict)
+    platform: str = field(default_factory=new_user_seed)
+    observer: str = field(default_factory=new_user_seed)
+
+    def seed_for(self, names: Sequence[str]) -> str:
+        return self.services.setdefault(process_name(names), new_user_seed())
+
+    def auth_conf(self, deployment: dict[tuple[str, ...], int]) -> str:
+        users = [
+            NatsUser(
+                public_key_of(self.seed_for(names)),
+                process_permissions(names),
+                f"engram serve {' '.join(names)}",
+            )
+            for names in deployment
+        ]
+        users.append(NatsUser(public_key_of(self.platform), platform_permissions(PLATFORM_INBOX), "platform"))
+        users.append(NatsUser(public_key_of(self.observer), _EVERYTHING, "test observer (never deployed)"))
+        return render_authorization(users, "cluster harness users (tests/cluster/harness.py)")
+
+
+class ServiceProcess:
+    """One replica: ``engram serve <names>`` with its own health port and log file."""
+
+    def __init__(self, names: Sequence[str], replica: int, env: dict[str, str], log_dir: Path) -> None:
+        self.names = tuple(names)
+        self.replica = replica
+        self.label = f"{process_name(names)}-{replica}"
+        self.health_port = free_port()
+        self.env = {**env, "ENGRAM_HEALTH_PORT": str(self.health_port), "ENGRAM_HEALTH_HOST": "127.0.0.1"}
+        self._log_dir = log_dir
+        self.starts = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        #: Exit codes of every stop, in order (a SIGKILL shows as -9).
+        self.exit_codes: list[int] = []
+
+    def start(self) -> None:
+        self.starts += 1
+        if self._log is not None:
+            self._log.close()
+        self._log = (self._log_dir / f"{self.label}.{self.starts}.log").open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "serve", *self.names],
+            cwd=REPO,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def readyz(self) -> tuple[int, dict[str, Any]]:
+        """``/readyz``'s status and body; (0, {}) when nothing answers."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+        except OSError:
+            return 0, {}
+
+    async def wait_ready(self, timeout_s: float = 120.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            if not self.alive:
+                raise RuntimeError(
+                    f"{self.label} exited ({self.proc.returncode if self.proc else '?'}); see its log"
+                )
+            if port_in_use(self.health_port) and (await asyncio.to_thread(self.readyz))[0] == 200:
+                return
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"{self.label} not ready after {timeout_s}s: {self.readyz()}")
+
+    def kill9(self) -> None:
+        assert self.proc is not None and self.alive, f"{self.label} is not running"
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.exit_codes.append(self.proc.wait(10))
+
+    async def terminate(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM and wait for the exit (the graceful drain); returns the exit code."""
+        assert self.proc is not None and self.alive, f"{self.label} is not running"
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.to_thread(self.proc.wait, timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(5)
+        self.exit_codes.append(code)
+        return code
+
+    def close(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class RedisProcess:
+    """A redis-server of the test's own (the machine's is shared), stopped and started at will."""
+
+    def __init__(self, root: Path) -> None:
+        self.port = free_port()
+        self.dir = root
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server not found (Debian package redis-server)")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            cwd=self.dir,
+            stdout=(self.dir / "redis.log").open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not port_in_use(self.port):
+            if self.proc.poll() is not None or loop.time() > deadline:
+                raise RuntimeError(f"redis-server did not start; see {self.dir / 'redis.log'}")
+            await asyncio.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@dataclass
+class Cluster:
+    """Everything running: NATS nodes, Postgres, Redis, the service processes."""
+
+    root: Path
+    nats: NatsCluster
+    postgres: EmbeddedPostgres
+    database_url: str
+    redis: RedisProcess
+    identities: Identities
+    token_keys: str
+    processes: list[ServiceProcess]
+
+    def of(self, names: Sequence[str]) -> list[ServiceProcess]:
+        return [p for p in self.processes if p.names == tuple(names)]
+
+    async def wait_all_ready(self, timeout_s: float = 180.0) -> None:
+        await asyncio.gather(*(p.wait_ready(timeout_s) for p in self.processes))
+
+    def nats_options(self, seed: str, inbox: str) -> dict[str, Any]:
+        return {
+            "servers": self.nats.urls.split(","),
+            "nkeys_seed_str": seed,
+            "inbox_prefix": inbox,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.2,
+        }
+
+
+def service_env(
+    *,
+    nats_urls: str,
+    seed: str,
+    database_url: str,
+    redis_url: str,
+    token_keys: str,
+    data_dir: Path,
+    ack_wait_s: float,
+) -> dict[str, str]:
+    """The environment of one service process (the same variables infra/compose sets)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env.update(
+        ENGRAM_NATS_URL=nats_urls,
+        ENGRAM_NATS_NKEY_SEED=seed,
+        ENGRAM_DATABASE_URL=database_url,
+        ENGRAM_REDIS_URL=redis_url,
+        ENGRAM_TOKEN_KEYS=token_keys,
+        ENGRAM_STREAM_REPLICAS="3",
+        ENGRAM_EMBEDDER="hashing-384",
+        ENGRAM_DATA_DIR=str(data_dir),
+        # Short, so what a killed replica held un-acked is redelivered in seconds, not a minute.
+        ENGRAM_ACK_WAIT_S=str(ack_wait_s),
+        ENGRAM_MAX_DELIVER="5",
+        ENGRAM_REDELIVER_BACKOFF_S="[0.5, 1.0, 2.0]",
+        ENGRAM_OTEL_EXPORTER="none",
+        ENGRAM_LOG_LEVEL="INFO",
+        ENGRAM_SHUTDOWN_TIMEOUT_S="25",
+    )
+    return env
+
+
+@asynccontextmanager
+async def running_cluster(
+    root: Path,
+    token_keys: str,
+    deployment: dict[tuple[str, ...], int] = DEPLOYMENT,
+    *,
+    ack_wait_s: float = 10.0,
+) -> AsyncIterator[Cluster]:
+    """Start the whole deployment and yield once every process answers ``/readyz``."""
+    identities = Identities()
+    nats = NatsCluster(root / "nats", identities.auth_conf(deployment))
+    postgres = EmbeddedPostgres(root / "pg")
+    redis = RedisProcess(root / "redis")
+    processes: list[ServiceProcess] = []
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    try:
+        await nats.start()
+        database_url = await postgres.start()
+        await migrate(database_url)
+        await redis.start()
+        for names, replicas in deployment.items():
+            env = service_env(
+                nats_urls=nats.urls,
+                seed=identities.seed_for(names),
+                database_url=database_url,
+                redis_url=redis.url,
+                token_keys=token_keys,
+                data_dir=root / "data" / process_name(names),
+                ack_wait_s=ack_wait_s,
+            )
+            processes += [ServiceProcess(names, i + 1, env, logs) for i in range(replicas)]
+        cluster = Cluster(root, nats, postgres, database_url, redis, identities, token_keys, processes)
+        # One process first creates the R3 streams, so the others find them rather than race.
+        processes[0].start()
+        await processes[0].wait_ready()
+        for process in processes[1:]:
+            process.start()
+        await cluster.wait_all_ready()
+        yield cluster
+    finally:
+        for process in processes:
+            process.close()
+        redis.stop()
+        await postgres.stop()
+        await nats.stop()
