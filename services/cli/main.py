@@ -132,6 +132,20 @@ def serve(
 
 
 @app.command()
+def migrate() -> None:
+    """Bring the database at ENGRAM_DATABASE_URL to the newest schema (idempotent). An upgrade runs
+    this first, then restarts the services one by one."""
+    from shared.db.engine import migrate as upgrade
+
+    settings = EngramSettings()
+    setup_logging(settings.log_level, json=settings.log_json)
+    if not settings.database_url:
+        raise typer.BadParameter("set ENGRAM_DATABASE_URL")
+    asyncio.run(upgrade(settings.database_url))
+    console.print("[green]database schema is current[/]")
+
+
+@app.command()
 def demo(data_dir: Path = DATA_DIR) -> None:
     """Publish the bundled demo sessions to a running `engram up` and show the outcome."""
     from services.cli.demo import run_demo

@@ -137,13 +137,15 @@ class ServiceProcess:
         raise RuntimeError(f"{self.label} not ready after {timeout_s}s: {self.readyz()}")
 
     def kill9(self) -> None:
-        assert self.proc is not None and self.alive, f"{self.label} is not running"
+        assert self.proc is not None, f"{self.label} never started"
+        assert self.alive, f"{self.label} is not running"
         os.kill(self.proc.pid, signal.SIGKILL)
         self.exit_codes.append(self.proc.wait(10))
 
     async def terminate(self, timeout_s: float = 60.0) -> int:
         """SIGTERM and wait for the exit (the graceful drain); returns the exit code."""
-        assert self.proc is not None and self.alive, f"{self.label} is not running"
+        assert self.proc is not None, f"{self.label} never started"
+        assert self.alive, f"{self.label} is not running"
         self.proc.send_signal(signal.SIGTERM)
         try:
             code = await asyncio.to_thread(self.proc.wait, timeout_s)

@@ -1,0 +1,482 @@
+"""The cluster fault scenario: the deployment of ``harness.py`` under the workload of
+``workload.py``, one fault per phase, everything counted.
+
+Faults, in order, each while the workload runs: SIGKILL the node leading ``ENGRAM_SESSIONS`` (and
+restart it), SIGKILL one replica of each service in turn (restarted as an orchestrator would), a
+rolling restart of every process by SIGTERM, a Postgres restart, Redis stopped (and started).
+
+``python -m tests.cluster.scenario [--long] [--out bench-results/cluster.json]`` runs it alone and
+prints the table; ``tests/cluster/test_cluster.py`` runs the short form and asserts the counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import nats
+from nats.aio.client import Client
+from sqlalchemy import func, select, text
+
+from contracts.common import Principal
+from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.db.engine import Database
+from shared.db.models import MemoryEntry
+from shared.policy import normalize
+from tests.cluster.harness import PLATFORM_INBOX, Cluster, ServiceProcess, running_cluster
+from tests.cluster.workload import Workload, session_for, tag, until, victim
+from tests.faults.workload import (
+    audit_count,
+    expected_lessons,
+    raise_cap,
+    saved_and_reinforced,
+    written_events,
+)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How hard and how long: sessions/s, recalls/s, governance requests/s, and the seconds of
+    steady workload before each fault and after each recovery."""
+
+    session_rate: float
+    recall_rate: float
+    governance_rate: float
+    steady_s: float
+
+
+SHORT = Pace(session_rate=5, recall_rate=4, governance_rate=1, steady_s=6)
+LONG = Pace(session_rate=10, recall_rate=6, governance_rate=2, steady_s=20)
+
+
+@dataclass
+class FaultRow:
+    """One line of the fault table."""
+
+    fault: str
+    phase: int
+    sessions: int = 0
+    requests: int = 0
+    failed_during: int = 0
+    #: First to last failed request of the fault (0 when none failed).
+    outage_s: float = 0.0
+    recover_s: float = 0.0
+    failed_after_recovery: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    miscounted: int = 0
+    #: Deliveries beyond one per session on ingest's and distill's consumers during the phase.
+    redelivered: int = 0
+    #: Session publishes retried during the phase (unacknowledged, then sent again, same msg id).
+    publish_retries: int = 0
+    purged_left: int = 0
+    note: str = ""
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    pace: dict[str, float]
+    rows: list[FaultRow]
+    sessions: int = 0
+    lessons: int = 0
+    memory_written: int = 0
+    memory_written_unique: int = 0
+    saved_and_reinforced: int = 0
+    distill_completed: int = 0
+    audit_chain_ok: bool = False
+    publish_retries: int = 0
+    duration_s: float = 0.0
+    load_average: list[float] = field(default_factory=list)
+
+    def ok(self) -> bool:
+        return (
+            all(
+                r.lost == r.duplicated == r.miscounted == r.purged_left == r.failed_after_recovery == 0
+                for r in self.rows
+            )
+            and self.memory_written == self.memory_written_unique == self.saved_and_reinforced
+            and self.distill_completed == self.sessions
+            and self.audit_chain_ok
+        )
+
+    def table(self) -> str:
+        head = (
+            f"{'fault':<24} {'sessions':>8} {'requests':>8} {'failed':>6} {'outage s':>8} {'recover s':>9} "
+            f"{'after':>5} {'lost':>4} {'dup':>3} {'miscount':>8} {'redeliv':>7} {'purged left':>11}"
+        )
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            lines.append(
+                f"{r.fault:<24} {r.sessions:>8} {r.requests:>8} {r.failed_during:>6} {r.outage_s:>8.1f} "
+                f"{r.recover_s:>9.1f} {r.failed_after_recovery:>5} {r.lost:>4} {r.duplicated:>3} "
+                f"{r.miscounted:>8} {r.redelivered:>7} {r.publish_retries:>7} {r.purged_left:>11}"
+            )
+        lines.append(
+            f"sessions {self.sessions}, lessons {self.lessons}, memory.written {self.memory_written} "
+            f"(unique {self.memory_written_unique}; saved+reinforced {self.saved_and_reinforced}), "
+            f"distill.completed {self.distill_completed}, audit chain ok {self.audit_chain_ok}, "
+            f"publish retries {self.publish_retries}, {self.duration_s:.0f} s, load {self.load_average}"
+        )
+        return "\n".join(lines)
+
+
+class Scenario:
+    def __init__(self, cluster: Cluster, pace: Pace) -> None:
+        self.cluster = cluster
+        self.pace = pace
+        self.org, self.agent = uuid4(), uuid4()
+        keys = dict([cluster.token_keys.split("=", 1)])
+        self.token = TokenService(keys).mint(
+            org_id=self.org, principal=Principal(kind="service", id="runner"), permissions=ALL_PERMISSIONS
+        )
+        self.db = Database(cluster.database_url, pool_size=2)
+        self.rows: list[FaultRow] = []
+        self.victims: dict[int, list[dict[str, Any]]] = {}
+        self.nc: Client
+        self.observer: Client
+        self.work: Workload
+
+    # -- conditions ---------------------------------------------------------------------------
+
+    def _recall_ok_since(self, since: float) -> bool:
+        return any(o.ok and o.kind == "recall" and o.at >= since for o in self.work.outcomes)
+
+    async def _restored(self, since: float) -> None:
+        """Every process ready, a recall answered and a session acknowledged, all after ``since``."""
+
+        async def check() -> bool:
+            codes = await asyncio.gather(*(asyncio.to_thread(p.readyz) for p in self.cluster.processes))
+            return all(c[0] == 200 for c in codes) and self._recall_ok_since(since)
+
+        await until(check, "the deployment serving again", timeout_s=240)
+
+    async def _owner_rows(self, owner: dict[str, str]) -> int:
+        key = f"{owner['kind']}:{owner['id']}"
+        async with self.db.read() as s:
+            query = (
+                select(func.count())
+                .select_from(MemoryEntry)
+                .where(
+                    MemoryEntry.org_id == self.org,  # type: ignore[arg-type]
+                    MemoryEntry.owner_key == key,  # type: ignore[arg-type]
+                )
+            )
+            return int((await s.execute(query)).scalar_one())
+
+    async def _deliveries(self) -> int:
+        js = self.observer.jetstream()
+        total = 0
+        for durable in ("ingest", "distill"):
+            info = await js.consumer_info("ENGRAM_SESSIONS", durable)
+            total += info.delivered.consumer_seq or 0
+        return total
+
+    # -- one phase ----------------------------------------------------------------------------
+
+    async def phase(
+        self,
+        name: str,
+        inject: Callable[[], Awaitable[str]],
+        repair: Callable[[], Awaitable[str]],
+    ) -> None:
+        """Steady workload, a victim's memory to purge, the fault, the repair, steady again."""
+        number = len(self.rows) + 1
+        row = FaultRow(name, number)
+        self.work.phase = number
+        start = time.monotonic()
+        acked_before = sum(len(v) for v in self.work.acked.values())
+        retries_before = self.work.publish_retries
+        deliveries_before = await self._deliveries()
+        # The victim's sessions, distilled before the fault; their memory is purged during it.
+        owner = victim(number)
+        sessions = [
+            session_for(self.org, self.agent, 10_000 + number * 10 + k, number, owner) for k in range(3)
+        ]
+        self.victims[number] = sessions
+        await asyncio.gather(*(self.work.publish(p, -number) for p in sessions))
+        want = len(expected_lessons(sessions))
+
+        async def victim_stored() -> bool:
+            return await self._owner_rows(owner) >= want
+
+        await until(victim_stored, f"{name}: the victim's lessons stored")
+        await until(lambda: _elapsed(start, self.pace.steady_s), "steady workload")
+
+        t_fault = time.monotonic()
+        notes = [await inject()]
+        purge = self.work.spawn(self._purge_until_done(owner))
+        notes.append(await repair())
+        await self._restored(t_fault)
+        await purge
+        t_rec = time.monotonic()
+        await until(lambda: _elapsed(t_rec, self.pace.steady_s), "steady workload after recovery")
+        end = time.monotonic()
+
+        failed = self.work.failures(t_fault, t_rec)
+        row.requests = self.work.count(t_fault, t_rec)
+        row.failed_during = len(failed)
+        row.outage_s = (failed[-1].at - failed[0].at) if failed else 0.0
+        row.recover_s = t_rec - t_fault
+        row.failed_after_recovery = len(self.work.failures(t_rec, end))
+        row.errors = dict(Counter(f"{o.kind}:{o.error}" for o in failed))
+        row.note = "; ".join(n for n in notes if n)
+        acked_after = sum(len(v) for v in self.work.acked.values())
+        row.publish_retries = self.work.publish_retries - retries_before
+        row.redelivered = max(
+            0, (await self._deliveries() - deliveries_before) - 2 * (acked_after - acked_before)
+        )
+        self.rows.append(row)
+        print(
+            f"  {name}: recovered in {row.recover_s:.1f}s, {row.failed_during} failed, {row.note}", flush=True
+        )
+
+    async def _purge_until_done(self, owner: dict[str, str]) -> None:
+        """A governance caller purging an owner, retrying across the fault until a receipt comes."""
+        body = {"agent_config_id": str(self.agent), "actor_ref": f"{owner['kind']}:{owner['id']}"}
+        while True:
+            try:
+                reply = await self.nc.request(
+                    "engram.memory.purge",
+                    json.dumps(body).encode(),
+                    timeout=5,
+                    headers={"Authorization": f"Bearer {self.token}"},
+                )
+                if "error" not in json.loads(reply.data):
+                    return
+            except (TimeoutError, nats.errors.Error):
+                pass
+            await asyncio.sleep(0.5)
+
+    # -- the faults ---------------------------------------------------------------------------
+
+    async def run(self) -> Report:
+        started = time.monotonic()
+        cluster = self.cluster
+        self.nc = await nats.connect(**cluster.nats_options(cluster.identities.platform, PLATFORM_INBOX))
+        self.observer = await nats.connect(
+            **cluster.nats_options(cluster.identities.observer, "_INBOX_observer")
+        )
+        await raise_cap(self.db, self.org, self.agent)
+        pace = self.pace
+        self.work = Workload(
+            self.nc,
+            self.token,
+            self.org,
+            self.agent,
+            pace.session_rate,
+            pace.recall_rate,
+            pace.governance_rate,
+        )
+        self.work.start()
+        try:
+            await self._faults()
+        finally:
+            await self.work.stop()
+        return await self._report(started)
+
+    async def _faults(self) -> None:
+        cluster = self.cluster
+        node = None
+
+        async def kill_leader() -> str:
+            nonlocal node
+            leader = cluster.nats.stream_leader("ENGRAM_SESSIONS")
+            assert leader is not None, "ENGRAM_SESSIONS has no leader"
+            node = cluster.nats.node(leader)
+            node.kill()
+            since = time.monotonic()
+            await until(lambda: _true(self._recall_ok_since(since)), "recall answering without the node")
+            return f"killed {leader}; served again without it after {time.monotonic() - since:.1f}s"
+
+        async def restart_node() -> str:
+            assert node is not None
+            await cluster.nats.restart(node)
+            return f"{node.name} rejoined"
+
+        await self.phase("nats-leader-kill", kill_leader, restart_node)
+
+        for names in [("ingest",), ("distill",), ("governance-audit",), ("embed", "recall")]:
+            victim_process = cluster.of(names)[0]
+            await self.phase(
+                f"kill-9 {victim_process.label}", _kill(victim_process), _restart(victim_process)
+            )
+
+        async def nothing() -> str:
+            return ""
+
+        async def rolling() -> str:
+            codes = []
+            for process in cluster.processes:
+                codes.append(await process.terminate())
+                process.start()
+                await process.wait_ready()
+            assert codes == [0] * len(codes), f"a SIGTERM'd process did not exit 0: {codes}"
+            return f"{len(codes)} processes, exit codes {sorted(set(codes))}"
+
+        await self.phase("rolling-restart", nothing, rolling)
+
+        async def stop_postgres() -> str:
+            await cluster.postgres.stop()
+            return ""
+
+        async def start_postgres() -> str:
+            await cluster.postgres.start()
+            # The harness's own pool (not the system under test) drops its dead connections.
+            await self.db.engine.dispose()
+            return "stopped and started"
+
+        await self.phase("postgres-restart", stop_postgres, start_postgres)
+
+        async def stop_redis() -> str:
+            cluster.redis.stop()
+            since = time.monotonic()
+            # The caches degrade to misses: recall keeps answering while Redis is gone.
+            await until(lambda: _true(self._recall_ok_since(since)), "recall answering without Redis")
+            return ""
+
+        async def start_redis() -> str:
+            await cluster.redis.start()
+            return "stopped, then started empty"
+
+        await self.phase("redis-stop", stop_redis, start_redis)
+
+    # -- the counts ---------------------------------------------------------------------------
+
+    async def _report(self, started: float) -> Report:
+        total = sum(len(v) for v in self.work.acked.values())
+
+        async def distilled() -> bool:
+            return await audit_count(self.db, self.org, "distill.completed") >= total
+
+        await until(distilled, "every acknowledged session distilled", timeout_s=300)
+        js = self.observer.jetstream()
+
+        async def drained() -> bool:
+            for stream, durable in (
+                ("ENGRAM_SESSIONS", "ingest"),
+                ("ENGRAM_SESSIONS", "distill"),
+                ("ENGRAM_MEMORY", "embed"),
+            ):
+                info = await js.consumer_info(stream, durable)
+                if info.num_pending or info.num_ack_pending:
+                    return False
+            async with self.db.read() as s:
+                return int((await s.execute(text("SELECT count(*) FROM outbox"))).scalar_one()) == 0
+
+        await until(drained, "consumers drained and the outbox empty", timeout_s=300)
+        async with self.db.read() as s:
+            rows = list(
+                (await s.execute(select(MemoryEntry).where(MemoryEntry.org_id == self.org))).scalars()
+            )  # type: ignore[arg-type]
+        for row in self.rows:
+            payloads = self.work.acked.get(row.phase, [])
+            row.sessions = len(payloads) + len(self.victims.get(row.phase, []))
+            expected = expected_lessons(payloads)
+            label = tag(row.phase)
+            got = Counter(
+                (r.owner_key, normalize(r.text))
+                for r in rows
+                if label in r.text and not r.owner_key.startswith("end_user:victim-")
+            )
+            counts = {(r.owner_key, normalize(r.text)): r.reinforcement_count for r in rows}
+            row.lost = len(set(expected) - set(got))
+            row.duplicated = sum(1 for n in got.values() if n > 1) + len(set(got) - set(expected))
+            row.miscounted = sum(1 for k, n in expected.items() if k in counts and counts[k] != n - 1)
+            row.purged_left = await self._owner_rows(victim(row.phase))
+            answer = await self.work.request(
+                "check",
+                "engram.recall",
+                {"agent_config_id": str(self.agent), "principal": victim(row.phase), "strategy": "full"},
+            )
+            row.purged_left += len((answer or {}).get("results", [])) if answer is not None else 1
+        events = await written_events(self.observer, self.org, timeout=120)
+        verify = await self.work.request("check", "engram.audit.verify", {})
+        report = Report(
+            pace=asdict(self.pace),
+            rows=self.rows,
+            sessions=total,
+            lessons=len(rows),
+            memory_written=len(events),
+            memory_written_unique=len({e["event_id"] for e in events}),
+            saved_and_reinforced=await saved_and_reinforced(self.db, self.org),
+            distill_completed=await audit_count(self.db, self.org, "distill.completed"),
+            audit_chain_ok=bool(verify and verify.get("ok")),
+            publish_retries=self.work.publish_retries,
+            duration_s=time.monotonic() - started,
+            load_average=[round(x, 2) for x in os.getloadavg()],
+        )
+        return report
+
+    async def close(self) -> None:
+        for client in (getattr(self, "nc", None), getattr(self, "observer", None)):
+            if client is not None:
+                await client.close()
+        await self.db.close()
+
+
+def _kill(process: ServiceProcess) -> Callable[[], Awaitable[str]]:
+    async def inject() -> str:
+        process.kill9()
+        return ""
+
+    return inject
+
+
+def _restart(process: ServiceProcess) -> Callable[[], Awaitable[str]]:
+    async def repair() -> str:
+        process.start()
+        await process.wait_ready()
+        return "restarted"
+
+    return repair
+
+
+async def _elapsed(since: float, seconds: float) -> bool:
+    return time.monotonic() - since >= seconds
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def run(root: Path, pace: Pace) -> Report:
+    keys = f"cluster={secrets.token_urlsafe(48)}"
+    async with running_cluster(root, keys) as cluster:
+        scenario = Scenario(cluster, pace)
+        try:
+            return await scenario.run()
+        finally:
+            await scenario.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--long", action="store_true", help="the several-minute workload (default: the CI one)"
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench-results/cluster.json"))
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="engram-cluster-"))
+    report = asyncio.run(run(root, LONG if args.long else SHORT))
+    print(report.table())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({**asdict(report), "ok": report.ok(), "logs": str(root)}, indent=2))
+    print(f"wrote {args.out}; logs under {root}")
+    sys.exit(0 if report.ok() else 1)
+
+
+if __name__ == "__main__":
+    main()

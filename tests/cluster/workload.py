@@ -1,0 +1,218 @@
+"""The cluster workload: what a platform does to Engram all day, while faults are injected.
+
+- sessions at a steady rate, each published until JetStream acknowledges it (the same
+  ``Nats-Msg-Id`` on every retry, as a platform must);
+- recalls and governance requests at steady rates, each outcome recorded with its time, so the
+  failures during a fault (how many, for how long) and after recovery (must be none) are counted;
+- sessions carry their phase's tag in every lesson they produce, so each fault's effects are
+  counted apart: lessons lost, stored twice or reinforced wrongly, against what the deterministic
+  built-in distiller derives from the acknowledged sessions (the fault-free reference).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import nats.errors
+from nats.aio.client import Client
+
+from tests.platform import publish_session, session_payload
+
+OWNERS = [
+    {"kind": "end_user", "id": "alice"},
+    {"kind": "end_user", "id": "bob"},
+    {"kind": "actor", "id": "carol"},
+    {"kind": "none"},
+]
+#: A request slower than this counts as failed (a platform's recall budget before a session starts).
+REQUEST_TIMEOUT_S = 2.0
+#: A session is retried until acknowledged for at most this long (then the run fails).
+PUBLISH_DEADLINE_S = 300.0
+
+
+def tag(phase: int) -> str:
+    """The phase's tag, in every lesson its sessions produce (``phase03``)."""
+    return f"phase{phase:02d}"
+
+
+def victim(phase: int) -> dict[str, str]:
+    """The end user whose memory is purged during ``phase``."""
+    return {"kind": "end_user", "id": f"victim-{phase:02d}"}
+
+
+def session_for(org: UUID, agent: UUID, i: int, phase: int, owner: dict[str, str]) -> dict[str, Any]:
+    """A failed session whose failure repeats across sessions (so lessons are reinforced), with
+    a unique "remember" statement, tagged with its phase."""
+    label = tag(phase)
+    return session_payload(
+        org,
+        agent,
+        principal=owner,
+        session_id=f"{label}-s{i}",
+        task=f"Task {i} in {label}",
+        tool_trace=[
+            {"tool": "search_kb", "input": {"q": f"topic {i}"}, "output": "3 hits"},
+            {
+                "tool": "deploy",
+                "input": {"env": "staging"},
+                "error": f"quota exceeded in region r{i % 5} {label}",
+            },
+        ],
+        transcript=[
+            {"role": "user", "content": f"Remember: ticket {i} of {label} must be closed by Friday."}
+        ],
+    )
+
+
+@dataclass
+class Outcome:
+    at: float
+    kind: str
+    ok: bool
+    error: str = ""
+
+
+@dataclass
+class Workload:
+    """Publishers, recallers and governance callers on one platform connection."""
+
+    nc: Client
+    token: str
+    org: UUID
+    agent: UUID
+    session_rate: float
+    recall_rate: float
+    governance_rate: float
+    phase: int = 0
+    acked: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    outcomes: list[Outcome] = field(default_factory=list)
+    publish_retries: int = 0
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _loops: list[asyncio.Task[None]] = field(default_factory=list)
+    _sent: int = 0
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    async def publish(self, payload: dict[str, Any], phase: int) -> None:
+        """Until acknowledged: retried with the same Nats-Msg-Id across node failures."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PUBLISH_DEADLINE_S
+        while True:
+            try:
+                await publish_session(self.nc, payload, self.token)
+                self.acked.setdefault(phase, []).append(payload)
+                return
+            except (TimeoutError, nats.errors.Error) as exc:
+                self.publish_retries += 1
+                if loop.time() > deadline:
+                    raise AssertionError(f"a session was not acknowledged in {PUBLISH_DEADLINE_S}s") from exc
+                await asyncio.sleep(0.25)
+
+    def spawn(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _sessions(self) -> None:
+        while True:
+            i = self._sent
+            self._sent += 1
+            payload = session_for(self.org, self.agent, i, self.phase, OWNERS[i % len(OWNERS)])
+            self.spawn(self.publish(payload, self.phase))
+            await asyncio.sleep(1 / self.session_rate)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    async def request(self, kind: str, subject: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """One request; its outcome (ok, or the error) is recorded. Returns the reply when ok."""
+        at = time.monotonic()
+        try:
+            reply = await self.nc.request(
+                subject,
+                json.dumps(body).encode(),
+                timeout=REQUEST_TIMEOUT_S,
+                headers={"Authorization": f"Bearer {self.token}"},
+            )
+            data: dict[str, Any] = json.loads(reply.data)
+        except (TimeoutError, nats.errors.Error) as exc:
+            self.outcomes.append(Outcome(at, kind, False, type(exc).__name__))
+            return None
+        if "error" in data:
+            self.outcomes.append(Outcome(at, kind, False, str(data["error"].get("code"))))
+            return None
+        self.outcomes.append(Outcome(at, kind, True))
+        return data
+
+    def recall_body(self, owner: dict[str, str], n: int) -> dict[str, Any]:
+        strategy = ("last_k", "hybrid", "semantic")[n % 3]
+        body: dict[str, Any] = {"agent_config_id": str(self.agent), "principal": owner, "strategy": strategy}
+        if strategy != "last_k":
+            body["cue"] = "deploy quota exceeded"
+        return body
+
+    async def _recalls(self) -> None:
+        n = 0
+        while True:
+            n += 1
+            self.spawn(self.request("recall", "engram.recall", self.recall_body(OWNERS[n % 3], n)))
+            await asyncio.sleep(1 / self.recall_rate)
+
+    async def _governance(self) -> None:
+        n = 0
+        while True:
+            n += 1
+            if n % 2:
+                self.spawn(
+                    self.request(
+                        "governance",
+                        "engram.memory.list",
+                        {"agent_config_id": str(self.agent), "actor_ref": "end_user:alice", "page_size": 5},
+                    )
+                )
+            else:
+                self.spawn(
+                    self.request("governance", "engram.config.get", {"agent_config_id": str(self.agent)})
+                )
+            await asyncio.sleep(1 / self.governance_rate)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loops = [
+            asyncio.create_task(self._sessions()),
+            asyncio.create_task(self._recalls()),
+            asyncio.create_task(self._governance()),
+        ]
+
+    async def stop(self) -> None:
+        """Stop producing; wait for every session in flight to be acknowledged."""
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks))
+
+    def failures(self, start: float, end: float, kind: str | None = None) -> list[Outcome]:
+        return [
+            o for o in self.outcomes if start <= o.at < end and not o.ok and (kind is None or o.kind == kind)
+        ]
+
+    def count(self, start: float, end: float) -> int:
+        return sum(1 for o in self.outcomes if start <= o.at < end)
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 180.0) -> None:
+    """Wait on a condition (a bound, never a speed claim)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for: {what}")
+        await asyncio.sleep(0.1)
