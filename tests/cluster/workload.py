@@ -22,7 +22,7 @@ from uuid import UUID
 import nats.errors
 from nats.aio.client import Client
 
-from tests.platform import publish_session, session_payload
+from tests.platform import session_payload
 
 OWNERS = [
     {"kind": "end_user", "id": "alice"},
@@ -105,7 +105,12 @@ class Workload:
         deadline = loop.time() + PUBLISH_DEADLINE_S
         while True:
             try:
-                await publish_session(self.nc, payload, self.token)
+                await self.nc.jetstream().publish(
+                    "engram.session.ended",
+                    json.dumps(payload).encode(),
+                    headers={"Authorization": f"Bearer {self.token}", "Nats-Msg-Id": payload["event_id"]},
+                    timeout=REQUEST_TIMEOUT_S,
+                )
                 self.acked.setdefault(phase, []).append(payload)
                 return
             except (TimeoutError, nats.errors.Error) as exc:

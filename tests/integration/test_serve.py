@@ -1,0 +1,226 @@
+"""`engram serve` as an orchestrator runs it: its own least-privilege identity, health probes, a
+graceful drain on SIGTERM (exit 0), a refusal when another process holds the Qdrant Edge store;
+streams replicated on a real 3-node cluster; TLS to NATS passed through to nats-py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from uuid import UUID
+
+import nats
+import pytest
+from pydantic import SecretStr
+
+from services.runtime import running_services
+from shared.embedded.nats_server import NatsServerProcess, free_port, port_in_use
+from shared.nats_auth.keys import new_user_seed, public_key_of
+from shared.nats_auth.permissions import Grant, Permissions
+from shared.nats_auth.render import NatsUser, render_authorization
+from shared.settings import EngramSettings
+from shared.testing.nats_cluster import NatsCluster
+from shared.testing.servers import SecuredNatsServer
+from shared.vectors.edge_lock import exclusive_edge_store
+from tests.platform import eventually, publish_session, session_payload
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _serve_env(settings: EngramSettings, seed: str, health_port: int, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env.update(
+        ENGRAM_NATS_URL=settings.nats_url,
+        ENGRAM_NATS_NKEY_SEED=seed,
+        ENGRAM_DATABASE_URL=settings.database_url,
+        ENGRAM_TOKEN_KEYS=settings.token_keys.get_secret_value(),
+        ENGRAM_HEALTH_PORT=str(health_port),
+        ENGRAM_HEALTH_HOST="127.0.0.1",
+        ENGRAM_OTEL_EXPORTER="none",
+        ENGRAM_EMBEDDER="hashing-384",
+        **extra,
+    )
+    return env
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "services.cli.main", "serve", *args],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _readyz(port: int) -> tuple[int, dict[str, object]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+    except OSError:
+        return 0, {}
+
+
+async def test_serve_answers_probes_and_drains_on_sigterm(
+    nats_proc: SecuredNatsServer,
+    settings: EngramSettings,
+    nc: nats.aio.client.Client,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
+    tmp_path: Path,
+) -> None:
+    """`engram serve ingest` under its own identity: ready on /readyz with every check, handles a
+    session, and on SIGTERM finishes and exits 0."""
+    port = free_port()
+    proc = _spawn(
+        ["ingest"], _serve_env(settings, nats_proc.service_seeds["ingest"], port), tmp_path / "ingest.log"
+    )
+    try:
+
+        async def ready() -> bool:
+            assert proc.poll() is None, (tmp_path / "ingest.log").read_text()
+            return port_in_use(port) and (await asyncio.to_thread(_readyz, port))[0] == 200
+
+        await eventually(ready, timeout=60, what="engram serve ingest ready")
+        _, body = _readyz(port)
+        assert body["checks"] == {"not_draining": True, "started": True, "nats": True, "postgres": True}
+        await publish_session(nc, session_payload(org, agent), service_token)
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "ingest.log").read_text()
+    assert code == 0, log
+    assert "draining" in log
+    assert "drained; exiting" in log
+    assert not nats_proc.log_lines("Violation"), "the ingest identity overstepped its permissions"
+
+
+async def test_serve_recall_refuses_an_edge_store_another_process_holds(
+    nats_proc: SecuredNatsServer, settings: EngramSettings, tmp_path: Path
+) -> None:
+    """`engram serve recall` on Qdrant Edge while another process holds the store exits 2 and
+    says what to do instead."""
+    data_dir = tmp_path / "data"
+    store = data_dir.resolve() / "vectors" / "engram_hashing_384"
+    env = _serve_env(settings, nats_proc.service_seeds["recall"], free_port(), ENGRAM_DATA_DIR=str(data_dir))
+    with exclusive_edge_store(store):  # what `engram up` or `engram serve embed recall` holds
+        proc = _spawn(["recall"], env, tmp_path / "recall.log")
+        code = await asyncio.to_thread(proc.wait, 60)
+    log = (tmp_path / "recall.log").read_text()
+    assert code == 2, log
+    assert "refused to start" in log
+    assert "held by another process" in log
+    assert "ENGRAM_VECTOR_STORE" in log
+
+
+async def test_streams_are_replicated_three_times_on_a_cluster(
+    database_url: str, org: UUID, agent: UUID, service_token: str, tmp_path: Path
+) -> None:
+    """With ENGRAM_STREAM_REPLICAS=3 and a seed list of three nodes, every stream is R3 and a
+    session flows through."""
+    seed = new_user_seed()
+    everything = Permissions(publish=(Grant("test", (">",)),), subscribe=(Grant("test", (">",)),))
+    cluster = NatsCluster(
+        tmp_path / "nats", render_authorization([NatsUser(public_key_of(seed), everything)])
+    )
+    await cluster.start()
+    try:
+        settings = EngramSettings(
+            nats_url=cluster.urls,
+            nats_nkey_seed=SecretStr(seed),
+            database_url=database_url,
+            token_keys=SecretStr(f"test-key={'t' * 40}"),
+            stream_replicas=3,
+            vector_store="none",
+            _env_file=None,  # type: ignore[call-arg]
+        )
+        async with running_services(settings, ["ingest", "governance-audit"]) as infra:
+            for stream in ("ENGRAM_SESSIONS", "ENGRAM_MEMORY", "ENGRAM_AUDIT", "ENGRAM_DLQ"):
+                info = await infra.js.stream_info(stream)
+                assert info.config.num_replicas == 3
+                assert info.cluster is not None
+                assert len(info.cluster.replicas or []) == 2
+            client = await nats.connect(cluster.urls.split(","), nkeys_seed_str=seed)
+            try:
+                payload = session_payload(org, agent)
+                # An R3 publish waits for a quorum's fsync (sync_interval: always): give it time.
+                await client.jetstream().publish(
+                    "engram.session.ended",
+                    json.dumps(payload).encode(),
+                    headers={"Authorization": f"Bearer {service_token}", "Nats-Msg-Id": payload["event_id"]},
+                    timeout=15,
+                )
+                consumer = await client.jetstream().consumer_info("ENGRAM_SESSIONS", "ingest")
+                assert consumer.config.num_replicas in (0, 3)
+            finally:
+                await client.close()
+    finally:
+        await cluster.stop()
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+async def test_tls_to_nats_is_verified_with_the_configured_ca(database_url: str, tmp_path: Path) -> None:
+    """ENGRAM_NATS_TLS_CA_FILE reaches nats-py: the services connect to a TLS-only nats-server
+    whose certificate that CA signed, and a process without the CA cannot connect."""
+    ca_key, ca, key, csr, cert = (tmp_path / n for n in ("ca.key", "ca.crt", "srv.key", "srv.csr", "srv.crt"))
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
+             "-days", "1", "-subj", "/CN=engram-test-ca")  # fmt: skip
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        "/CN=127.0.0.1",
+    )
+    ext = tmp_path / "san.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
+             "-out", str(cert), "-days", "1", "-extfile", str(ext))  # fmt: skip
+
+    class TlsNats(NatsServerProcess):
+        def _write_config(self) -> Path:
+            conf = super()._write_config()
+            with conf.open("a") as f:
+                f.write(f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n}}\n')
+            return conf
+
+    server = TlsNats(tmp_path / "nats")
+    await server.start()
+    try:
+        base = {
+            "nats_url": server.url,
+            "database_url": database_url,
+            "token_keys": SecretStr(f"test-key={'t' * 40}"),
+            "vector_store": "none",
+            "_env_file": None,
+        }
+        settings = EngramSettings(**base, nats_tls_ca_file=str(ca))  # type: ignore[arg-type]
+        async with running_services(settings, ["governance-audit"]) as infra:
+            assert infra.nc.is_connected
+            assert infra.nc.connected_url is not None
+        without_ca = EngramSettings(**base)  # type: ignore[arg-type]
+        with pytest.raises(Exception):  # noqa: B017, PT011 (nats-py raises what the TLS layer raised)
+            async with asyncio.timeout(20), running_services(without_ca, ["governance-audit"]):
+                pass
+    finally:
+        await server.stop()
