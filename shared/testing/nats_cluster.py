@@ -15,6 +15,7 @@ import subprocess
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from shared.embedded.nats_server import find_nats_server, free_port, port_in_use
 
@@ -47,6 +48,13 @@ class ClusterNode:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "auth.conf").write_text(auth)
         routes = "\n".join(f"    {p.route}" for p in peers if p is not self)
+        # A lone node is a plain server (what `engram up` runs), not a cluster of one.
+        cluster = (
+            f"cluster {{\n  name: {CLUSTER_NAME}\n  listen: {self.host}:{self.cluster_port}\n"
+            f"  routes: [\n{routes}\n  ]\n}}\n"
+            if routes
+            else ""
+        )
         conf = self.dir / "nats-server.conf"
         conf.write_text(
             f"server_name: {self.name}\n"
@@ -55,8 +63,7 @@ class ClusterNode:
             "max_payload: 2MB\n"
             f'pid_file: "{self.dir / "nats-server.pid"}"\n'
             f'jetstream {{\n  store_dir: "{self.dir / "jetstream"}"\n  sync_interval: always\n}}\n'
-            f"cluster {{\n  name: {CLUSTER_NAME}\n  listen: {self.host}:{self.cluster_port}\n"
-            f"  routes: [\n{routes}\n  ]\n}}\n"
+            f"{cluster}"
             'include "auth.conf"\n'
         )
         return conf
@@ -92,11 +99,11 @@ class ClusterNode:
             self.proc.kill()
             self.proc.wait(5)
 
-    def monitor(self, path: str) -> dict[str, object]:
+    def monitor(self, path: str) -> dict[str, Any]:
         """A monitoring endpoint's JSON (``/varz``, ``/jsz``, ``/healthz`` …); raises when down."""
         url = f"http://{self.host}:{self.monitor_port}{path}"
-        with urllib.request.urlopen(url, timeout=2) as reply:  # noqa: S310 (loopback http)
-            data: dict[str, object] = json.loads(reply.read())
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            data: dict[str, Any] = json.loads(reply.read())
         return data
 
     def healthy(self) -> bool:
@@ -146,9 +153,8 @@ class NatsCluster:
             if all(states):
                 return
             if loop.time() > deadline:
-                raise RuntimeError(
-                    f"the NATS cluster is not healthy after {timeout_s}s: {dict(zip([n.name for n in targets], states, strict=True))}"
-                )
+                health = dict(zip([n.name for n in targets], states, strict=True))
+                raise RuntimeError(f"the NATS cluster is not healthy after {timeout_s}s: {health}")
             await asyncio.sleep(0.2)
 
     async def restart(self, node: ClusterNode, timeout_s: float = 60.0) -> None:
@@ -162,10 +168,10 @@ class NatsCluster:
             if not node.running:
                 continue
             try:
-                jsz = node.monitor(f"/jsz?streams=true&accounts=true")
+                jsz = node.monitor("/jsz?streams=true&accounts=true")
             except OSError:
                 continue
-            for account in jsz.get("account_details", []) or []:  # type: ignore[union-attr]
+            for account in jsz.get("account_details") or []:
                 for detail in account.get("stream_detail", []) or []:
                     if detail.get("name") == stream:
                         leader = (detail.get("cluster") or {}).get("leader")

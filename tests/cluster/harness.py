@@ -239,6 +239,7 @@ def service_env(
     token_keys: str,
     data_dir: Path,
     ack_wait_s: float,
+    stream_replicas: int = 3,
 ) -> dict[str, str]:
     """The environment of one service process (the same variables infra/compose sets)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
@@ -248,7 +249,7 @@ def service_env(
         ENGRAM_DATABASE_URL=database_url,
         ENGRAM_REDIS_URL=redis_url,
         ENGRAM_TOKEN_KEYS=token_keys,
-        ENGRAM_STREAM_REPLICAS="3",
+        ENGRAM_STREAM_REPLICAS=str(stream_replicas),
         ENGRAM_EMBEDDER="hashing-384",
         ENGRAM_DATA_DIR=str(data_dir),
         # Short, so what a killed replica held un-acked is redelivered in seconds, not a minute.
@@ -269,10 +270,12 @@ async def running_cluster(
     deployment: dict[tuple[str, ...], int] = DEPLOYMENT,
     *,
     ack_wait_s: float = 10.0,
+    nodes: int = 3,
 ) -> AsyncIterator[Cluster]:
-    """Start the whole deployment and yield once every process answers ``/readyz``."""
+    """Start the whole deployment and yield once every process answers ``/readyz``; ``nodes=1``
+    is a single NATS server with R1 streams (``engram up``'s shape)."""
     identities = Identities()
-    nats = NatsCluster(root / "nats", identities.auth_conf(deployment))
+    nats = NatsCluster(root / "nats", identities.auth_conf(deployment), size=nodes)
     postgres = EmbeddedPostgres(root / "pg")
     redis = RedisProcess(root / "redis")
     processes: list[ServiceProcess] = []
@@ -292,6 +295,7 @@ async def running_cluster(
                 token_keys=token_keys,
                 data_dir=root / "data" / process_name(names),
                 ack_wait_s=ack_wait_s,
+                stream_replicas=min(3, nodes),
             )
             processes += [ServiceProcess(names, i + 1, env, logs) for i in range(replicas)]
         cluster = Cluster(root, nats, postgres, database_url, redis, identities, token_keys, processes)

@@ -115,7 +115,8 @@ class Report:
     def table(self) -> str:
         head = (
             f"{'fault':<24} {'sessions':>8} {'requests':>8} {'failed':>6} {'outage s':>8} {'recover s':>9} "
-            f"{'after':>5} {'lost':>4} {'dup':>3} {'miscount':>8} {'redeliv':>7} {'retries':>7} {'purged left':>11}"
+            f"{'after':>5} {'lost':>4} {'dup':>3} {'miscount':>8} {'redeliv':>7} {'retries':>7} "
+            f"{'purged left':>11}"
         )
         lines = [head, "-" * len(head)]
         for r in self.rows:

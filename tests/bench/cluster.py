@@ -1,0 +1,116 @@
+"""Distributed write path (``make cluster-bench``): sessions/s and lessons/s, and publish →
+``memory.written`` latency, for the same services deployed four ways on this machine:
+
+- ``single``: one NATS server (R1 streams), every service in one process — ``engram up``'s shape;
+- ``cluster-1proc``: the 3-node cluster (R3 streams), every service still in one process — what
+  replication alone costs;
+- ``cluster-1x``: the cluster, ingest and distill each in its own process (1 replica), embed+recall
+  in one (Qdrant Edge), governance-audit;
+- ``cluster-2x``: the same with 2 ingest and 2 distill replicas.
+
+Every service is its own OS process (``engram serve``) under its own NATS identity, as in
+``tests/cluster``; the load comes from this process. Results: ``bench-results/cluster-throughput.json``
+and a table on stdout, with the load average (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import nats
+
+from contracts.common import Principal
+from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.nats_auth.permissions import EDGE_VECTOR_PROCESS, SERVICES
+from tests.bench.write_path import WrittenWatcher, steady, throughput
+from tests.cluster.harness import PLATFORM_INBOX, running_cluster
+
+ALL = tuple(SERVICES)
+SEPARATE = {("governance-audit",): 1, EDGE_VECTOR_PROCESS: 1}
+SHAPES: dict[str, tuple[int, dict[tuple[str, ...], int]]] = {
+    "single": (1, {ALL: 1}),
+    "cluster-1proc": (3, {ALL: 1}),
+    "cluster-1x": (3, {("ingest",): 1, ("distill",): 1, **SEPARATE}),
+    "cluster-2x": (3, {("ingest",): 2, ("distill",): 2, **SEPARATE}),
+}
+
+
+async def measure(shape: str, args: argparse.Namespace) -> dict[str, Any]:
+    nodes, deployment = SHAPES[shape]
+    kid, secret = "bench", secrets.token_urlsafe(48)
+    root = Path(tempfile.mkdtemp(prefix=f"engram-bench-{shape}-"))
+    async with running_cluster(root, f"{kid}={secret}", deployment, nodes=nodes, ack_wait_s=30) as cluster:
+        org, agent = uuid4(), uuid4()
+        token = TokenService({kid: secret}).mint(
+            org_id=org, principal=Principal(kind="service", id="bench"), permissions=ALL_PERMISSIONS
+        )
+        nc = await nats.connect(**cluster.nats_options(cluster.identities.platform, PLATFORM_INBOX))
+        observer = await nats.connect(**cluster.nats_options(cluster.identities.observer, "_INBOX_observer"))
+        try:
+            await nc.request(
+                "engram.config.put",
+                json.dumps(
+                    {"agent_config_id": str(agent), "config": {"retention": {"max_entries": 1_000_000}}}
+                ).encode(),
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=10,
+            )
+            watcher = WrittenWatcher()
+            await observer.subscribe("engram.memory.written", cb=watcher.on_message)
+            await throughput(nc, token, org, agent, 100, watcher)  # warm-up
+            result: dict[str, Any] = {
+                "nats_nodes": nodes,
+                "processes": {"+".join(k): v for k, v in deployment.items()},
+                "steady": await steady(nc, token, org, agent, args.rate, args.seconds, watcher),
+                "burst": await throughput(nc, token, org, agent, args.sessions, watcher),
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+            }
+        finally:
+            await nc.close()
+            await observer.close()
+    return result
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "| deployment | sessions/s | lessons/s | burst p50 ms | steady p50 ms | steady p99 ms | load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for shape, r in results["shapes"].items():
+        lines.append(
+            f"| {shape} | {r['burst']['sessions_per_s']} | {r['burst']['lessons_per_s']} "
+            f"| {r['burst']['latency_under_burst']['p50']} | {r['steady']['latency']['p50']} "
+            f"| {r['steady']['latency']['p99']} | {r['load_average'][0]} |"
+        )
+    return "\n".join(lines)
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"cpus": os.cpu_count(), "shapes": {}}
+    for shape in args.shapes:
+        print(f"measuring {shape} …", flush=True)
+        results["shapes"][shape] = await measure(shape, args)
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=1000, help="sessions in the burst")
+    parser.add_argument("--rate", type=float, default=10.0, help="steady sessions per second")
+    parser.add_argument("--seconds", type=float, default=20.0, help="steady duration")
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--out", type=Path, default=Path("bench-results/cluster-throughput.json"))
+    arguments = parser.parse_args()
+    measured = asyncio.run(main(arguments))
+    print(render(measured))
+    arguments.out.parent.mkdir(parents=True, exist_ok=True)
+    arguments.out.write_text(json.dumps(measured, indent=2))
+    print(f"wrote {arguments.out}")
