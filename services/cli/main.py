@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 from pathlib import Path
@@ -250,7 +251,8 @@ def reindex(
     from rich.progress import Progress
 
     from services.reindex import reindex_all
-    from services.runtime import build_embedder, build_vector_index
+    from services.runtime import build_embedder, build_vector_index, edge_store_path
+    from shared.vectors.edge_lock import EdgeStoreInUse, exclusive_edge_store
 
     settings = EngramSettings()
     if not settings.database_url:
@@ -263,6 +265,15 @@ def reindex(
 
     async def main() -> None:
         embedder = build_embedder(settings)
+        with contextlib.ExitStack() as held:
+            if not settings.vector_store:  # Qdrant Edge: refused while a running service holds it
+                try:
+                    held.enter_context(exclusive_edge_store(edge_store_path(settings, embedder)))
+                except EdgeStoreInUse as exc:
+                    raise typer.BadParameter(f"{exc}; stop the services first") from None
+            await rebuild(embedder)
+
+    async def rebuild(embedder: Any) -> None:
         index = build_vector_index(settings, embedder)
         if index is None:
             raise typer.BadParameter("ENGRAM_VECTOR_STORE=none: there is no vector store to rebuild")

@@ -81,6 +81,8 @@ class FaultRow:
     redelivered: int = 0
     #: Session publishes retried during the phase (unacknowledged, then sent again, same msg id).
     publish_retries: int = 0
+    #: First to last unacknowledged publish attempt during the fault (0 when none).
+    publish_outage_s: float = 0.0
     purged_left: int = 0
     note: str = ""
     errors: dict[str, int] = field(default_factory=dict)
@@ -116,14 +118,15 @@ class Report:
         head = (
             f"{'fault':<24} {'sessions':>8} {'requests':>8} {'failed':>6} {'outage s':>8} {'recover s':>9} "
             f"{'after':>5} {'lost':>4} {'dup':>3} {'miscount':>8} {'redeliv':>7} {'retries':>7} "
-            f"{'purged left':>11}"
+            f"{'pub outage s':>12} {'purged left':>11}"
         )
         lines = [head, "-" * len(head)]
         for r in self.rows:
             lines.append(
                 f"{r.fault:<24} {r.sessions:>8} {r.requests:>8} {r.failed_during:>6} {r.outage_s:>8.1f} "
                 f"{r.recover_s:>9.1f} {r.failed_after_recovery:>5} {r.lost:>4} {r.duplicated:>3} "
-                f"{r.miscounted:>8} {r.redelivered:>7} {r.publish_retries:>7} {r.purged_left:>11}"
+                f"{r.miscounted:>8} {r.redelivered:>7} {r.publish_retries:>7} "
+                f"{r.publish_outage_s:>12.1f} {r.purged_left:>11}"
             )
         lines.append(
             f"sessions {self.sessions}, lessons {self.lessons}, memory.written {self.memory_written} "
@@ -236,6 +239,8 @@ class Scenario:
         row.note = "; ".join(n for n in notes if n)
         acked_after = sum(len(v) for v in self.work.acked.values())
         row.publish_retries = self.work.publish_retries - retries_before
+        unacked = [t for t in self.work.publish_failures if t_fault <= t < t_rec]
+        row.publish_outage_s = (unacked[-1] - unacked[0]) if unacked else 0.0
         row.redelivered = max(
             0, (await self._deliveries() - deliveries_before) - 2 * (acked_after - acked_before)
         )

@@ -93,6 +93,8 @@ class Workload:
     acked: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     outcomes: list[Outcome] = field(default_factory=list)
     publish_retries: int = 0
+    #: When each unacknowledged publish attempt was made (to time the publish outage of a fault).
+    publish_failures: list[float] = field(default_factory=list)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
     _sent: int = 0
@@ -104,6 +106,7 @@ class Workload:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PUBLISH_DEADLINE_S
         while True:
+            at = time.monotonic()
             try:
                 await self.nc.jetstream().publish(
                     "engram.session.ended",
@@ -115,6 +118,7 @@ class Workload:
                 return
             except (TimeoutError, nats.errors.Error) as exc:
                 self.publish_retries += 1
+                self.publish_failures.append(at)
                 if loop.time() > deadline:
                     raise AssertionError(f"a session was not acknowledged in {PUBLISH_DEADLINE_S}s") from exc
                 await asyncio.sleep(0.25)

@@ -51,3 +51,24 @@ def test_the_lock_lives_beside_the_store_not_in_it(tmp_path: Path) -> None:
     with exclusive_edge_store(store):
         assert (tmp_path / "engram_hashing_384.lock").exists()
         assert not store.exists()
+
+
+def test_reindex_is_refused_while_a_service_holds_the_store(tmp_path: Path) -> None:
+    """`engram reindex` on a Qdrant Edge store a running process holds stops before touching it."""
+    from typer.testing import CliRunner
+
+    from services.cli.main import app
+
+    store = tmp_path.resolve() / "vectors" / "engram_hashing_384"
+    env = {
+        "ENGRAM_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "ENGRAM_DATA_DIR": str(tmp_path),
+        "ENGRAM_EMBEDDER": "hashing-384",
+        "ENGRAM_VECTOR_STORE": "",
+    }
+    with exclusive_edge_store(store):
+        result = CliRunner().invoke(app, ["reindex", "--data-dir", str(tmp_path)], env=env)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.replace("│", " ").split())  # rich wraps the error in a box
+    assert "held by another process" in said
+    assert "stop the services first" in said
