@@ -55,8 +55,19 @@ async def serve(settings: EngramSettings, names: Sequence[str]) -> int:
     stack = AsyncExitStack()
     draining = False
     try:
+        # Start-up waits for NATS and Postgres; a SIGTERM meanwhile stops it (what was opened is
+        # closed by the cancellation) instead of waiting for dependencies that may never come.
+        starting = asyncio.ensure_future(stack.enter_async_context(running_services(settings, names)))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not starting.done():
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            log.info("stopped before start-up finished")
+            return 0
         try:
-            infra = await stack.enter_async_context(running_services(settings, names))
+            infra = starting.result()
         except EdgeStoreInUse as refused:
             log.error("engram serve %s refused to start: %s", " ".join(names), refused)
             return EXIT_REFUSED

@@ -87,8 +87,8 @@ def render(results: dict[str, Any]) -> str:
     for shape, r in results["shapes"].items():
         lines.append(
             f"| {shape} | {r['burst']['sessions_per_s']} | {r['burst']['lessons_per_s']} "
-            f"| {r['burst']['latency_under_burst']['p50']} | {r['steady']['latency']['p50']} "
-            f"| {r['steady']['latency']['p99']} | {r['load_average'][0]} |"
+            f"| {r['burst']['latency_under_burst']['p50_ms']} | {r['steady']['latency']['p50_ms']} "
+            f"| {r['steady']['latency']['p99_ms']} | {r['load_average'][0]} |"
         )
     return "\n".join(lines)
 
@@ -110,7 +110,7 @@ if __name__ == "__main__":
     parser.add_argument("--out", type=Path, default=Path("bench-results/cluster-throughput.json"))
     arguments = parser.parse_args()
     measured = asyncio.run(main(arguments))
-    print(render(measured))
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
     arguments.out.write_text(json.dumps(measured, indent=2))
+    print(render(measured))
     print(f"wrote {arguments.out}")

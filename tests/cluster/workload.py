@@ -30,8 +30,9 @@ OWNERS = [
     {"kind": "actor", "id": "carol"},
     {"kind": "none"},
 ]
-#: A request slower than this counts as failed (a platform's recall budget before a session starts).
-REQUEST_TIMEOUT_S = 2.0
+#: A request unanswered after this long counts as failed (generous: CI machines are shared and busy;
+#: a fault shows as errors and no-responders, which come at once).
+REQUEST_TIMEOUT_S = 5.0
 #: A session is retried until acknowledged for at most this long (then the run fails).
 PUBLISH_DEADLINE_S = 300.0
 

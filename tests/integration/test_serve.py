@@ -224,3 +224,37 @@ async def test_tls_to_nats_is_verified_with_the_configured_ca(database_url: str,
                 pass
     finally:
         await server.stop()
+
+
+async def test_liveness_answers_while_starting_and_sigterm_stops_a_start_that_waits(
+    settings: EngramSettings, tmp_path: Path
+) -> None:
+    """With NATS unreachable, /healthz is 200 and /readyz 503 (not started); SIGTERM ends the
+    waiting start-up with exit 0 instead of hanging until a SIGKILL."""
+    port = free_port()
+    unreachable = EngramSettings(
+        nats_url=f"nats://127.0.0.1:{free_port()}",
+        database_url=settings.database_url,
+        token_keys=settings.token_keys,
+        _env_file=None,  # type: ignore[call-arg]
+    )
+    proc = _spawn(["governance-audit"], _serve_env(unreachable, "", port), tmp_path / "gov.log")
+    try:
+
+        async def probing() -> bool:
+            assert proc.poll() is None, (tmp_path / "gov.log").read_text()
+            return port_in_use(port)
+
+        await eventually(probing, timeout=60, what="the health port open")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
+            assert reply.status == 200
+        status, body = _readyz(port)
+        assert status == 503
+        assert body["checks"] == {"not_draining": True, "started": False}
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, (tmp_path / "gov.log").read_text()
+    assert "stopped before start-up finished" in (tmp_path / "gov.log").read_text()
