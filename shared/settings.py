@@ -61,9 +61,11 @@ class EngramSettings(BaseSettings):
     #: 3 on a 3-node cluster, so that losing a node loses no acknowledged message.
     stream_replicas: int = Field(default=1, ge=1, le=5)
 
-    #: ``engram serve``'s health endpoint (``/healthz``, ``/readyz``) for orchestrator probes;
-    #: 0 turns it off. Listens on all interfaces because probes come from outside the container.
-    health_port: int = Field(default=8081, ge=0, le=65535)
+    #: ``engram serve``'s health endpoint (``/healthz``, ``/readyz``) for orchestrator probes.
+    #: Off (0) unless set: several processes on one host would collide on a fixed default; the
+    #: compose file and the Helm chart set 8081. Listens on all interfaces because probes come
+    #: from outside the container.
+    health_port: int = Field(default=0, ge=0, le=65535)
     health_host: str = "0.0.0.0"  # noqa: S104 (a container's probes reach it from outside)
     #: After SIGTERM: stop fetching, finish and ack in-flight work, flush the outbox, exit 0 —
     #: within this bound (below Kubernetes' default 30 s grace period), else exit 1.
