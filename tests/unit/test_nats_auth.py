@@ -16,6 +16,7 @@ from contracts.subjects import STREAMS
 from shared.nats_auth.infra import INFRA_AUTH_FILE, render_infra
 from shared.nats_auth.keys import new_user_seed, public_key_of
 from shared.nats_auth.permissions import (
+    ALL_IN_ONE,
     PUBLIC_REQUESTS,
     SERVICES,
     Grant,
@@ -23,6 +24,8 @@ from shared.nats_auth.permissions import (
     all_in_one_permissions,
     audit_reader_permissions,
     platform_permissions,
+    process_name,
+    process_permissions,
     service_permissions,
 )
 from shared.nats_auth.render import NatsUser, render_authorization
@@ -156,3 +159,22 @@ def test_registry_keeps_public_keys_and_renders_only_active_clients(tmp_path: Pa
     store.end_run()
     assert store.dev_client() is None
     assert not store.running()
+
+
+def test_a_process_is_named_and_permitted_by_what_it_runs() -> None:
+    """One service keeps its own identity, all five are `engram`, a combination is the union of
+    its services' rights under one inbox; unknown names are refused."""
+    assert process_name(["recall"]) == "recall"
+    assert process_name(reversed(SERVICES)) == ALL_IN_ONE
+    assert process_name(["recall", "embed"]) == "embed+recall"
+    pair = process_permissions(["recall", "embed"])
+    assert pair.inbox_prefix == "_INBOX_engram-embed+recall"
+    for name in ("embed", "recall"):
+        own = service_permissions(name)
+        assert set(own.publish_subjects()) <= set(pair.publish_subjects())
+        inbox = f"{own.inbox_prefix}.>"
+        assert set(own.subscribe_subjects()) - {inbox} <= set(pair.subscribe_subjects())
+        assert inbox not in pair.subscribe_subjects()
+    assert "engram.session.validated" not in pair.publish_subjects()
+    with pytest.raises(ValueError, match="unknown services"):
+        process_name(["recall", "gateway-of-doom"])
