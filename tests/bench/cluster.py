@@ -47,6 +47,7 @@ async def measure(shape: str, args: argparse.Namespace) -> dict[str, Any]:
     nodes, deployment = SHAPES[shape]
     kid, secret = "bench", secrets.token_urlsafe(48)
     root = Path(tempfile.mkdtemp(prefix=f"engram-bench-{shape}-"))
+    root.chmod(0o755)  # Postgres runs as another user when this runs as root
     async with running_cluster(root, f"{kid}={secret}", deployment, nodes=nodes, ack_wait_s=30) as cluster:
         org, agent = uuid4(), uuid4()
         token = TokenService({kid: secret}).mint(

@@ -472,6 +472,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-results/cluster.json"))
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="engram-cluster-"))
+    root.chmod(0o755)  # Postgres runs as another user when this runs as root
     report = asyncio.run(run(root, LONG if args.long else SHORT))
     print(report.table())
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,9 @@ and no request fails once the deployment has recovered. Run by ``make cluster-te
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,10 +21,21 @@ pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 RESULTS = Path(__file__).parent / ".results" / "cluster.json"
 
 
-async def test_faults_on_the_cluster_lose_and_double_nothing(tmp_path: Path) -> None:
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """The deployment's directory, outside pytest's own: Postgres runs as another user when the
+    tests run as root, and every pytest session on the machine resets /tmp/pytest-of-<user> to
+    mode 0700, which would lock that user out of its data mid-run."""
+    path = Path(tempfile.mkdtemp(prefix="engram-cluster-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_faults_on_the_cluster_lose_and_double_nothing(root: Path) -> None:
     """Leader-node kill, a SIGKILL per service, a rolling restart, Postgres restart, Redis stop:
     every acknowledged session's lessons exactly once, purges stick, requests recover."""
-    report = await run(tmp_path, SHORT)
+    report = await run(root, SHORT)
     print("\n" + report.table())
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({**asdict(report), "ok": report.ok()}, indent=2))
