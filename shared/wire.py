@@ -6,11 +6,13 @@ import json
 import logging
 from typing import Any, TypeVar
 
+from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError, PostgresConnectionError
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import DBAPIError
 
-from contracts.errors import EngramError, Internal, InvalidRequest, PayloadTooLarge
+from contracts.errors import EngramError, Internal, InvalidRequest, PayloadTooLarge, Unavailable
 
-__all__ = ["error_reply", "parse_model", "validation_details"]
+__all__ = ["dependency_down", "error_reply", "parse_model", "validation_details"]
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -43,9 +45,36 @@ def parse_model(model: type[M], body: bytes, *, max_bytes: int = MAX_REQUEST_BYT
         raise InvalidRequest(f"invalid {model.__name__}", validation_details(exc)) from exc
 
 
+#: What asyncpg raises while Postgres restarts: refusing connections while it starts or stops,
+#: and the connections a fast shutdown terminates.
+_POSTGRES_GOING = (AdminShutdownError, CannotConnectNowError, PostgresConnectionError)
+
+
+def dependency_down(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a store being unreachable right now — Postgres
+    restarting, a dropped connection — rather than a bug: the caller may retry."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the cause chain, bounded
+        if seen is None:
+            return False
+        if isinstance(seen, (ConnectionError, TimeoutError, *_POSTGRES_GOING)):
+            return True
+        if isinstance(seen, DBAPIError):
+            if seen.connection_invalidated:
+                return True
+            seen = seen.orig  # the driver's own exception
+            continue
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def error_reply(exc: BaseException) -> dict[str, Any]:
-    """The wire envelope for any exception; unexpected ones become ``INTERNAL`` without detail."""
+    """The wire envelope for any exception: an outage of a store becomes ``UNAVAILABLE`` (503,
+    retryable), anything else unexpected ``INTERNAL`` without detail."""
     if isinstance(exc, EngramError):
         return exc.to_wire()
+    if dependency_down(exc):
+        log.warning("a store is unreachable; answered UNAVAILABLE: %s", type(exc).__name__)
+        return Unavailable("a store Engram depends on is unavailable; retry").to_wire()
     log.exception("unexpected error while handling a request", exc_info=exc)
     return Internal("internal error").to_wire()

@@ -86,6 +86,7 @@ class FaultRow:
     purged_left: int = 0
     note: str = ""
     errors: dict[str, int] = field(default_factory=dict)
+    errors_after: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -234,13 +235,15 @@ class Scenario:
         row.failed_during = len(failed)
         row.outage_s = (failed[-1].at - failed[0].at) if failed else 0.0
         row.recover_s = t_rec - t_fault
-        row.failed_after_recovery = len(self.work.failures(t_rec, end))
+        after = self.work.failures(t_rec, end)
+        row.failed_after_recovery = len(after)
+        row.errors_after = dict(Counter(f"{o.kind}:{o.error}" for o in after))
         row.errors = dict(Counter(f"{o.kind}:{o.error}" for o in failed))
         row.note = "; ".join(n for n in notes if n)
         acked_after = sum(len(v) for v in self.work.acked.values())
         row.publish_retries = self.work.publish_retries - retries_before
         unacked = [t for t in self.work.publish_failures if t_fault <= t < t_rec]
-        row.publish_outage_s = (unacked[-1] - unacked[0]) if unacked else 0.0
+        row.publish_outage_s = (max(unacked) - min(unacked)) if unacked else 0.0
         row.redelivered = max(
             0, (await self._deliveries() - deliveries_before) - 2 * (acked_after - acked_before)
         )

@@ -1,0 +1,40 @@
+"""A store's outage answers UNAVAILABLE (503, retryable), a bug INTERNAL (500): what the cluster
+fault test showed requests getting while Postgres restarted."""
+
+from __future__ import annotations
+
+from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from contracts.errors import NotFound
+from shared.wire import dependency_down, error_reply
+
+
+def _caused(exc: BaseException, cause: BaseException) -> BaseException:
+    exc.__cause__ = cause
+    return exc
+
+
+def test_postgres_going_away_is_unavailable() -> None:
+    """Refused, terminated, dropped connections — directly or as the cause — answer 503."""
+    outages: list[BaseException] = [
+        ConnectionRefusedError(111, "Connection refused"),
+        AdminShutdownError("terminating connection due to administrator command"),
+        CannotConnectNowError("the database system is shutting down"),
+        InterfaceError("SELECT 1", {}, Exception("connection is closed"), connection_invalidated=True),
+        _caused(RuntimeError("handler failed"), OperationalError("x", {}, ConnectionResetError())),
+    ]
+    for exc in outages:
+        assert dependency_down(exc), exc
+        assert error_reply(exc)["error"]["code"] == "UNAVAILABLE"
+        assert error_reply(exc)["error"]["status"] == 503
+
+
+def test_bugs_stay_internal_and_typed_errors_keep_their_code() -> None:
+    """Anything else unexpected is INTERNAL without detail; an EngramError is its own code."""
+    bug = error_reply(KeyError("secret-looking detail"))
+    assert bug["error"]["code"] == "INTERNAL"
+    assert "secret" not in str(bug)
+    misuse = InterfaceError("x", {}, Exception("bad parameter"), connection_invalidated=False)
+    assert not dependency_down(misuse)
+    assert error_reply(NotFound("no such entry"))["error"]["code"] == "NOT_FOUND"
