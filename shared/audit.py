@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
@@ -157,35 +157,68 @@ class ChainReport:
     reason: str | None = None
 
 
-async def verify(session: AsyncSession, org_id: UUID, *, chunk: int = 1000) -> ChainReport:
-    """Walk the chain in order and report the first record that does not link or hash."""
-    expected_prev, expected_seq, checked = GENESIS, 1, 0
-    last_seq = 0
-    while True:
-        rows = (
-            (
-                await session.execute(
-                    select(AuditRecord)
-                    .where(col(AuditRecord.org_id) == org_id, col(AuditRecord.seq) > last_seq)
-                    .order_by(col(AuditRecord.seq))
-                    .limit(chunk)
-                )
+#: Walks of newly appended records before a check under constant appends settles for what it saw.
+_VERIFY_PASSES = 20
+
+
+@dataclass
+class _Walk:
+    """How far a verification got: the next expected link."""
+
+    prev: str = GENESIS
+    last_seq: int = 0
+    checked: int = 0
+
+    async def on(self, session: AsyncSession, org_id: UUID, chunk: int) -> ChainReport | None:
+        """Check every record after ``last_seq``; a report when one is broken, else None."""
+        while True:
+            query = select(AuditRecord).where(
+                col(AuditRecord.org_id) == org_id, col(AuditRecord.seq) > self.last_seq
             )
-            .scalars()
-            .all()
+            rows = (await session.execute(query.order_by(col(AuditRecord.seq)).limit(chunk))).scalars().all()
+            for row in rows:
+                self.checked += 1
+                expected = self.last_seq + 1
+                if row.seq != expected:
+                    return ChainReport(False, self.checked, expected, None, f"record {expected} is missing")
+                if row.prev_hash != self.prev:
+                    return self._broken(row, "does not link to the previous record")
+                if record_hash(row) != row.hash:
+                    return self._broken(row, "content does not match its hash")
+                self.prev, self.last_seq = row.hash, row.seq
+            if len(rows) < chunk:
+                return None
+
+    def _broken(self, row: AuditRecord, reason: str) -> ChainReport:
+        return ChainReport(False, self.checked, row.seq, row.id, reason)
+
+
+async def verify(session: AsyncSession, org_id: UUID, *, chunk: int = 1000) -> ChainReport:
+    """Walk the chain in order and report the first record that does not link or hash.
+
+    Appends go on while the walk runs (read committed). A record and the head that counts it
+    commit together, so a head read after the walk that is *ahead* of it means newer records:
+    walk on to them. A head *behind* the walk means records nobody appended through the chain."""
+    walk = _Walk()
+    for _ in range(_VERIFY_PASSES):
+        broken = await walk.on(session, org_id, chunk)
+        if broken is not None:
+            return broken
+        head = await session.get(AuditHead, org_id, populate_existing=True)
+        if head is None or (head.seq == walk.last_seq and head.hash == walk.prev):
+            return ChainReport(True, walk.checked)
+        if head.seq < walk.last_seq:
+            return ChainReport(False, walk.checked, head.seq + 1, None, "records beyond the chain's head")
+        if head.seq == walk.last_seq:
+            return ChainReport(False, walk.checked, head.seq, None, "the last record does not match the head")
+        # The head is ahead: appended during the walk (walk on), or removed from the end.
+        newer = await session.execute(
+            select(func.count())
+            .select_from(AuditRecord)
+            .where(col(AuditRecord.org_id) == org_id, col(AuditRecord.seq) > walk.last_seq)
         )
-        for row in rows:
-            checked += 1
-            if row.seq != expected_seq:
-                return ChainReport(False, checked, expected_seq, None, f"record {expected_seq} is missing")
-            if row.prev_hash != expected_prev:
-                return ChainReport(False, checked, row.seq, row.id, "does not link to the previous record")
-            if record_hash(row) != row.hash:
-                return ChainReport(False, checked, row.seq, row.id, "content does not match its hash")
-            expected_prev, expected_seq, last_seq = row.hash, row.seq + 1, row.seq
-        if len(rows) < chunk:
-            break
-    head = await session.get(AuditHead, org_id)
-    if head is not None and (head.seq != last_seq or head.hash != expected_prev):
-        return ChainReport(False, checked, last_seq + 1, None, "records after this one were removed")
-    return ChainReport(True, checked)
+        if newer.scalar_one() == 0:
+            return ChainReport(
+                False, walk.checked, walk.last_seq + 1, None, "records after this one were removed"
+            )
+    return ChainReport(True, walk.checked)
