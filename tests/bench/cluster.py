@@ -20,7 +20,10 @@ import asyncio
 import json
 import os
 import secrets
+import shutil
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -48,7 +51,10 @@ async def measure(shape: str, args: argparse.Namespace) -> dict[str, Any]:
     kid, secret = "bench", secrets.token_urlsafe(48)
     root = Path(tempfile.mkdtemp(prefix=f"engram-bench-{shape}-"))
     root.chmod(0o755)  # Postgres runs as another user when this runs as root
-    async with running_cluster(root, f"{kid}={secret}", deployment, nodes=nodes, ack_wait_s=30) as cluster:
+    async with (
+        _removed_after(root),
+        running_cluster(root, f"{kid}={secret}", deployment, nodes=nodes, ack_wait_s=30) as cluster,
+    ):
         org, agent = uuid4(), uuid4()
         token = TokenService({kid: secret}).mint(
             org_id=org, principal=Principal(kind="service", id="bench"), permissions=ALL_PERMISSIONS
@@ -78,6 +84,14 @@ async def measure(shape: str, args: argparse.Namespace) -> dict[str, Any]:
             await nc.close()
             await observer.close()
     return result
+
+
+@asynccontextmanager
+async def _removed_after(root: Path) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def render(results: dict[str, Any]) -> str:
