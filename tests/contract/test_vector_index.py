@@ -519,12 +519,19 @@ async def test_edge_storage_stays_bounded_under_churn_below_the_cap(tmp_path: Pa
                 await index.delete([p.id for p in window[:20]])
                 window = window[20:]
             live_dirs |= {p.name for p in (tmp_path / "edge").iterdir() if p.name.startswith("live-")}
-            await asyncio.sleep(0.01)
+            # Paced on the condition, not on time: once the live shard is due for sealing, the
+            # next writes wait until the background task has sealed it (on a busy machine the
+            # task runs late, and sampling the directory would miss short-lived live shards).
+            for _ in range(6_000):
+                if not index._live_full():
+                    break
+                await asyncio.sleep(0.01)
+            live_dirs.add(index._manifest_now.live)
 
         def live_now() -> list[str]:
             return [p.name for p in (tmp_path / "edge").iterdir() if p.name.startswith("live-")]
 
-        for _ in range(400):  # sealed live shards are built (vacuumed) and removed in the background
+        for _ in range(2_400):  # sealed live shards are built (vacuumed) and removed in the background
             if len(live_now()) == 1 and not (await index.stats()).building:
                 break
             await asyncio.sleep(0.05)
