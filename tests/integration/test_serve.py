@@ -155,13 +155,20 @@ async def test_streams_are_replicated_three_times_on_a_cluster(
             client = await nats.connect(cluster.urls.split(","), nkeys_seed_str=seed)
             try:
                 payload = session_payload(org, agent)
-                # An R3 publish waits for a quorum's fsync (sync_interval: always): give it time.
-                await client.jetstream().publish(
-                    "engram.session.ended",
-                    json.dumps(payload).encode(),
-                    headers={"Authorization": f"Bearer {service_token}", "Nats-Msg-Id": payload["event_id"]},
-                    timeout=15,
-                )
+                # An R3 publish waits for a quorum's fsync (sync_interval: always), and on a busy
+                # machine the stream's leader may still be settling (no responders): retry as a
+                # platform's publisher does, with the same Nats-Msg-Id, until the ack arrives.
+                headers = {"Authorization": f"Bearer {service_token}", "Nats-Msg-Id": payload["event_id"]}
+                for attempt in range(20):
+                    try:
+                        await client.jetstream().publish(
+                            "engram.session.ended", json.dumps(payload).encode(), headers=headers, timeout=15
+                        )
+                        break
+                    except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                        if attempt == 19:
+                            raise
+                        await asyncio.sleep(0.5)
                 consumer = await client.jetstream().consumer_info("ENGRAM_SESSIONS", "ingest")
                 assert consumer.config.num_replicas in (0, 3)
             finally:
