@@ -17,6 +17,7 @@ import nats
 from nats.aio.client import Client
 from pydantic import BaseModel
 
+from contracts import operations as ops
 from contracts.config import MemoryConfig
 from contracts.errors import error_for_code
 from contracts.events import SessionEnded
@@ -30,9 +31,11 @@ from contracts.governance import (
     ManageRequest,
     Page,
     PruneReply,
+    PruneRequest,
     PurgeReceipt,
     PurgeRequest,
 )
+from contracts.operations import Operation
 from contracts.recall import (
     ExpandReply,
     ExpandRequest,
@@ -43,34 +46,22 @@ from contracts.recall import (
 )
 from contracts.requests import (
     Accepted,
+    AuditQuery,
     AuditQueryReply,
+    AuditVerify,
     AuditVerifyReply,
+    ConfigGet,
+    ConfigPut,
     ConfigReply,
     SaveEntry,
     SaveOutcome,
-)
-from contracts.subjects import (
-    AUDIT_QUERY,
-    AUDIT_VERIFY,
-    CONFIG_GET,
-    CONFIG_PUT,
-    MEMORY_DELETE,
-    MEMORY_EXPORT,
-    MEMORY_FEEDBACK,
-    MEMORY_GET,
-    MEMORY_LIST,
-    MEMORY_MANAGE,
-    MEMORY_PRUNE,
-    MEMORY_PURGE,
-    MEMORY_SAVE,
-    RECALL,
-    RECALL_EXPAND,
-    SESSION_ENDED,
+    SaveRequest,
 )
 
 __all__ = ["EngramClient"]
 
-R = TypeVar("R", bound=BaseModel)
+Req = TypeVar("Req", bound=BaseModel)
+Rep = TypeVar("Rep", bound=BaseModel)
 
 
 class EngramClient:
@@ -123,7 +114,7 @@ class EngramClient:
         the stream sequence."""
         model = session if isinstance(session, SessionEnded) else SessionEnded.model_validate(session)
         ack = await self._js.publish(
-            SESSION_ENDED,
+            ops.SESSION_ENDED.subject,
             model.model_dump_json().encode(),
             headers=self._headers(**{"Nats-Msg-Id": str(model.event_id)}),
         )
@@ -144,6 +135,19 @@ class EngramClient:
             raise error_for_code(str(err.get("code")), str(err.get("message")), err.get("details"))
         return data
 
+    async def _call(
+        self,
+        op: Operation[Req, Rep],
+        request: Req,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Rep:
+        """One operation of the table: its request model in, its reply model out (the table's
+        types tie each method below to its operation; mypy checks them)."""
+        payload = request.model_dump(mode="json", exclude_none=True)
+        data = await self.request(op.subject, payload, timeout=timeout or op.timeout_s)
+        return op.parse_reply(data)
+
     async def save(
         self,
         agent_config_id: UUID,
@@ -154,116 +158,92 @@ class EngramClient:
         wait: bool = False,
         request_id: UUID | None = None,
     ) -> Accepted | SaveOutcome:
-        payload: dict[str, Any] = {
-            "agent_config_id": str(agent_config_id),
-            "entries": [e.model_dump(mode="json") if isinstance(e, SaveEntry) else e for e in entries],
-            "wait": wait,
-        }
-        if session_id is not None:
-            payload["session_id"] = session_id
-        if principal is not None:
-            payload["principal"] = principal
-        if request_id is not None:
-            payload["request_id"] = str(request_id)
-        data = await self.request(MEMORY_SAVE, payload, timeout=(self._timeout * 3) if wait else None)
-        return (
-            SaveOutcome.model_validate(data) if data.get("status") == 200 else Accepted.model_validate(data)
+        request = SaveRequest.model_validate(
+            {
+                "agent_config_id": agent_config_id,
+                "entries": entries,
+                "wait": wait,
+                "session_id": session_id,
+                "principal": principal,
+                "request_id": request_id,
+            }
         )
+        # A waiting save answers after the save path ran: allow it more than a plain request.
+        return await self._call(ops.MEMORY_SAVE, request, timeout=(self._timeout * 3) if wait else None)
 
     async def recall(self, agent_config_id: UUID, **fields: Any) -> RecallReply:
         """``engram.recall``; ``fields`` are RecallRequest's (cue, strategy, top_k, format, ...)."""
         request = RecallRequest.model_validate({"agent_config_id": agent_config_id, **fields})
-        data = await self.request(RECALL, request.model_dump(mode="json", exclude_none=True))
-        return RecallReply.model_validate(data)
+        return await self._call(ops.RECALL, request)
 
     async def expand(self, agent_config_id: UUID, ids: list[UUID], **fields: Any) -> ExpandReply:
         request = ExpandRequest.model_validate({"agent_config_id": agent_config_id, "ids": ids, **fields})
-        data = await self.request(RECALL_EXPAND, request.model_dump(mode="json", exclude_none=True))
-        return ExpandReply.model_validate(data)
+        return await self._call(ops.RECALL_EXPAND, request)
 
     async def feedback(self, agent_config_id: UUID, *, success: bool, **fields: Any) -> FeedbackReply:
         request = FeedbackRequest.model_validate(
             {"agent_config_id": agent_config_id, "success": success, **fields}
         )
-        data = await self.request(MEMORY_FEEDBACK, request.model_dump(mode="json", exclude_none=True))
-        return FeedbackReply.model_validate(data)
+        return await self._call(ops.MEMORY_FEEDBACK, request)
 
     # -- management (SPEC 7.1) --------------------------------------------------------------
     async def list_entries(self, agent_config_id: UUID, **fields: Any) -> Page:
         """One page of ``engram.memory.list``; pass ``page_token`` for the next."""
         request = ListRequest.model_validate({"agent_config_id": agent_config_id, **fields})
-        return Page.model_validate(
-            await self.request(MEMORY_LIST, request.model_dump(mode="json", exclude_none=True))
-        )
+        return await self._call(ops.MEMORY_LIST, request)
 
     async def get_entry(self, agent_config_id: UUID, entry_id: UUID, **fields: Any) -> GetReply:
         request = GetRequest.model_validate(
             {"agent_config_id": agent_config_id, "entry_id": entry_id, **fields}
         )
-        return GetReply.model_validate(
-            await self.request(MEMORY_GET, request.model_dump(mode="json", exclude_none=True))
-        )
+        return await self._call(ops.MEMORY_GET, request)
 
     async def manage(self, agent_config_id: UUID, entry_id: UUID, op: str, **fields: Any) -> ManageReply:
         request = ManageRequest.model_validate(
             {"agent_config_id": agent_config_id, "entry_id": entry_id, "op": op, **fields}
         )
-        data = await self.request(MEMORY_MANAGE, request.model_dump(mode="json", exclude_none=True))
-        return ManageReply.model_validate(data)
+        return await self._call(ops.MEMORY_MANAGE, request)
 
     async def delete(self, agent_config_id: UUID, entry_id: UUID, **fields: Any) -> PurgeReceipt:
         request = DeleteRequest.model_validate(
             {"agent_config_id": agent_config_id, "entry_id": entry_id, **fields}
         )
-        data = await self.request(MEMORY_DELETE, request.model_dump(mode="json", exclude_none=True))
-        return PurgeReceipt.model_validate(data)
+        return await self._call(ops.MEMORY_DELETE, request)
 
     async def purge(self, actor_ref: str, **fields: Any) -> PurgeReceipt:
         """Erase everything ``actor_ref`` has (``agent_config_id``, ``session_id`` narrow it)."""
         request = PurgeRequest.model_validate({"actor_ref": actor_ref, **fields})
-        data = await self.request(
-            MEMORY_PURGE, request.model_dump(mode="json", exclude_none=True), timeout=60
-        )
-        return PurgeReceipt.model_validate(data)
+        return await self._call(ops.MEMORY_PURGE, request)
 
     async def prune(self, agent_config_id: UUID, max_entries: int) -> PruneReply:
-        data = await self.request(
-            MEMORY_PRUNE, {"agent_config_id": str(agent_config_id), "max_entries": max_entries}
-        )
-        return PruneReply.model_validate(data)
+        request = PruneRequest(agent_config_id=agent_config_id, max_entries=max_entries)
+        return await self._call(ops.MEMORY_PRUNE, request)
 
     async def export(self, actor_ref: str, **fields: Any) -> AsyncIterator[Page]:
         """Every page of ``engram.memory.export`` in order (each page re-authorized by Engram)."""
         token: str | None = None
         while True:
             request = ExportRequest.model_validate({"actor_ref": actor_ref, **fields, "page_token": token})
-            page = Page.model_validate(
-                await self.request(MEMORY_EXPORT, request.model_dump(mode="json", exclude_none=True))
-            )
+            page = await self._call(ops.MEMORY_EXPORT, request)
             yield page
             token = page.next_page_token
             if token is None:
                 return
 
     async def get_config(self, agent_config_id: UUID) -> ConfigReply:
-        return ConfigReply.model_validate(
-            await self.request(CONFIG_GET, {"agent_config_id": str(agent_config_id)})
-        )
+        return await self._call(ops.CONFIG_GET, ConfigGet(agent_config_id=agent_config_id))
 
     async def put_config(self, agent_config_id: UUID, config: dict[str, Any]) -> ConfigReply:
-        data = await self.request(CONFIG_PUT, {"agent_config_id": str(agent_config_id), "config": config})
-        return ConfigReply.model_validate(data)
+        return await self._call(ops.CONFIG_PUT, ConfigPut(agent_config_id=agent_config_id, config=config))
 
     async def audit_query(
         self, *, kind: str | None = None, after_seq: int = 0, limit: int = 100
     ) -> AuditQueryReply:
-        payload: dict[str, Any] = {"after_seq": after_seq, "limit": limit}
-        if kind is not None:
-            payload["kind"] = kind
-        return AuditQueryReply.model_validate(await self.request(AUDIT_QUERY, payload))
+        request = AuditQuery(kind=kind, after_seq=after_seq, limit=limit)
+        return await self._call(ops.AUDIT_QUERY, request)
 
     async def audit_verify(self) -> AuditVerifyReply:
-        return AuditVerifyReply.model_validate(await self.request(AUDIT_VERIFY, {}, timeout=60))
+        return await self._call(ops.AUDIT_VERIFY, AuditVerify())
 
 
 # MemoryConfig is re-exported for callers building configs with types.

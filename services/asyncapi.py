@@ -3,12 +3,12 @@
     python -m services.asyncapi            # (re)write the file
     python -m services.asyncapi --check    # exit 1 if the file is missing or stale
 
-FastStream describes the brokers' subscribers (the three services' routers, built exactly as
+FastStream describes the brokers' subscribers (the four services' routers, built exactly as
 ``services.runtime`` builds them, but never connected) plus the events Engram publishes, which
-are declared here as documentation-only publishers. Our handlers take the raw ``NatsMessage``
-(so bad input can be dead-lettered), which FastStream cannot see through; so every message
-payload is then set from the contract model of its subject (:data:`PAYLOADS`), and request-reply
-operations get their reply. ``tests/unit/test_asyncapi_sync.py`` fails when the file drifts.
+are declared as documentation-only publishers from the operation table's streams. Our handlers
+take the raw ``NatsMessage`` (so bad input can be dead-lettered), which FastStream cannot see
+through; so every message payload is then set from the operation table (:data:`PAYLOADS`), and
+request-reply operations get their reply. ``tests/unit/test_asyncapi_sync.py`` fails when the file drifts.
 """
 
 from __future__ import annotations
@@ -26,41 +26,15 @@ from nats.js import JetStreamContext
 from pydantic import BaseModel, SecretStr
 from pydantic.json_schema import JsonSchemaMode
 
-from contracts import subjects
 from contracts.common import Inbound
 from contracts.errors import ErrorCode
-from contracts.events import AuditEvent, DeadLetter, MemoryPurged, MemoryWritten, SessionEnded
-from contracts.governance import (
-    DeleteRequest,
-    ExportRequest,
-    GetReply,
-    GetRequest,
-    ListRequest,
-    ManageReply,
-    ManageRequest,
-    Page,
-    PruneReply,
-    PruneRequest,
-    PurgeReceipt,
-    PurgeRequest,
-)
-from contracts.internal import AcceptedSave
-from contracts.requests import (
-    Accepted,
-    AuditQuery,
-    AuditQueryReply,
-    AuditVerify,
-    AuditVerifyReply,
-    ConfigGet,
-    ConfigPut,
-    ConfigReply,
-    SaveOutcome,
-    SaveRequest,
-)
+from contracts.operations import OPERATIONS, STREAMS
 from services.distill.router import build_router as distill_router
 from services.governance_audit.erasure_api import Erasures
 from services.governance_audit.router import build_router as governance_router
 from services.ingest.router import build_router as ingest_router
+from services.recall.router import build_router as recall_router
+from services.recall.service import Recall
 from shared.auth import TokenService
 from shared.db.engine import Database
 from shared.distillers.builtin import BuiltinDistiller
@@ -69,50 +43,27 @@ from shared.outbox import OutboxRelay
 from shared.provenance import MessageSigner
 from shared.settings import EngramSettings
 
-__all__ = ["ASYNCAPI_FILE", "PAYLOADS", "REPLIES", "build_document", "main", "render"]
+__all__ = [
+    "ASYNCAPI_FILE",
+    "PAYLOADS",
+    "REPLIES",
+    "build_document",
+    "main",
+    "offline_broker",
+    "offline_infra",
+    "render",
+]
 
 ASYNCAPI_FILE = Path(__file__).resolve().parent.parent / "contracts" / "asyncapi.json"
-AUDIT_RECORDS = f"{subjects.AUDIT}.*.*"  # what the ENGRAM_AUDIT stream binds
-DEAD_LETTERS = f"{subjects.DEAD_LETTER_PREFIX}.>"  # what the ENGRAM_DLQ stream binds
 
 #: The payload of every channel, by address (subject): what is actually on the wire.
 PAYLOADS: dict[str, type[BaseModel]] = {
-    subjects.SESSION_ENDED: SessionEnded,
-    subjects.SESSION_VALIDATED: SessionEnded,
-    subjects.MEMORY_SAVE_ACCEPTED: AcceptedSave,
-    subjects.MEMORY_SAVE: SaveRequest,
-    subjects.CONFIG_GET: ConfigGet,
-    subjects.CONFIG_PUT: ConfigPut,
-    subjects.AUDIT_QUERY: AuditQuery,
-    subjects.AUDIT_VERIFY: AuditVerify,
-    subjects.MEMORY_LIST: ListRequest,
-    subjects.MEMORY_GET: GetRequest,
-    subjects.MEMORY_DELETE: DeleteRequest,
-    subjects.MEMORY_PURGE: PurgeRequest,
-    subjects.MEMORY_PRUNE: PruneRequest,
-    subjects.MEMORY_MANAGE: ManageRequest,
-    subjects.MEMORY_EXPORT: ExportRequest,
-    subjects.MEMORY_WRITTEN: MemoryWritten,
-    subjects.MEMORY_PURGED: MemoryPurged,
-    AUDIT_RECORDS: AuditEvent,
-    DEAD_LETTERS: DeadLetter,
+    **{stream.subject: stream.payload for stream in STREAMS},
+    **{op.subject: op.request for op in OPERATIONS},
 }
 
 #: What a request-reply subject answers; any of them may instead answer the error envelope.
-REPLIES: dict[str, tuple[type[BaseModel], ...]] = {
-    subjects.MEMORY_SAVE: (Accepted, SaveOutcome),
-    subjects.CONFIG_GET: (ConfigReply,),
-    subjects.CONFIG_PUT: (ConfigReply,),
-    subjects.AUDIT_QUERY: (AuditQueryReply,),
-    subjects.AUDIT_VERIFY: (AuditVerifyReply,),
-    subjects.MEMORY_LIST: (Page,),
-    subjects.MEMORY_GET: (GetReply,),
-    subjects.MEMORY_DELETE: (PurgeReceipt,),
-    subjects.MEMORY_PURGE: (PurgeReceipt,),
-    subjects.MEMORY_PRUNE: (PruneReply,),
-    subjects.MEMORY_MANAGE: (ManageReply,),
-    subjects.MEMORY_EXPORT: (Page,),
-}
+REPLIES: dict[str, tuple[type[BaseModel], ...]] = {op.subject: op.replies for op in OPERATIONS}
 
 #: The SPEC 9 error envelope (``EngramError.to_wire``), which has no pydantic model.
 _ERROR_REPLY: dict[str, Any] = {
@@ -136,18 +87,17 @@ _ERROR_REPLY: dict[str, Any] = {
 _SCHEMAS = "#/components/schemas/"
 
 
-def _broker() -> NatsBroker:
-    """A never-connected broker carrying everything ``services.runtime`` would run."""
+def offline_infra(broker: NatsBroker) -> Infra:
+    """What the routers are built with, never connected: enough to build them, not to run them."""
     settings = EngramSettings(
         nats_url="nats://localhost:4222",
         database_url="postgresql://localhost/x",
         token_keys=SecretStr("doc=" + "x" * 40),
         _env_file=None,
     )
-    broker = NatsBroker(settings.nats_url)
     db = Database(settings.database_url)  # creates the engine; connects on first use only
     signer = MessageSigner(settings.signing_keys())
-    infra = Infra(
+    return Infra(
         settings=settings,
         db=db,
         tokens=TokenService(settings.signing_keys(), settings.token_issuer),
@@ -156,26 +106,24 @@ def _broker() -> NatsBroker:
         relay=OutboxRelay(db, cast(JetStreamContext, None), signer=signer),
         signer=signer,
     )
+
+
+def offline_broker() -> NatsBroker:
+    """A never-connected broker carrying the routers ``services.runtime`` would run (embed's
+    consumers aside: they document nothing a platform uses)."""
+    broker = NatsBroker("nats://localhost:4222")
+    infra = offline_infra(broker)
     broker.include_router(ingest_router(infra))
     broker.include_router(distill_router(infra, BuiltinDistiller()))
-    broker.include_router(governance_router(infra, Erasures(db, infra.relay)))
+    broker.include_router(governance_router(infra, Erasures(infra.db, infra.relay)))
+    # recall's handlers reach the Recall object only when a request arrives; none does here.
+    broker.include_router(recall_router(infra, cast(Recall, None)))
 
     # Documentation only: what Engram publishes (through the outbox relay, not these objects).
-    for subject, model, title, description in (
-        (subjects.SESSION_VALIDATED, SessionEnded, "ingest:session.validated",
-         "ingest → distill: a session whose token, schema and size were verified."),
-        (subjects.MEMORY_SAVE_ACCEPTED, AcceptedSave, "ingest:save.accepted",
-         "ingest → distill: an elective save, durably accepted before ingest answers 202."),
-        (subjects.MEMORY_WRITTEN, MemoryWritten, "engram:memory.written",
-         "One per stored or reinforced entry: ids and metadata, never memory text."),
-        (subjects.MEMORY_PURGED, MemoryPurged, "engram:memory.purged",
-         "What was erased (ids and scope), counts, and who asked."),
-        (AUDIT_RECORDS, AuditEvent, "engram:audit",
-         "engram.audit.<kind> (kinds have two tokens, e.g. memory.saved): one hash-chained audit record."),
-        (DEAD_LETTERS, DeadLetter, "engram:dlq",
-         "engram.dlq.<source>: an event that could not be processed, with the reason and original bytes."),
-    ):  # fmt: skip
-        broker.publisher(subject, schema=model, title=title, description=description)
+    for stream in STREAMS:
+        if stream.published_by != ("platform",):
+            title = f"{'engram' if stream.public else stream.published_by[0]}:{stream.name}"
+            broker.publisher(stream.subject, schema=stream.payload, title=title, description=stream.summary)
     return broker
 
 
@@ -201,7 +149,7 @@ def build_document() -> dict[str, Any]:
         engram_version = "0.1.0"
     doc: dict[str, Any] = (
         AsyncAPI(
-            _broker(),
+            offline_broker(),
             title="Engram",
             version=engram_version,
             description="Long-term memory for AI agents, on NATS: the events platforms publish, "

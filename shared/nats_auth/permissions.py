@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from contracts import subjects as s
+from contracts.operations import OPERATIONS
 from contracts.subjects import STREAMS
 
 __all__ = [
@@ -44,24 +45,8 @@ ALL_IN_ONE = "engram"
 EDGE_VECTOR_PROCESS = ("embed", "recall")
 
 #: The request-reply subjects platforms may call (SPEC 4.2, 5, 7): the public API besides
-#: publishing ``engram.session.ended``.
-PUBLIC_REQUESTS: tuple[str, ...] = (
-    s.MEMORY_SAVE,
-    s.RECALL,
-    s.RECALL_EXPAND,
-    s.MEMORY_FEEDBACK,
-    s.MEMORY_LIST,
-    s.MEMORY_GET,
-    s.MEMORY_DELETE,
-    s.MEMORY_PURGE,
-    s.MEMORY_PRUNE,
-    s.MEMORY_MANAGE,
-    s.MEMORY_EXPORT,
-    s.CONFIG_GET,
-    s.CONFIG_PUT,
-    s.AUDIT_QUERY,
-    s.AUDIT_VERIFY,
-)
+#: publishing ``engram.session.ended`` — every operation of the table.
+PUBLIC_REQUESTS: tuple[str, ...] = tuple(op.subject for op in OPERATIONS)
 
 #: Each service's durable pull consumers, ``(stream, durable, filter subject)``, as
 #: ``services/*/router.py`` declare them.
@@ -78,24 +63,6 @@ CONSUMERS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "recall": (),
     "governance-audit": (),
 }
-
-_RECALL_QUEUE = ("recall", (s.RECALL, s.RECALL_EXPAND, s.MEMORY_FEEDBACK))
-_GOVERNANCE_QUEUE = (
-    "governance-audit",
-    (
-        s.CONFIG_GET,
-        s.CONFIG_PUT,
-        s.AUDIT_QUERY,
-        s.AUDIT_VERIFY,
-        s.MEMORY_LIST,
-        s.MEMORY_GET,
-        s.MEMORY_DELETE,
-        s.MEMORY_PURGE,
-        s.MEMORY_PRUNE,
-        s.MEMORY_MANAGE,
-        s.MEMORY_EXPORT,
-    ),
-)
 
 
 @dataclass(frozen=True)
@@ -200,6 +167,11 @@ def _queue(queue: str, names: Iterable[str]) -> Grant:
     return Grant(f"requests, queue group {queue!r}", tuple(f"{n} {queue}" for n in names))
 
 
+def _served(service: str) -> Grant:
+    """The operations the table has ``service`` serve, in its queue group."""
+    return _queue(service, [op.subject for op in OPERATIONS if op.queue_group == service])
+
+
 def _service_rights(name: str) -> Permissions:
     """A service's rights apart from its inbox."""
     if name not in SERVICES:
@@ -209,18 +181,18 @@ def _service_rights(name: str) -> Permissions:
     responds = False
     if name == "ingest":
         publish.append(Grant("hand-offs to distill", (s.SESSION_VALIDATED, s.MEMORY_SAVE_ACCEPTED)))
-        subscribe.append(_queue("ingest", [s.MEMORY_SAVE]))
+        subscribe.append(_served("ingest"))
         subscribe.append(Grant("outcomes of waiting saves", (f"{s.SAVE_RESULT_PREFIX}.*",)))
         responds = True
     elif name == "distill":
         publish.append(Grant("outcomes of waiting saves", (f"{s.SAVE_RESULT_PREFIX}.*",)))
     elif name == "recall":
-        subscribe.append(_queue(*_RECALL_QUEUE))
+        subscribe.append(_served("recall"))
         # The Redis result cache's invalidations (ids and metadata, never memory text).
         subscribe.append(_queue("recall-cache", [s.MEMORY_WRITTEN, s.MEMORY_PURGED]))
         responds = True
     elif name == "governance-audit":
-        subscribe.append(_queue(*_GOVERNANCE_QUEUE))
+        subscribe.append(_served("governance-audit"))
         responds = True
     publish += [_RELAY, _ENSURE_STREAMS, *(_consumer(*c) for c in CONSUMERS[name])]
     return Permissions(tuple(publish), tuple(subscribe), responds)

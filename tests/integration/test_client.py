@@ -76,3 +76,38 @@ async def test_client_raises_typed_errors(
     async with await EngramClient.connect(settings.nats_url, foreign, **platform_options) as intruder:
         with pytest.raises(Forbidden):
             await intruder.get_config(agent)
+
+
+async def test_client_calls_every_memory_operation(
+    engram: Infra,
+    settings: EngramSettings,
+    agent: UUID,
+    service_token: str,
+    platform_options: dict[str, Any],
+) -> None:
+    """Each operation method of the table answers its typed reply against the real services."""
+    alice = {"kind": "end_user", "id": "alice"}
+    async with await EngramClient.connect(settings.nats_url, service_token, **platform_options) as client:
+        saved = await client.save(
+            agent,
+            [{"text": "Deploys go out on Tuesdays."}, {"text": "The staging cluster is eu-west."}],
+            wait=True,
+            principal=alice,
+        )
+        assert isinstance(saved, SaveOutcome)
+        first, second = saved.ids
+        recalled = await client.recall(agent, principal=alice, strategy="importance")
+        assert {r.id for r in recalled.results} == {first, second}
+        assert [r.id for r in (await client.expand(agent, [first], principal=alice)).results] == [first]
+        assert (await client.feedback(agent, entry_id=second, success=False, principal=alice)).updated == 1
+        page = await client.list_entries(agent, principal=alice)
+        assert {e.id for e in page.entries} == {first, second}
+        assert (await client.get_entry(agent, first, principal=alice)).entry.text.startswith("Deploys")
+        assert (await client.manage(agent, first, "pin", principal=alice)).entry.pinned  # type: ignore[union-attr]
+        exported = [
+            e.id async for p in client.export("end_user:alice", agent_config_id=agent) for e in p.entries
+        ]
+        assert set(exported) == {first, second}
+        assert (await client.delete(agent, second, principal=alice)).entry_ids == [second]
+        assert (await client.prune(agent, 10)).remaining == 1
+        assert (await client.purge("end_user:alice", agent_config_id=agent)).entry_ids == [first]

@@ -1,0 +1,214 @@
+"""The operation table (``contracts/operations.py``) is the one list of Engram's operations: the
+services' routers, ``EngramClient``, the AsyncAPI document, the NATS permissions and the CLI's
+services all agree with it."""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import json
+import types
+import typing
+from typing import Any, cast, get_args, get_origin
+from uuid import UUID
+
+import pytest
+from faststream.nats import NatsBroker
+from pydantic import BaseModel
+
+from contracts import operations, subjects
+from contracts.client import EngramClient
+from contracts.governance import EntryView
+from contracts.operations import (
+    OPERATIONS,
+    STREAMS,
+    Operation,
+    by_http_route,
+    by_mcp_tool,
+    by_name,
+    by_subject,
+    stream_by_subject,
+)
+from contracts.recall import RecallResult
+from contracts.subjects import STREAMS as JETSTREAMS
+from services.asyncapi import build_document, offline_broker, offline_infra
+from services.embed.router import EmbedPipeline
+from services.embed.router import build_router as embed_router
+from services.runtime import SERVICES
+from shared.nats_auth import permissions
+from shared.ports import VectorIndex
+
+#: The MCP tools issue 9 asks for, by the operation each calls.
+REQUIRED_TOOLS = {
+    "remember": "memory.save",
+    "recall": "recall",
+    "expand": "recall.expand",
+    "forget": "memory.delete",
+    "list_memories": "memory.list",
+    "memory_feedback": "memory.feedback",
+}
+
+
+@pytest.fixture(scope="module")
+def broker() -> NatsBroker:
+    """Every service's router on one never-connected broker: the AsyncAPI document's, plus embed's
+    (whose handlers reach the pipeline and index only when a message arrives; none does here)."""
+    broker = offline_broker()
+    infra = offline_infra(broker)
+    broker.include_router(embed_router(infra, cast(EmbedPipeline, None), cast(VectorIndex, None)))
+    return broker
+
+
+def _subject(subscriber: Any) -> str:
+    return str(subscriber.subject).removeprefix("Address('").removesuffix("')")
+
+
+def test_every_request_subscriber_is_an_operation_and_every_operation_is_served(broker: NatsBroker) -> None:
+    """Each queue-group request handler of the routers is in the table with that queue group, and
+    each operation of the table has its handler."""
+    served: dict[str, str] = {}
+    for sub in broker.subscribers:
+        queue = getattr(sub, "queue", None)
+        if queue and not sub._no_reply:  # request-reply (the cache listeners never answer)
+            served[_subject(sub)] = queue
+    assert served == {op.subject: op.queue_group for op in OPERATIONS}
+
+
+def test_every_stream_consumer_is_declared(broker: NatsBroker) -> None:
+    """The durable consumers of the routers consume the streams the table says, nothing else."""
+    consumed = {_subject(sub) for sub in broker.subscribers if "Stream" in type(sub).__name__}
+    assert consumed == {stream.subject for stream in STREAMS if stream.consumed_by}
+    for stream in STREAMS:
+        assert any(stream.subject in d.subjects for d in JETSTREAMS if d.name == stream.jetstream), (
+            f"{stream.name}: JetStream stream {stream.jetstream} does not bind {stream.subject}"
+        )
+
+
+def test_permissions_consumers_match_the_table() -> None:
+    """The NATS table's durable consumers are the streams' consumers of the operation table."""
+    declared = {(service, subject) for service, cs in permissions.CONSUMERS.items() for _, _, subject in cs}
+    expected = {(service, stream.subject) for stream in STREAMS for service in stream.consumed_by}
+    assert declared == expected
+
+
+def test_the_cli_services_are_the_services_of_the_table() -> None:
+    """``engram serve`` offers exactly the services the table has serve or consume something."""
+    in_table = {op.queue_group for op in OPERATIONS} | {s for st in STREAMS for s in st.consumed_by}
+    assert set(SERVICES) == in_table
+    assert SERVICES == permissions.SERVICES
+
+
+def test_each_service_may_subscribe_to_what_it_serves() -> None:
+    for op in OPERATIONS:
+        rights = permissions.service_permissions(op.queue_group)
+        assert f"{op.subject} {op.queue_group}" in rights.subscribe_subjects()
+    assert set(permissions.PUBLIC_REQUESTS) == {op.subject for op in OPERATIONS}
+
+
+def _returned_models(annotation: Any) -> set[type[BaseModel]]:
+    """The models a return annotation names (``A | B``; ``AsyncIterator[Page]``)."""
+    origin = get_origin(annotation)
+    if origin is collections.abc.AsyncIterator:
+        return _returned_models(get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return {m for arg in get_args(annotation) for m in _returned_models(arg)}
+    return {annotation} if isinstance(annotation, type) and issubclass(annotation, BaseModel) else set()
+
+
+@pytest.mark.parametrize("op", OPERATIONS, ids=lambda op: op.name)
+def test_engram_client_has_a_method_per_operation_returning_its_replies(op: Operation[Any, Any]) -> None:
+    """EngramClient calls each operation through ``_call(op, request)`` (mypy checks the request
+    and reply types there); here: the method exists, returns the operation's replies, and its
+    source sends that operation."""
+    method = getattr(EngramClient, op.client_method, None)
+    assert method is not None, f"EngramClient has no {op.client_method} for {op.name}"
+    hints = typing.get_type_hints(method)
+    assert _returned_models(hints["return"]) == set(op.replies)
+    constant = next(k for k, v in vars(operations).items() if v is op)
+    assert f"ops.{constant}" in inspect.getsource(method), f"{op.client_method} does not call {constant}"
+
+
+def test_every_client_method_is_in_the_table() -> None:
+    """No EngramClient method talks to a subject the table does not declare."""
+    public = {
+        name for name, value in vars(EngramClient).items() if callable(value) and not name.startswith("_")
+    }
+    plumbing = {"connect", "close", "request", "publish_session"}
+    assert public - plumbing == {op.client_method for op in OPERATIONS}
+
+
+def test_the_asyncapi_document_names_every_subject_of_the_table() -> None:
+    doc = build_document()
+    addresses = {ch["address"] for ch in doc["channels"].values()}
+    missing = {op.subject for op in OPERATIONS} - addresses
+    missing |= {stream.subject for stream in STREAMS} - addresses
+    assert not missing
+    for op in OPERATIONS:
+        served = [k for k in doc["operations"] if doc["channels"][k]["address"] == op.subject]
+        assert served, f"{op.name} has no operation"
+        assert all("reply" in doc["operations"][k] for k in served), f"{op.name} has no reply"
+
+
+def test_every_subject_constant_is_in_the_table() -> None:
+    """A subject added to contracts/subjects.py is an operation or a stream of the table (or one
+    of the prefixes the families are built from)."""
+    constants = {v for k, v in vars(subjects).items() if k.isupper() and isinstance(v, str)}
+    prefixes = {subjects.AUDIT, subjects.DEAD_LETTER_PREFIX, subjects.SAVE_RESULT_PREFIX}
+    table = {op.subject for op in OPERATIONS} | {stream.subject for stream in STREAMS}
+    assert constants - prefixes <= table
+    assert {f"{subjects.AUDIT}.*.*", f"{subjects.DEAD_LETTER_PREFIX}.>"} <= table
+
+
+def _discloses(model: type[BaseModel]) -> bool:
+    """Whether the model's schema can carry memory text (an entry or a recalled result)."""
+    text = json.dumps(model.model_json_schema(mode="serialization"))
+    return any(f'"{m.__name__}"' in text for m in (EntryView, RecallResult)) or model in (
+        EntryView,
+        RecallResult,
+    )
+
+
+@pytest.mark.parametrize("op", OPERATIONS, ids=lambda op: op.name)
+def test_disclosure_is_what_the_reply_can_carry(op: Operation[Any, Any]) -> None:
+    """``disclosure`` is true exactly for operations whose reply can carry memory text."""
+    assert op.disclosure == any(_discloses(m) for m in op.replies)
+
+
+@pytest.mark.parametrize("op", OPERATIONS, ids=lambda op: op.name)
+def test_http_routes_are_versioned_and_their_path_fields_are_request_fields(op: Operation[Any, Any]) -> None:
+    assert op.http_path.startswith("/v1/")
+    for field in op.path_params:
+        assert field in op.request.model_fields, (
+            f"{op.http_path}: {field} is not a {op.request.__name__} field"
+        )
+    assert op.name == op.subject.removeprefix("engram.")
+    assert op.permission in {"memory.read", "memory.write", "memory.admin", "memory.purge"}
+
+
+def test_lookups() -> None:
+    assert by_name("recall").subject == subjects.RECALL
+    assert by_subject(subjects.MEMORY_GET).http_path == "/v1/memories/{entry_id}"
+    assert by_http_route("delete", "/v1/memories/{entry_id}").name == "memory.delete"
+    assert stream_by_subject(subjects.SESSION_ENDED).http_path == "/v1/sessions"
+    with pytest.raises(KeyError):
+        by_name("memory.nothing")
+
+
+def test_the_mcp_tools_issue_9_asks_for_are_declared_with_descriptions() -> None:
+    for tool, name in REQUIRED_TOOLS.items():
+        op = by_mcp_tool(tool)
+        assert op.name == name
+        assert op.mcp_description
+        assert len(op.mcp_description) > 60
+    tools = [op.mcp_tool for op in OPERATIONS if op.mcp_tool]
+    assert len(tools) == len(set(tools))
+
+
+def test_parse_reply_picks_the_reply_model_that_fits() -> None:
+    save = by_name("memory.save")
+    accepted = save.parse_reply({"status": 202, "request_id": str(UUID(int=1))})
+    outcome = save.parse_reply({"status": 200, "saved": 1, "skipped": 0, "reinforced": 0, "ids": []})
+    assert type(accepted).__name__ == "Accepted"
+    assert type(outcome).__name__ == "SaveOutcome"
+    with pytest.raises(ValueError, match="validation error"):
+        save.parse_reply({"status": 500})
