@@ -17,6 +17,8 @@ from contracts.client import EngramClient
 from contracts.common import Principal
 from contracts.connection import ConnectionInfo
 from services.cli.credentials import credentials_app, signing_keys
+from services.cli.errors import DEBUG_HELP, ErrorReportingGroup
+from services.cli.output import print_recall
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedded.stack import (
     connection_file,
@@ -28,7 +30,12 @@ from shared.embedded.stack import (
 from shared.logging import setup_logging
 from shared.settings import EngramSettings
 
-app = typer.Typer(help="Engram: long-term memory for AI agents, on NATS.", no_args_is_help=True)
+app = typer.Typer(
+    cls=ErrorReportingGroup,
+    help="Engram: long-term memory for AI agents, on NATS.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 token_app = typer.Typer(help="Issue tokens.", no_args_is_help=True)
 audit_app = typer.Typer(help="Read and check the audit log.", no_args_is_help=True)
 config_app = typer.Typer(help="Read and change an agent config's memory config.", no_args_is_help=True)
@@ -39,6 +46,12 @@ app.add_typer(credentials_app, name="credentials")
 console = Console()
 
 DATA_DIR = typer.Option(Path(".engram"), "--data-dir", help="Where the embedded stack keeps its data.")
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP)) -> None:
+    """Engram: long-term memory for AI agents, on NATS."""
+    # ErrorReportingGroup reads --debug from the root context's params.
 
 
 async def _wait_for_signal() -> None:
@@ -177,8 +190,17 @@ def _nats_options(data_dir: Path, url: str) -> dict[str, Any]:
     return info.nats_options() if info.nats_url == url else {}
 
 
+#: A command gives up on an unreachable NATS within seconds (nats-py's default retries for two
+#: minutes, which reads as a hang when `engram up` simply is not running).
+_CLI_RECONNECT: dict[str, Any] = {
+    "max_reconnect_attempts": 3,
+    "reconnect_time_wait": 0.5,
+    "connect_timeout": 5,
+}
+
+
 async def _engram(data_dir: Path, url: str, token: str) -> EngramClient:
-    return await EngramClient.connect(url, token, **_nats_options(data_dir, url))
+    return await EngramClient.connect(url, token, **_CLI_RECONNECT, **_nats_options(data_dir, url))
 
 
 def _client_args(data_dir: Path, nats_url: str, token: str) -> tuple[str, str]:
@@ -191,24 +213,27 @@ def _client_args(data_dir: Path, nats_url: str, token: str) -> tuple[str, str]:
 @app.command()
 def recall(
     cue: str = typer.Argument("", help="What the agent is about to do (strategies pack, semantic, hybrid)."),
-    agent: UUID = typer.Option(None, "--agent", help="Agent config id (default: the development one)."),
+    agent_config: UUID = typer.Option(
+        None, "--agent-config", "--agent", help="Agent config id (default: the development one)."
+    ),
     as_: str = typer.Option(
         None, "--as", help="Act for a principal, e.g. end_user:alice, actor:carol, none."
     ),
     strategy: str = typer.Option(None, help="last_k | importance | full | pack | semantic | hybrid"),
     top_k: int = typer.Option(None, "--top-k"),
-    format: str = typer.Option("text", "--format", help="text | full | compact | narrative"),
+    format: str = typer.Option(
+        "text", "--format", help="text | full (a table) | compact | narrative (the context block)"
+    ),
     token_budget: int = typer.Option(None, "--token-budget"),
     session: str = typer.Option(None, "--session"),
     data_dir: Path = DATA_DIR,
     nats_url: str = "",
     token: str = "",
 ) -> None:
-    """Ask Engram what an agent should remember right now, and print it as a table."""
-    from rich.table import Table
-
+    """Ask Engram what an agent should remember right now: a table for the text and full formats,
+    the context block a prompt would get for compact and narrative."""
     url, tok = _client_args(data_dir, nats_url, token)
-    target = agent or UUID(_connection(data_dir)["agent_config_id"])
+    target = agent_config or UUID(_connection(data_dir)["agent_config_id"])
     fields: dict[str, Any] = {
         "cue": cue or None,
         "strategy": strategy,
@@ -223,20 +248,7 @@ def recall(
     async def main() -> None:
         async with await _engram(data_dir, url, tok) as client:
             reply = await client.recall(target, **{k: v for k, v in fields.items() if v is not None})
-        table = Table(
-            title=f"{reply.strategy}: {reply.count} of {reply.matched_count} matches, "
-            f"{reply.tokens_used} tokens",
-            expand=True,
-        )
-        table.add_column("score", no_wrap=True)
-        table.add_column("type", no_wrap=True)
-        table.add_column("imp", no_wrap=True)
-        table.add_column("memory", ratio=1, overflow="fold")
-        for r in reply.results:
-            table.add_row(f"{r.score:.3f}", r.memory_type, f"{r.importance:.2f}", r.text)
-        console.print(table)
-        if reply.warnings:
-            console.print(f"[yellow]warnings:[/] {', '.join(reply.warnings)}")
+        print_recall(console, reply, format)
 
     asyncio.run(main())
 

@@ -1,0 +1,39 @@
+"""How the ``engram`` command prints replies (kept apart from argument parsing)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from contracts.recall import RecallReply
+
+__all__ = ["print_recall"]
+
+#: Formats whose results carry only id, text and score (and type, for compact): what the caller
+#: wants from them is the rendered context, so that is what is printed.
+_CONTEXT_FORMATS = {"compact", "narrative"}
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_recall(console: Console, reply: RecallReply, fmt: str) -> None:
+    """A recall reply: its summary line, then a table (text, full) or the context block."""
+    title = f"{reply.strategy}: {reply.count} of {reply.matched_count} matches, {reply.tokens_used} tokens"
+    if fmt in _CONTEXT_FORMATS:
+        console.print(f"[bold]{title}[/]", highlight=False)
+        console.print(reply.context, markup=False, highlight=False, soft_wrap=True)
+    else:
+        table = Table(title=title, expand=True)
+        table.add_column("score", no_wrap=True)
+        table.add_column("type", no_wrap=True)
+        table.add_column("imp", no_wrap=True)
+        table.add_column("memory", ratio=1, overflow="fold")
+        for r in reply.results:
+            row = (_number(r.score, ".3f"), r.memory_type or "-", _number(r.importance, ".2f"))
+            table.add_row(*row, Text(r.text))  # memory text is data, never rich markup
+        console.print(table)
+    if reply.warnings:
+        console.print(f"[yellow]warnings:[/] {', '.join(reply.warnings)}", highlight=False)

@@ -1,0 +1,167 @@
+"""The ``engram`` command against running services, driven as a user types it: every recall format
+and strategy prints, and a failure reads as one ``CODE: message`` line (traceback only with
+``--debug``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from nats.aio.client import Client
+from typer.testing import CliRunner, Result
+
+from services.cli.main import app
+from shared.embedded.nats_server import NatsServerProcess
+from shared.infra import Infra
+from tests.platform import eventually, request
+
+pytestmark = pytest.mark.integration
+
+FORMATS = ("text", "full", "compact", "narrative")
+STRATEGIES = ("last_k", "importance", "full", "pack", "semantic", "hybrid")
+TEXTS = (
+    "Refund order A-1042 was declined by the card processor; offer store credit instead.",
+    "Alice prefers store credit to card refunds.",
+)
+
+
+@pytest.fixture
+def data_dir(
+    tmp_path: Path, nats_proc: NatsServerProcess, org: UUID, agent: UUID, service_token: str
+) -> Path:
+    """What `engram up` leaves for the CLI: connection.json with this test's NATS identity."""
+    identity = nats_proc.client  # type: ignore[attr-defined]
+    info = {
+        "nats_url": nats_proc.url,
+        "nats_nkey_seed": identity.seed,
+        "nats_inbox_prefix": identity.inbox_prefix,
+        "token": service_token,
+        "org_id": str(org),
+        "agent_config_id": str(agent),
+    }
+    (tmp_path / "connection.json").write_text(json.dumps(info))
+    return tmp_path
+
+
+async def engram_cli(*args: str) -> Result:
+    """Run ``engram ARGS`` in a thread (the command runs its own event loop)."""
+    runner = CliRunner()
+    return await asyncio.to_thread(lambda: runner.invoke(app, list(args)))
+
+
+async def _seed(nc: Client, token: str, agent: UUID) -> None:
+    body: dict[str, Any] = {
+        "agent_config_id": str(agent),
+        "wait": True,
+        "principal": {"kind": "end_user", "id": "alice"},
+        "entries": [{"text": t, "importance": 0.7, "memory_type": "fact"} for t in TEXTS],
+    }
+    assert (await request(nc, "engram.memory.save", body, token))["status"] == 200
+
+    async def indexed() -> bool:
+        reply = await request(
+            nc,
+            "engram.recall",
+            {
+                "agent_config_id": str(agent),
+                "principal": {"kind": "end_user", "id": "alice"},
+                "strategy": "semantic",
+                "cue": "refund declined",
+            },
+            token,
+        )
+        return reply.get("count") == len(TEXTS)
+
+    await eventually(indexed, timeout=60, what="both entries indexed")
+
+
+async def test_recall_prints_every_format_of_every_strategy(
+    engram: Infra, nc: Client, service_token: str, agent: UUID, data_dir: Path
+) -> None:
+    """The README's example (narrative, hybrid, a budget) crashed formatting ``importance``, which
+    compact and narrative leave out; those two print the context block instead."""
+    await _seed(nc, service_token, agent)
+    for strategy in STRATEGIES:
+        for fmt in FORMATS:
+            result = await engram_cli(
+                "recall",
+                "refund declined",
+                "--as",
+                "end_user:alice",
+                "--strategy",
+                strategy,
+                "--format",
+                fmt,
+                "--token-budget",
+                "900",
+                "--data-dir",
+                str(data_dir),
+            )
+            where = f"{strategy}/{fmt}: {result.output}"
+            assert result.exit_code == 0, where
+            assert f"{strategy}: 2 of 2 matches" in result.stdout, where
+            if fmt in ("compact", "narrative"):
+                assert "<engram-memory>" in result.stdout, where
+            # Both memories are printed, whichever way the text wraps.
+            flat = " ".join(result.stdout.split()).replace("│", "")
+            assert "store credit" in flat, where
+
+
+async def test_recall_takes_agent_config_like_every_other_command(
+    engram: Infra, nc: Client, service_token: str, agent: UUID, data_dir: Path
+) -> None:
+    await _seed(nc, service_token, agent)
+    for flag in ("--agent-config", "--agent"):  # --agent: the old spelling still works
+        result = await engram_cli(
+            "recall", "--as", "end_user:alice", flag, str(agent), "--data-dir", str(data_dir)
+        )
+        assert result.exit_code == 0, result.output
+        assert "2 of 2 matches" in result.stdout
+
+
+async def test_a_wire_error_is_one_line_with_its_details_and_no_traceback(
+    engram: Infra, data_dir: Path
+) -> None:
+    result = await engram_cli("config", "set", "retention.max_entries=-5", "--data-dir", str(data_dir))
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith("INVALID_REQUEST: "), result.stderr
+    assert "loc: retention.max_entries" in lines[1], result.stderr
+    assert "Traceback" not in result.output
+
+
+async def test_debug_shows_the_traceback(engram: Infra, data_dir: Path) -> None:
+    from contracts.errors import InvalidRequest
+
+    result = await engram_cli(
+        "--debug", "config", "set", "retention.max_entries=-5", "--data-dir", str(data_dir)
+    )
+    assert result.exit_code != 0
+    assert isinstance(result.exception, InvalidRequest)  # re-raised, so Python prints the traceback
+
+
+async def test_a_request_the_client_refuses_reads_as_invalid_request(engram: Infra, data_dir: Path) -> None:
+    result = await engram_cli("recall", "--top-k", "0", "--data-dir", str(data_dir))
+    assert result.exit_code == 1
+    assert result.stderr.startswith("INVALID_REQUEST: "), result.stderr
+    assert "loc: top_k" in result.stderr
+    assert "Traceback" not in result.output
+
+
+async def test_unreachable_nats_reads_as_unavailable(data_dir: Path) -> None:
+    result = await engram_cli(
+        "recall", "--nats-url", "nats://127.0.0.1:9", "--token", "t", "--data-dir", str(data_dir)
+    )
+    assert result.exit_code == 1
+    assert result.stderr.startswith("UNAVAILABLE: cannot reach NATS"), result.stderr
+
+
+async def test_a_usage_mistake_stays_a_usage_error() -> None:
+    result = await engram_cli("serve", "no-such-service")
+    assert result.exit_code == 2
+    assert "unknown service no-such-service" in result.output
