@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any, TypeVar
 
 from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError, PostgresConnectionError
@@ -29,6 +30,17 @@ def validation_details(exc: ValidationError) -> dict[str, Any]:
     }
 
 
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(data: Any) -> bool:
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def parse_model(model: type[M], body: bytes, *, max_bytes: int = MAX_REQUEST_BYTES) -> M:
     """Decode and validate a JSON body, raising ``PAYLOAD_TOO_LARGE`` or ``INVALID_REQUEST``."""
     if len(body) > max_bytes:
@@ -39,6 +51,9 @@ def parse_model(model: type[M], body: bytes, *, max_bytes: int = MAX_REQUEST_BYT
         raise InvalidRequest("payload is not valid JSON") from exc
     if not isinstance(data, dict):
         raise InvalidRequest("payload must be a JSON object")
+    if _ESCAPED_SURROGATE.search(body) and _has_lone_surrogate(data):
+        # JSON may escape half a UTF-16 pair (\\ud800); Python decodes it, no store can hold it.
+        raise InvalidRequest("payload has a lone surrogate escape: strings must be valid Unicode")
     try:
         return model.model_validate(data)
     except ValidationError as exc:

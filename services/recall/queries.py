@@ -209,7 +209,10 @@ async def lexical_scores(
     everywhere (a speaker's name, say), which plain ``ts_rank`` cannot. Document length is the
     number of distinct lexemes (``length(tsvector)``); a term's frequency is its position count.
     """
-    query = func.to_tsquery("english", _or_query(cue))
+    words = _words(cue)
+    if not words:  # no word to look up ("x", "C++", "?"): the lexical leg finds nothing
+        return []
+    query = func.to_tsquery("english", " | ".join(f"'{w}'" for w in words))
     total, avg_len = await _corpus(session, scope)
     matches = (
         select(ENTRIES.c.id, ENTRIES.c.search)
@@ -219,7 +222,8 @@ async def lexical_scores(
         .cte("matches")
     )
     lexemes = func.unnest(matches.c.search).table_valued("lexeme", "positions", "weights").alias("u")
-    cue_terms = func.tsvector_to_array(func.to_tsvector("english", cue))
+    # The cue's words, not the cue: what Postgres cannot store (NUL) never reaches it.
+    cue_terms = func.tsvector_to_array(func.to_tsvector("english", " ".join(words)))
     terms = (
         select(
             matches.c.id,
@@ -267,10 +271,9 @@ async def _corpus(session: AsyncSession, scope: Scope) -> tuple[int, float]:
     return total, avg_len
 
 
-def _or_query(cue: str) -> str:
-    """A ``to_tsquery`` OR of the cue's words, each quoted as a plain lexeme (no operators from
-    user input reach the query parser)."""
-    words = [w for w in "".join(c if c.isalnum() else " " for c in cue.lower()).split() if len(w) > 1]
-    if not words:
-        return "''"
-    return " | ".join(f"'{w}'" for w in dict.fromkeys(words))
+def _words(cue: str) -> list[str]:
+    """The cue's distinct words of two or more letters or digits, lower-cased: each becomes a
+    quoted plain lexeme of a ``to_tsquery`` OR, so no operator from user input reaches the query
+    parser. Empty for a cue like "x", "C++" or "?" (``to_tsquery`` rejects the empty query ``''``)."""
+    words = "".join(c if c.isalnum() else " " for c in cue.lower()).split()
+    return list(dict.fromkeys(w for w in words if len(w) > 1))

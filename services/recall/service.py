@@ -143,6 +143,9 @@ class Recall:
             if explicit:
                 raise VectorUnavailable("the vector index is not available")
             strategy, warnings = fallback, ["semantic_unavailable_fallback"]
+        if strategy in _VECTOR_STRATEGIES and cue and not has_content(cue):
+            # Nothing to search by ("?", "!!!"): answer as the config would without a cue, and say so.
+            strategy, warnings = fallback, [*warnings, "cue_without_content_fallback"]
         top_k = request.top_k or config.top_k
         if strategy == "semantic" and top_k > SEMANTIC_MAX_TOP_K:
             raise InvalidRequest(f"semantic recall takes top_k from 1 to {SEMANTIC_MAX_TOP_K}")
@@ -423,6 +426,11 @@ class Recall:
             truncated=truncated,
             not_found=[i for i in examined if i not in by_id],
         )
+
+
+def has_content(cue: str) -> bool:
+    """Whether a cue has a letter or digit to search by (punctuation alone finds nothing)."""
+    return any(c.isalnum() for c in cue)
 
 
 def _full_result(c: Candidate) -> RecallResult:
