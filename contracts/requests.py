@@ -67,7 +67,9 @@ class Accepted(Outbound):
 
 
 class SaveOutcome(Outbound):
-    """The result of the save path: ``{saved, skipped, reinforced}`` plus the entry ids."""
+    """The result of the save path: ``{saved, skipped, reinforced}`` plus the entry ids, and how
+    many of the stored entries were quarantined (prompt-injection text, never recalled as text)
+    or had PII redacted (each count is of entries, among ``ids``)."""
 
     status: Literal[200] = 200
     request_id: UUID | None = None
@@ -75,6 +77,10 @@ class SaveOutcome(Outbound):
     skipped: int
     reinforced: int
     ids: list[UUID]
+    quarantined: int = 0
+    redacted: int = 0
+    #: ``agent_config_created``: the first write to this agent config created it (SPEC 2).
+    warnings: list[str] = Field(default_factory=list)
 
 
 class ConfigGet(Inbound):

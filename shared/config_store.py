@@ -16,18 +16,25 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from contracts.config import MemoryConfig, deep_merge, merge_config
-from contracts.errors import Forbidden, InvalidRequest
+from contracts.errors import Forbidden, InvalidRequest, NotFound
 from shared.db.models import MemoryConfigRow, MemoryConfigVersion, OrgSettings
 from shared.time import utcnow
 from shared.wire import validation_details
 
-__all__ = ["claim_agent_config", "load_config", "org_memory_enabled", "put_config"]
+__all__ = [
+    "claim_agent_config",
+    "load_config",
+    "org_memory_enabled",
+    "put_config",
+    "require_known_agent_config",
+]
 
 
 async def claim_agent_config(
     session: AsyncSession, org_id: UUID, agent_config_id: UUID, *, by: str | None = None
-) -> tuple[MemoryConfig, int]:
-    """The agent config's current config, creating it with defaults on first use.
+) -> tuple[MemoryConfig, bool]:
+    """The agent config's current config, creating it with defaults on first use (SPEC 2: an
+    agent config comes into being at its first write); True when this call created it.
 
     Raises ``FORBIDDEN`` when the agent config belongs to another organization.
     """
@@ -46,7 +53,8 @@ async def claim_agent_config(
         .on_conflict_do_nothing()
         .returning(col(MemoryConfigRow.agent_config_id))
     )
-    if inserted.first() is not None:
+    created = inserted.first() is not None
+    if created:
         session.add(
             MemoryConfigVersion(
                 agent_config_id=agent_config_id,
@@ -57,7 +65,19 @@ async def claim_agent_config(
                 created_by=by,
             )
         )
-    return await load_config(session, org_id, agent_config_id)
+    config, _ = await load_config(session, org_id, agent_config_id)
+    return config, created
+
+
+async def require_known_agent_config(session: AsyncSession, org_id: UUID, agent_config_id: UUID) -> None:
+    """``NOT_FOUND`` for an agent config the organization never wrote to nor configured: a read
+    naming it is a typo or a wrong id, and answering "no memories" would hide that."""
+    _, version = await load_config(session, org_id, agent_config_id)
+    if version == 0:
+        raise NotFound(
+            "agent config not found: nothing was ever saved to it and no config was set",
+            {"agent_config_id": str(agent_config_id)},
+        )
 
 
 async def load_config(session: AsyncSession, org_id: UUID, agent_config_id: UUID) -> tuple[MemoryConfig, int]:

@@ -116,6 +116,8 @@ class SaveResult:
     skip_reasons: Counter[str] = field(default_factory=Counter)
     redactions: Counter[str] = field(default_factory=Counter)
     quarantined: list[UUID] = field(default_factory=list)
+    #: Entries (occurrences) whose text had something redacted.
+    redacted: int = 0
     pruned: list[UUID] = field(default_factory=list)
 
 
@@ -222,6 +224,7 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
         result.reinforced += not saved
         result.ids.append(entry_id)
         result.redactions.update(occ.decision.redactions)
+        result.redacted += bool(occ.decision.redactions)
         if occ.decision.quarantined:
             result.quarantined.append(entry_id)
         event = MemoryWritten(

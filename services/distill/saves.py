@@ -67,7 +67,7 @@ async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
             if not await claim_inbox(db, CONSUMER, f"{request.org_id}/save/{request.request_id}"):
                 await msg.ack()
                 return
-            config, _ = await claim_agent_config(
+            config, created = await claim_agent_config(
                 db, request.org_id, request.agent_config_id, by=request.requested_by
             )
             enabled = config.memory_enabled and config.memory_write_enabled
@@ -80,6 +80,9 @@ async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
                     skipped=result.skipped,
                     reinforced=result.reinforced,
                     ids=result.ids,
+                    quarantined=len(set(result.quarantined)),
+                    redacted=result.redacted,
+                    warnings=["agent_config_created"] if created else [],
                 )
             else:
                 await audit.append(
@@ -96,7 +99,12 @@ async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
                     ],
                 )
                 outcome = SaveOutcome(
-                    request_id=request.request_id, saved=0, skipped=len(drafts), reinforced=0, ids=[]
+                    request_id=request.request_id,
+                    saved=0,
+                    skipped=len(drafts),
+                    reinforced=0,
+                    ids=[],
+                    warnings=["agent_config_created"] if created else [],
                 )
         reply = outcome.model_dump(mode="json")
     except EngramError as exc:  # e.g. the agent config moved to another org since ingest checked

@@ -18,6 +18,7 @@ from contracts.errors import InvalidRequest
 from contracts.governance import ExportRequest, Page
 from services.governance_audit.access import Caller, target_key
 from services.governance_audit.paging import PageQuery, read_page
+from shared.config_store import require_known_agent_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.page_tokens import PageTokens
@@ -29,6 +30,9 @@ async def export_page(db: Database, pages: PageTokens, caller: Caller, request: 
     key = target_key(request.actor_ref)
     caller.require("read", key)
     agent_config_id = caller.agent_config(request.agent_config_id)
+    if agent_config_id is not None and request.page_token is None:  # later pages: known already
+        async with db.read() as session:
+            await require_known_agent_config(session, caller.org_id, agent_config_id)
     session_id = caller.session_only
     filters = {
         "agent_config_id": str(agent_config_id) if agent_config_id else None,

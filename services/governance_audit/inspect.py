@@ -19,6 +19,7 @@ from services.governance_audit.paging import PageQuery, read_page
 from services.governance_audit.views import ENTRY_COLUMNS, entry_view, load_entry
 from services.recall.visibility import SHARED_POOL
 from shared import audit
+from shared.config_store import require_known_agent_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.page_tokens import PageTokens
@@ -41,6 +42,9 @@ def _readable_keys(caller: Caller, actor_ref: str | None) -> tuple[str, ...]:
 async def list_entries(db: Database, pages: PageTokens, caller: Caller, request: ListRequest) -> Page:
     agent_config_id = caller.agent_config(request.agent_config_id)
     assert agent_config_id is not None
+    if request.page_token is None:  # a page token was issued for a known one
+        async with db.read() as session:
+            await require_known_agent_config(session, caller.org_id, agent_config_id)
     keys = _readable_keys(caller, request.actor_ref)
     session_id = request.session_id
     if caller.session_only is not None:

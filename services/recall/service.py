@@ -107,23 +107,28 @@ class Recall:
         self._cue_vectors = cue_vectors or CueVectorCache(embedder.name if embedder else "none")
         self._results = results if results is not None and results.enabled else None
 
-    async def _config(self, org_id: UUID, agent_config_id: UUID) -> tuple[MemoryConfig, bool]:
+    async def _config(self, org_id: UUID, agent_config_id: UUID) -> tuple[MemoryConfig, bool, bool]:
+        """The config, whether memory is on, and whether the organization ever used this agent
+        config (saved to it or configured it); an unused one is not cached: its first save
+        creates it."""
         key = (org_id, agent_config_id)
         cached = self._configs.get(key)
         if cached is not None:
-            return cached
+            return (*cached, True)
         async with self._db.read() as session:
-            config, _ = await load_config(session, org_id, agent_config_id)
+            config, version = await load_config(session, org_id, agent_config_id)
+            if version == 0:
+                return config, False, False
             enabled = config.memory_enabled and await org_memory_enabled(session, org_id)
         self._configs.put(key, config, enabled)
-        return config, enabled
+        return config, enabled, True
 
     async def recall(self, credential: Credential, request: RecallRequest) -> RecallReply:
         credential.require(READ)
         credential.require_agent_config(request.agent_config_id)
         credential.require_session(request.session_id)
         caller = act_as(credential, request.principal)
-        config, enabled = await self._config(credential.org_id, request.agent_config_id)
+        config, enabled, known = await self._config(credential.org_id, request.agent_config_id)
         explicit = request.strategy is not None
         cue = (request.cue or "").strip()
         strategy: Strategy = request.strategy or self._default_strategy(config, cue)
@@ -132,6 +137,8 @@ class Recall:
         if fallback in _VECTOR_STRATEGIES:
             fallback = "last_k"
         warnings: list[str] = []
+        if not known:  # a typo, or a first session launch before its first write: say which
+            return _empty(strategy, ["unknown_agent_config"])
         if not enabled:  # memory off: empty context, no recall, no side effects
             return _empty(strategy, warnings)
         policy = apply_overrides(config, request.policy_override)
@@ -387,7 +394,7 @@ class Recall:
         credential.require_agent_config(request.agent_config_id)
         credential.require_session(request.session_id)
         caller = act_as(credential, request.principal)
-        config, enabled = await self._config(credential.org_id, request.agent_config_id)
+        config, enabled, _ = await self._config(credential.org_id, request.agent_config_id)
         requested = list(dict.fromkeys(request.ids))
         examined = requested[:MAX_EXPAND_EXAMINED]
         owner_keys = visible_owner_keys(caller, config.scope, request.session_id) if enabled else ()

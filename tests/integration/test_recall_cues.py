@@ -70,6 +70,8 @@ async def test_a_cue_without_a_lexical_word_is_searched_by_vectors(
 async def test_a_cue_without_letters_or_digits_falls_back_with_a_warning(
     engram: Infra, nc: Client, service_token: str, agent: UUID, cue: str, strategy: str | None
 ) -> None:
+    put = {"agent_config_id": str(agent), "config": {"top_k": 10}}  # a known agent config, defaults
+    assert "error" not in await request(nc, "engram.config.put", put, service_token)
     reply = await _recall(nc, service_token, agent, cue, strategy)
     assert "error" not in reply, reply
     assert reply["strategy"] == "last_k"  # the config's default strategy
