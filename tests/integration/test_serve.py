@@ -20,6 +20,7 @@ from pydantic import SecretStr
 
 from services.runtime import running_services
 from shared.embedded.nats_server import NatsServerProcess, free_port, port_in_use
+from shared.infra import Infra
 from shared.nats_auth.keys import new_user_seed, public_key_of
 from shared.nats_auth.permissions import Grant, Permissions
 from shared.nats_auth.render import NatsUser, render_authorization
@@ -265,3 +266,14 @@ async def test_liveness_answers_while_starting_and_sigterm_stops_a_start_that_wa
             proc.kill()
     assert code == 0, (tmp_path / "gov.log").read_text()
     assert "stopped before start-up finished" in (tmp_path / "gov.log").read_text()
+
+
+async def test_the_asyncapi_document_names_every_subject_a_running_service_serves(engram: Infra) -> None:
+    """What the five services subscribe to when they run (not what the generator builds) is all in
+    contracts/asyncapi.json, which the README calls the full wire contract."""
+    from services.asyncapi import ASYNCAPI_FILE
+
+    documented = {ch["address"] for ch in json.loads(ASYNCAPI_FILE.read_text())["channels"].values()}
+    served = {sub.subject.broker_address for sub in engram.broker.subscribers}  # type: ignore[attr-defined]
+    assert {"engram.recall", "engram.recall.expand", "engram.memory.feedback"} <= served
+    assert served - documented == set()
