@@ -12,13 +12,17 @@ from uuid import UUID
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from contracts.client import EngramClient
 from contracts.common import Principal
 from contracts.connection import ConnectionInfo
+from contracts.errors import Unavailable
+from contracts.events import DeadLetter
 from services.cli.credentials import credentials_app, signing_keys
 from services.cli.errors import DEBUG_HELP, ErrorReportingGroup
 from services.cli.output import print_recall
+from services.cli.streams import read_stream, wait_for_signal
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedded.stack import (
     connection_file,
@@ -52,14 +56,6 @@ DATA_DIR = typer.Option(Path(".engram"), "--data-dir", help="Where the embedded 
 def _root(debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP)) -> None:
     """Engram: long-term memory for AI agents, on NATS."""
     # ErrorReportingGroup reads --debug from the root context's params.
-
-
-async def _wait_for_signal() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
 
 
 @app.command()
@@ -113,7 +109,7 @@ def up(
                     nats_options=ConnectionInfo.model_validate(info).nats_options(),
                 )
                 console.print("[bold]Still serving.[/] Publish your own sessions (see README); Ctrl-C stops.")
-            await _wait_for_signal()
+            await wait_for_signal()
             console.print("stopping…")
 
     try:
@@ -282,7 +278,10 @@ def reindex(
                 try:
                     held.enter_context(exclusive_edge_store(edge_store_path(settings, embedder)))
                 except EdgeStoreInUse as exc:
-                    raise typer.BadParameter(f"{exc}; stop the services first") from None
+                    raise Unavailable(
+                        f"the vector store is in use by {exc.holder}: stop it first (Ctrl-C), then "
+                        "run `engram reindex` (Qdrant Edge opens in one process only)"
+                    ) from None
             await rebuild(embedder)
 
     async def rebuild(embedder: Any) -> None:
@@ -308,7 +307,7 @@ def reindex(
 
 @token_app.command("mint")
 def token_mint(
-    org: UUID = typer.Option(..., help="Organization id."),
+    org: UUID = typer.Option(None, help="Organization id (default: the data dir's, from connection.json)."),
     kind: str = typer.Option(..., help="none | end_user | actor | service"),
     id: str = typer.Option(None, "--id", help="Principal id (not for kind none)."),
     perm: list[str] = typer.Option(["memory.read", "memory.write"], help="Repeat for each permission."),
@@ -320,6 +319,17 @@ def token_mint(
     """Print a signed token (keys from ENGRAM_TOKEN_KEYS, else the data dir's development key)."""
     settings = EngramSettings()
     keys = signing_keys(data_dir)
+    if org is None:
+        org_id = (
+            ConnectionInfo.load(connection_file(data_dir)).org_id
+            if connection_file(data_dir).exists()
+            else None
+        )
+        if org_id is None:
+            raise typer.BadParameter(
+                "give --org (no connection.json in the data dir names one)", param_hint="--org"
+            )
+        org = org_id
     unknown = set(perm) - ALL_PERMISSIONS
     if unknown:
         raise typer.BadParameter(
@@ -339,7 +349,9 @@ def token_mint(
 @app.command()
 def export(
     actor: str = typer.Option(..., "--actor", help="Whose memory: end_user:ID, actor:ID or none."),
-    agent: UUID = typer.Option(None, "--agent", help="One agent config (default: all the token may see)."),
+    agent_config: UUID = typer.Option(
+        None, "--agent-config", "--agent", help="One agent config (default: all the token may see)."
+    ),
     lifecycle: list[str] = typer.Option(None, "--lifecycle", help="Repeat: active, disabled, superseded ..."),
     page_size: int = typer.Option(500, "--page-size"),
     data_dir: Path = DATA_DIR,
@@ -355,8 +367,8 @@ def export(
 
     url, tok = _client_args(data_dir, nats_url, token)
     fields: dict[str, Any] = {"page_size": page_size}
-    if agent is not None:
-        fields["agent_config_id"] = agent
+    if agent_config is not None:
+        fields["agent_config_id"] = agent_config
     if lifecycle:
         fields["lifecycle"] = lifecycle
 
@@ -380,7 +392,9 @@ def export(
 @app.command()
 def purge(
     actor: str = typer.Option(..., "--actor", help="Whose memory: end_user:ID, actor:ID or none."),
-    agent: UUID = typer.Option(None, "--agent", help="One agent config (default: all)."),
+    agent_config: UUID = typer.Option(
+        None, "--agent-config", "--agent", help="One agent config (default: all)."
+    ),
     session: str = typer.Option(None, "--session", help="Only this session's memory."),
     yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
     data_dir: Path = DATA_DIR,
@@ -393,7 +407,7 @@ def purge(
             f"Erase all memory of {actor}{f' in session {session}' if session else ''}?", abort=True
         )
     url, tok = _client_args(data_dir, nats_url, token)
-    fields: dict[str, Any] = {"agent_config_id": agent, "session_id": session}
+    fields: dict[str, Any] = {"agent_config_id": agent_config, "session_id": session}
 
     async def main() -> None:
         async with await _engram(data_dir, url, tok) as client:
@@ -413,55 +427,79 @@ def audit_tail(
     nats_url: str = "",
 ) -> None:
     """Follow the audit stream (``engram.audit.<kind>`` on ENGRAM_AUDIT), one line per record."""
-    import nats
-    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-
     url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
     if org is None and connection_file(data_dir).exists():
         org = UUID(_connection(data_dir)["org_id"])
 
-    async def main() -> None:
-        nc = await nats.connect(url, **_nats_options(data_dir, url))
-        seen = 0
-        try:
-            # An ephemeral pull consumer on the named stream: what an audit reader's NATS identity
-            # may create (it may not look a stream up by subject, nor answer push flow control).
-            sub = await nc.jetstream().pull_subscribe(
-                f"engram.audit.{kind}",
-                stream="ENGRAM_AUDIT",
-                config=ConsumerConfig(
-                    deliver_policy=DeliverPolicy.ALL if from_start else DeliverPolicy.NEW,
-                    ack_policy=AckPolicy.NONE,
-                ),
-            )
-            stop = asyncio.ensure_future(_wait_for_signal()) if limit == 0 else None
-            pending: list[Any] = []
-            while limit == 0 or seen < limit:
-                if stop is not None and stop.done():
-                    break
-                if not pending:
-                    try:
-                        pending = await sub.fetch(100, timeout=0.5)
-                    except TimeoutError:
-                        continue
-                msg = pending.pop(0)
-                record = json.loads(msg.data)
-                if org is not None and record.get("org_id") != str(org):
-                    continue
-                seen += 1
-                ids = record.get("entry_ids") or []
-                when = str(record.get("occurred_at", ""))[:23]
-                console.print(
-                    f"{when} #{record.get('seq')} [bold]{record.get('kind')}[/] "
-                    f"by {record.get('actor_ref') or '-'} ids={len(ids)} "
-                    f"{json.dumps(record.get('details') or {}, sort_keys=True)[:160]}",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-        finally:
-            await nc.close()
+    def show(msg: Any) -> bool:
+        record = json.loads(msg.data)
+        if org is not None and record.get("org_id") != str(org):
+            return False
+        ids = record.get("entry_ids") or []
+        when = str(record.get("occurred_at", ""))[:23]
+        console.print(
+            f"{when} #{record.get('seq')} [bold]{record.get('kind')}[/] "
+            f"by {record.get('actor_ref') or '-'} ids={len(ids)} "
+            f"{json.dumps(record.get('details') or {}, sort_keys=True)[:160]}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return True
 
-    asyncio.run(main())
+    asyncio.run(
+        read_stream(
+            url,
+            _nats_options(data_dir, url),
+            subject=f"engram.audit.{kind}",
+            stream="ENGRAM_AUDIT",
+            from_start=from_start,
+            follow=True,
+            limit=limit,
+            show=show,
+        )
+    )
+
+
+@app.command()
+def dlq(
+    follow: bool = typer.Option(False, "--follow", help="Keep waiting for new rejections (Ctrl-C stops)."),
+    source: str = typer.Option(">", "--source", help="Only this source, e.g. session or save."),
+    limit: int = typer.Option(0, "--limit", help="Stop after this many (0 = all)."),
+    data_dir: Path = DATA_DIR,
+    nats_url: str = "",
+) -> None:
+    """What Engram could not process (``engram.dlq.<source>`` on ENGRAM_DLQ, kept 7 days), one line
+    each: when, the subject it came on, the error code and reason, and the original's sha256.
+    The kept copy of the original (PII replaced) is never printed."""
+    url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
+
+    def show(msg: Any) -> bool:
+        letter = DeadLetter.model_validate_json(msg.data)
+        console.print(
+            f"{letter.occurred_at.isoformat(timespec='seconds')} {letter.source_subject} "
+            f"[bold]{letter.code}[/]: {escape(letter.reason)} sha256={letter.original_sha256 or '-'} "
+            f"event={letter.original_event_id or '-'} deliveries={letter.deliveries}"
+            + (f" redacted={','.join(letter.redactions)}" if letter.redactions else ""),
+            highlight=False,
+            markup=True,
+            soft_wrap=True,
+        )
+        return True
+
+    count = asyncio.run(
+        read_stream(
+            url,
+            _nats_options(data_dir, url),
+            subject=f"engram.dlq.{source}",
+            stream="ENGRAM_DLQ",
+            from_start=True,
+            follow=follow,
+            limit=limit,
+            show=show,
+        )
+    )
+    if not follow:
+        Console(stderr=True).print(f"{count} dead letters", highlight=False)
 
 
 @audit_app.command("verify")

@@ -30,6 +30,7 @@ __all__ = [
     "Permissions",
     "all_in_one_permissions",
     "audit_reader_permissions",
+    "dead_letter_reader_permissions",
     "platform_permissions",
     "process_name",
     "process_permissions",
@@ -258,23 +259,34 @@ def platform_permissions(inbox_prefix: str) -> Permissions:
     )
 
 
-def audit_reader_permissions(inbox_prefix: str) -> Permissions:
-    """An audit consumer (SIEM export, compliance, ``engram audit tail``): its own pull consumers
-    on ENGRAM_AUDIT only, which it must name (looking a stream up by subject is not allowed)."""
+def _stream_reader(stream: str, inbox_prefix: str) -> Permissions:
+    """Pull consumers of its own on ``stream`` only, which it must name (looking a stream up by
+    subject is not allowed)."""
     return Permissions(
         publish=(
             Grant(
-                "pull consumers of its own on ENGRAM_AUDIT, durable or ephemeral",
+                f"pull consumers of its own on {stream}, durable or ephemeral",
                 (
-                    "$JS.API.STREAM.INFO.ENGRAM_AUDIT",
-                    "$JS.API.CONSUMER.CREATE.ENGRAM_AUDIT.>",
-                    "$JS.API.CONSUMER.INFO.ENGRAM_AUDIT.*",
-                    "$JS.API.CONSUMER.DELETE.ENGRAM_AUDIT.*",
-                    "$JS.API.CONSUMER.MSG.NEXT.ENGRAM_AUDIT.*",
-                    "$JS.ACK.ENGRAM_AUDIT.>",
+                    f"$JS.API.STREAM.INFO.{stream}",
+                    f"$JS.API.CONSUMER.CREATE.{stream}.>",
+                    f"$JS.API.CONSUMER.INFO.{stream}.*",
+                    f"$JS.API.CONSUMER.DELETE.{stream}.*",
+                    f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*",
+                    f"$JS.ACK.{stream}.>",
                 ),
             ),
         ),
         subscribe=(_inbox(inbox_prefix),),
         inbox_prefix=inbox_prefix,
     )
+
+
+def audit_reader_permissions(inbox_prefix: str) -> Permissions:
+    """An audit consumer (SIEM export, compliance, ``engram audit tail``) on ENGRAM_AUDIT."""
+    return _stream_reader("ENGRAM_AUDIT", inbox_prefix)
+
+
+def dead_letter_reader_permissions(inbox_prefix: str) -> Permissions:
+    """An operator reading rejected events (``engram dlq``) on ENGRAM_DLQ. Dead letters keep the
+    original bytes with PII replaced; `engram dlq` prints their metadata only."""
+    return _stream_reader("ENGRAM_DLQ", inbox_prefix)

@@ -29,6 +29,7 @@ from shared.nats_auth.permissions import (
     ALL_IN_ONE,
     all_in_one_permissions,
     audit_reader_permissions,
+    dead_letter_reader_permissions,
     platform_permissions,
 )
 from shared.nats_auth.render import NatsUser, render_authorization
@@ -226,8 +227,10 @@ class NatsIdentities:
             NatsUser(
                 run[DEV_CLIENT],
                 platform_permissions(f"_INBOX_{DEV_CLIENT}")
-                | audit_reader_permissions(f"_INBOX_{DEV_CLIENT}"),
-                "the development client (connection.json): a platform client that may read the audit stream",
+                | audit_reader_permissions(f"_INBOX_{DEV_CLIENT}")
+                | dead_letter_reader_permissions(f"_INBOX_{DEV_CLIENT}"),
+                "the development client (connection.json): a platform client that may read the audit "
+                "and dead-letter streams",
             ),
         ]
         for raw in sorted(state["clients"].values(), key=lambda r: str(r["name"])):

@@ -19,7 +19,25 @@ __all__ = ["EdgeStoreInUse", "exclusive_edge_store"]
 
 
 class EdgeStoreInUse(RuntimeError):
-    """Another process holds this Qdrant Edge store."""
+    """Another process holds this Qdrant Edge store; ``holder`` says which, as a user would
+    call it (``a running `engram up` (pid 12)``)."""
+
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+def describe_holder(pid: str) -> str:
+    """The process holding a store, named by its command line where the OS shows it."""
+    try:
+        argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return f"another process (pid {pid})"
+    words = [Path(a.decode(errors="replace")).name for a in argv if a]
+    if "engram" not in words:
+        return f"another process (pid {pid})"
+    command = " ".join(["engram", *words[words.index("engram") + 1 :]])
+    return f"a running `{command[:80]}` (pid {pid})"
 
 
 @contextmanager
@@ -31,13 +49,15 @@ def exclusive_edge_store(store: Path) -> Iterator[None]:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
         os.close(fd)
+        holder = describe_holder(pid)
         raise EdgeStoreInUse(
-            f"the Qdrant Edge vector store {store} is held by another process (pid {holder}). "
+            f"the Qdrant Edge vector store {store} is held by {holder}. "
             "Edge is in-process and opens in one process only: run embed and recall together in that "
             "process (`engram serve embed recall`, or `engram up`), or give every process a Qdrant "
-            "server with ENGRAM_VECTOR_STORE=http://qdrant:6333"
+            "server with ENGRAM_VECTOR_STORE=http://qdrant:6333",
+            holder,
         ) from None
     try:
         os.ftruncate(fd, 0)

@@ -4,6 +4,7 @@ raw nats-py in and out, a clean SIGTERM shutdown, a restart on the same data, an
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -157,6 +158,25 @@ async def test_engram_up_serves_sessions_and_config_then_stops_cleanly(
                     )
                 ).stdout
             )
+
+            # A malformed session is acked by JetStream; `engram dlq` shows its rejection (never
+            # the payload's text).
+            bad = json.dumps(
+                {**payload, "event_id": str(uuid4()), "steps": "many", "task": "mail bob@example.com"}
+            )
+            await publish_session(nc, bad.encode(), token, msg_id=None)
+            digest = hashlib.sha256(bad.encode()).hexdigest()
+            deadline = time.monotonic() + EVENT_TIMEOUT_S
+            while (
+                digest
+                not in (letters := await asyncio.to_thread(cli, "dlq", "--data-dir", str(data_dir))).stdout
+            ):
+                if time.monotonic() > deadline:
+                    up.fail(f"the rejected session never showed in `engram dlq`:\n{letters.stdout}")
+                await asyncio.sleep(0.5)
+            line = next(x for x in letters.stdout.splitlines() if digest in x)
+            assert "engram.session.ended INVALID_REQUEST: " in line, line
+            assert "bob@example.com" not in letters.stdout
         finally:
             await nc.close()
 

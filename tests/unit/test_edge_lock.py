@@ -24,6 +24,16 @@ except EdgeStoreInUse as exc:
 """
 
 
+_HOLD = """
+import sys
+from pathlib import Path
+from shared.vectors.edge_lock import exclusive_edge_store
+with exclusive_edge_store(Path(sys.argv[1])):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
 def _other_process(store: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", _OTHER, str(store)], cwd=REPO, capture_output=True, text=True, timeout=60
@@ -66,9 +76,22 @@ def test_reindex_is_refused_while_a_service_holds_the_store(tmp_path: Path) -> N
         "ENGRAM_EMBEDDER": "hashing-384",
         "ENGRAM_VECTOR_STORE": "",
     }
-    with exclusive_edge_store(store):
+    # What `engram up` looks like to the OS: its argv ends in `engram up`.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(store), "engram", "up"],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
         result = CliRunner().invoke(app, ["reindex", "--data-dir", str(tmp_path)], env=env)
-    assert result.exit_code == 2, result.output
-    said = " ".join(result.output.replace("│", " ").split())  # rich wraps the error in a box
-    assert "held by another process" in said
-    assert "stop the services first" in said
+    finally:
+        holder.communicate("", timeout=60)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == [
+        f"UNAVAILABLE: the vector store is in use by a running `engram up` (pid {holder.pid}): stop it "
+        "first (Ctrl-C), then run `engram reindex` (Qdrant Edge opens in one process only)"
+    ]
