@@ -67,6 +67,7 @@ from services.runtime import running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedders.hashing import HashingEmbedder
 from shared.embedders.minilm import MiniLMEmbedder
+from shared.logging import setup_logging
 from shared.ports import Embedder, TenantFilter
 from shared.settings import EngramSettings
 from shared.testing.servers import nats_server, throwaway_database
@@ -493,6 +494,10 @@ def _log(message: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    # Log as `engram up` does (ENGRAM_LOG_LEVEL, INFO by default, to stderr): what the services
+    # log per message costs recall latency there, so it is measured here too.
+    base = EngramSettings()
+    setup_logging(base.log_level, json=base.log_json)
     sizes = sorted(args.sizes)
     total = sum(sizes) + args.other_configs * args.per_other
     results: dict[str, Any] = {
