@@ -38,6 +38,9 @@ class DemoReport:
     redactions: Counter[str] = field(default_factory=Counter)
     quarantined: int = 0
     chain_ok: bool = False
+    #: Owners of the development organization whose memory was purged (their lessons are gone
+    #: for good: a re-run's sessions are refused as replays of erased events).
+    purged: set[str] = field(default_factory=set)
 
 
 async def run_demo(
@@ -83,21 +86,29 @@ async def run_demo(
             done = await _wait_for_distill(clients, sessions, progress, wait, timeout_s)
         for org, client in clients.items():
             records = await _all_audit(client)
-            _tally(report, records, done.get(org, set()))
+            ours = {s["event_id"] for s in sessions if UUID(s["org_id"]) == org} & done.get(org, set())
+            _tally(report, records, ours)
+            if org == identity.org_id:
+                report.purged = _purged_owners(records)
             verdict = await client.audit_verify()
             report.chain_ok = verdict.ok if org == identity.org_id else report.chain_ok and verdict.ok
-        await _show(console, database_url, orgs, report)
-        await _recall_some(console, clients[identity.org_id], identity.agent_config_id)
+        await _show(console, database_url, orgs, {s["session_id"] for s in sessions}, report)
+        await _recall_some(console, clients[identity.org_id], identity.agent_config_id, report.purged)
     finally:
         for client in clients.values():
             await client.close()
     return report
 
 
-async def _recall_some(console: Console, client: EngramClient, agent: UUID, timeout_s: float = 15.0) -> None:
+async def _recall_some(
+    console: Console, client: EngramClient, agent: UUID, purged: set[str], timeout_s: float = 15.0
+) -> None:
     """End as an agent runner would begin: ask what to remember before a few new tasks."""
     loop = asyncio.get_running_loop()
     for ref, cue in DEMO_RECALL_HINTS[:3]:
+        if ref in purged:  # nothing will come back: do not wait for it
+            console.print(f"recall for {ref}: {cue!r} — (purged)", highlight=False)
+            continue
         principal = Principal.parse_ref(ref).model_dump()
         deadline = loop.time() + timeout_s
         while True:  # vectors are written asynchronously: give the embed service a moment
@@ -152,22 +163,42 @@ async def _wait_for_distill(
     return seen
 
 
+def _purged_owners(records: list[dict[str, Any]]) -> set[str]:
+    """Owners whose whole memory a purge erased (``engram purge --actor X`` without a session)."""
+    return {
+        str(r["details"].get("actor_scope"))
+        for r in records
+        if r["kind"] == "memory.purged"
+        and r["details"].get("reason") == "purge"
+        and r["details"].get("actor_scope")
+        and not r["details"].get("session_scope")
+    }
+
+
 def _tally(report: DemoReport, records: list[dict[str, Any]], events: set[str]) -> None:
+    """Count the outcomes of this run's sessions only (``events``): the organization's audit log
+    also holds other clients' sessions."""
     for record in records:
         details = record["details"]
+        if str(details.get("event_id")) not in events:
+            continue
         if record["kind"] == "distill.completed":
             report.distilled += 1
         elif record["kind"] == "distill.skipped":
             report.skipped[str(details.get("reason"))] += 1
 
 
-async def _stored(database_url: str, orgs: dict[UUID, UUID]) -> list[MemoryEntry]:
+async def _stored(database_url: str, orgs: dict[UUID, UUID], session_ids: set[str]) -> list[MemoryEntry]:
+    """What the demo's sessions left (not what other clients saved in these organizations)."""
     db = Database(database_url, pool_size=1)
     try:
         async with db.read() as session:
             result = await session.execute(
                 select(MemoryEntry)
-                .where(col(MemoryEntry.org_id).in_(list(orgs)))
+                .where(
+                    col(MemoryEntry.org_id).in_(list(orgs)),
+                    col(MemoryEntry.session_id).in_(sorted(session_ids)),
+                )
                 .order_by(col(MemoryEntry.org_id), col(MemoryEntry.created_at))
             )
             return list(result.scalars().all())
@@ -175,8 +206,10 @@ async def _stored(database_url: str, orgs: dict[UUID, UUID]) -> list[MemoryEntry
         await db.close()
 
 
-async def _show(console: Console, database_url: str, orgs: dict[UUID, UUID], report: DemoReport) -> None:
-    rows = await _stored(database_url, orgs)
+async def _show(
+    console: Console, database_url: str, orgs: dict[UUID, UUID], session_ids: set[str], report: DemoReport
+) -> None:
+    rows = await _stored(database_url, orgs, session_ids)
     lessons = [r for r in rows if r.layer == "memory"]
     observations = [r for r in rows if r.layer == "observation"]
     report.saved = len(lessons)
@@ -226,5 +259,7 @@ async def _show(console: Console, database_url: str, orgs: dict[UUID, UUID], rep
     summary.add_row("observations kept", str(len(observations)))
     summary.add_row("redacted", ", ".join(f"{k}: {v}" for k, v in sorted(report.redactions.items())) or "0")
     summary.add_row("quarantined (injection)", str(report.quarantined))
+    if report.purged:
+        summary.add_row("purged owners (their lessons are gone)", ", ".join(sorted(report.purged)))
     summary.add_row("audit chain", "verified" if report.chain_ok else "BROKEN")
     console.print(summary)
