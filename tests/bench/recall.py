@@ -69,6 +69,7 @@ from shared.embedders.hashing import HashingEmbedder
 from shared.embedders.minilm import MiniLMEmbedder
 from shared.logging import setup_logging
 from shared.ports import Embedder, TenantFilter
+from shared.provenance import MessageSigner
 from shared.settings import EngramSettings
 from shared.testing.servers import nats_server, throwaway_database
 from shared.time import utcnow
@@ -399,7 +400,7 @@ async def explain_plans(
 
 
 async def embed_throughput(
-    nc: Client, conn: asyncpg.Connection, org: UUID, count: int, seed: int, label: str
+    nc: Client, conn: asyncpg.Connection, signer: MessageSigner, org: UUID, count: int, seed: int, label: str
 ) -> dict[str, Any]:
     """Insert ``count`` pending entries, publish their ``memory.written``, and time until the
     embed service has marked every one ``indexed``."""
@@ -428,11 +429,13 @@ async def embed_throughput(
         for row in rows
     ]
     js = nc.jetstream()
+    bodies = [(e.model_dump_json().encode(), {"Nats-Msg-Id": str(e.event_id)}) for e in events]
     started = time.perf_counter()
+    # Signed as the services sign internal events: embed refuses an unsigned memory.written.
     await asyncio.gather(
         *(
-            js.publish(MEMORY_WRITTEN, e.model_dump_json().encode(), headers={"Nats-Msg-Id": str(e.event_id)})
-            for e in events
+            js.publish(MEMORY_WRITTEN, body, headers=signer.sign(MEMORY_WRITTEN, body, h))
+            for body, h in bodies
         )
     )
     published_s = time.perf_counter() - started
@@ -648,7 +651,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     results["embed"] = {
                         "hashing-384": {
                             "service": await embed_throughput(
-                                nc, conn, org, args.embed_entries, 1, "hashing"
+                                nc, conn, infra.signer, org, args.embed_entries, 1, "hashing"
                             ),
                             "raw": raw_throughput(hashing.embed_sync, args.embed_entries, 1),
                         }
@@ -667,7 +670,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     load_s = time.perf_counter() - started
                     raw = raw_throughput(minilm.embed_sync, args.embed_entries, 2)
                     _log(f"MiniLM loaded in {load_s:.1f} s; raw {raw}")
-                    async with running_services(settings, embedder=minilm, vector_index=index):
+                    async with running_services(settings, embedder=minilm, vector_index=index) as infra:
                         cold = make_cues(args.queries * len(targets) * 2, seed=2)
                         results["recall_minilm"] = {}
                         k = 0
@@ -687,7 +690,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                     max_seconds=args.cell_seconds,
                                 )
                                 _log(f"MiniLM N={target.size:,} {strategy}: {row[strategy]}")
-                        service = await embed_throughput(nc, conn, org, args.embed_entries, 2, "MiniLM")
+                        service = await embed_throughput(
+                            nc, conn, infra.signer, org, args.embed_entries, 2, "MiniLM"
+                        )
                         # The model's own throughput before and after; the better one is the yardstick.
                         after = raw_throughput(minilm.embed_sync, args.embed_entries, 3)
                         results["embed"]["all-MiniLM-L6-v2"] = {
