@@ -53,7 +53,7 @@ bench: install-model
 	$(BIN)/python -m tests.bench.write_path
 	$(BIN)/python -m tests.bench.recall
 
-## Resident size of `engram up` under steady load for 10 minutes (ARCHITECTURE 7: flat ±10%).
+## Resident size of `engram up` under steady load for 10 minutes (should stay flat within ±10%).
 soak: install
 	$(BIN)/python -m tests.bench.soak
 

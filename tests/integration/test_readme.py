@@ -9,7 +9,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from shared.db.engine import Database
 from shared.db.models import AuditRecord
@@ -40,9 +40,10 @@ async def test_readme_platform_snippet_publishes_and_saves(
     """The README's raw nats-py snippet, given a connection file like ``engram up``'s (a platform
     client's NATS identity on an authenticated server), publishes a session that is distilled
     and saves with wait."""
-    (block,) = _python_blocks()
+    first_hour, block = _python_blocks()
     namespace: dict[str, Any] = {}
     exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 (our own README)
+    exec(compile(first_hour, str(README), "exec"), namespace)  # noqa: S102
     connection = tmp_path / "connection.json"
     connection.write_text(
         json.dumps(
@@ -67,3 +68,19 @@ async def test_readme_platform_snippet_publishes_and_saves(
             return found.first() is not None
 
     await eventually(distilled, what="the README's session distilled")
+
+    # The first-hour snippet: recall, feedback, pin, list, for the same owner.
+    async def indexed() -> bool:
+        async with db.read() as s:
+            found = await s.execute(
+                text(
+                    "SELECT count(*) FROM memory_entries WHERE org_id = :o AND embedding_status <> 'indexed'"
+                ),
+                {"o": org},
+            )
+            return found.scalar_one() == 0
+
+    await eventually(indexed, what="every entry embedded")
+    seen = await namespace["first_hour"](str(connection))
+    assert seen["recalled"]
+    assert len(seen["pinned"]) == 1
