@@ -29,6 +29,9 @@ from shared.settings import EngramSettings
 from shared.testing.servers import SecuredNatsServer, secured_nats_server, throwaway_database
 
 TEST_KID = "test-key"
+#: The machine's Redis, one database for every test run on it: tests touch only their own keys
+#: (organizations are fresh per test) and never FLUSHDB. Not db 15, which older test code flushed.
+TEST_REDIS_URL = "redis://127.0.0.1:6379/14"
 TEST_SECRET = secrets.token_urlsafe(48)
 
 
@@ -68,7 +71,7 @@ def settings(
         redeliver_backoff_s=(0.2, 0.4),
         session_retention_s=3600,
         # The machine's Redis when it runs (CI starts it); without it the caches degrade to misses.
-        redis_url="redis://127.0.0.1:6379/15",
+        redis_url=TEST_REDIS_URL,
         # Fast and deterministic; the default (all-MiniLM-L6-v2) runs in tests/e2e, the parity test
         # and the tests that name it.
         embedder="hashing-384",

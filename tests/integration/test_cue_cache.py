@@ -3,8 +3,9 @@ flushed or absent (losing Redis loses nothing)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 import redis.asyncio as redis_asyncio
@@ -13,11 +14,12 @@ from nats.aio.client import Client
 from shared.cache import CueVectorCache
 from shared.embedders.hashing import HashingEmbedder
 from shared.infra import Infra
+from tests.conftest import TEST_REDIS_URL
 from tests.platform import eventually, request
 
 pytestmark = pytest.mark.integration
 
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = TEST_REDIS_URL
 
 
 @pytest.fixture
@@ -27,22 +29,30 @@ async def redis_db() -> AsyncIterator[redis_asyncio.Redis]:
         await client.ping()
     except Exception:
         pytest.skip("no Redis at 127.0.0.1:6379 (the machine's Redis; CI starts it)")
-    await client.flushdb()
+    # Redis db 15 is shared by every test run on the machine: touch only this test's keys.
     yield client
-    await client.flushdb()
     await client.aclose()
+
+
+async def forget(redis_db: redis_asyncio.Redis, pattern: str) -> None:
+    """Delete the keys matching ``pattern`` (never FLUSHDB: other runs' keys live here too)."""
+    keys = [k async for k in redis_db.scan_iter(match=pattern)]
+    if keys:
+        await redis_db.delete(*keys)
 
 
 async def test_vectors_are_shared_through_redis(redis_db: redis_asyncio.Redis) -> None:
     """A vector put by one instance is found by another through Redis, bit for bit (float32)."""
-    one, two = CueVectorCache("m", redis_url=REDIS_URL), CueVectorCache("m", redis_url=REDIS_URL)
+    model = f"test-{uuid4()}"  # a model name of its own: its keys are this test's alone
+    one, two = CueVectorCache(model, redis_url=REDIS_URL), CueVectorCache(model, redis_url=REDIS_URL)
     vector = (await HashingEmbedder().embed(["the deploy quota"]))[0]
     await one.put("the deploy quota", vector)
     got = await two.get("the deploy quota")
     assert got is not None
     assert got == pytest.approx(vector, abs=1e-7)
     assert await two.get("another cue") is None
-    assert await redis_db.dbsize() == 1
+    assert len([k async for k in redis_db.scan_iter(match=f"engram:cue-vector:{model}:*")]) == 1
+    await forget(redis_db, f"engram:cue-vector:{model}:*")
     await one.close()
     await two.close()
 
@@ -89,6 +99,9 @@ async def test_answers_do_not_depend_on_the_cache(
     await eventually(indexed, what="three entries indexed")
     cold = await ask()
     warm = await ask()
-    await redis_db.flushdb()
+    # Cold again: this cue's vector and this organization's cached replies gone from Redis.
+    digest = hashlib.sha256(b"deploy quota region").hexdigest()
+    await forget(redis_db, f"engram:cue-vector:*:{digest}")
+    await forget(redis_db, f"engram:recall*:{org}:*")
     flushed = await ask()
     assert [i for i, _ in cold] == [i for i, _ in warm] == [i for i, _ in flushed]

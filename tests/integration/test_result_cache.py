@@ -18,11 +18,12 @@ from shared.cache import ResultCache
 from shared.db.engine import Database
 from shared.db.models import RECALLS
 from shared.infra import Infra
+from tests.conftest import TEST_REDIS_URL
 from tests.platform import eventually, request
 
 pytestmark = pytest.mark.integration
 
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = TEST_REDIS_URL
 ALICE = {"kind": "end_user", "id": "alice"}
 
 
@@ -68,7 +69,9 @@ async def test_a_hit_equals_a_fresh_answer_and_is_recorded(
     second = await request(nc, "engram.recall", ask, service_token)
     assert without_pack(second) == without_pack(first)
     assert second["pack_id"] != first["pack_id"]
-    await redis_db.flushdb()
+    # Gone from Redis (only this organization's keys: other runs share db 15).
+    stale = [k async for k in redis_db.scan_iter(match=f"engram:recall*:{org}:*")]
+    await redis_db.delete(*stale)
     third = await request(nc, "engram.recall", ask, service_token)
     assert without_pack(third) == without_pack(first)
 
