@@ -93,6 +93,9 @@ class FakeOpenAI:
         self.embedding_dimension = embedding_dimension
         self.shuffle_embeddings = shuffle_embeddings
         self.requests: list[RecordedRequest] = []
+        #: Connections accepted, whether or not a whole request arrived on them: a client that
+        #: timed out while this (same-loop) server was starved may have closed before sending.
+        self.connections = 0
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
         self._port = 0
@@ -139,6 +142,7 @@ class FakeOpenAI:
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
+        self.connections += 1
         try:
             request = await _read_request(reader)
             if request is not None:
