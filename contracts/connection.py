@@ -18,7 +18,8 @@ __all__ = ["ConnectionInfo"]
 
 
 class ConnectionInfo(BaseModel):
-    """Where NATS is, which NATS identity to connect as, and the bearer token to send."""
+    """Where NATS (and the HTTP API) is, which NATS identity to connect as, and the bearer token
+    to send."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -28,6 +29,8 @@ class ConnectionInfo(BaseModel):
     nats_nkey_seed: str | None = Field(default=None, repr=False)
     #: Where the client's replies arrive; its NATS identity may subscribe nowhere else.
     nats_inbox_prefix: str = "_INBOX"
+    #: The HTTP API (``engram up``'s gateway), e.g. ``http://127.0.0.1:8080``; None without one.
+    http_url: str | None = None
     token: str = Field(default="", repr=False)
     org_id: UUID | None = None
     agent_config_id: UUID | None = None

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 __all__ = [
+    "ERROR_ENVELOPE_SCHEMA",
     "EmbeddingDimensionMismatch",
     "EngramError",
     "ErrorCode",
@@ -139,6 +140,25 @@ class Internal(EngramError, RuntimeError):
     code = ErrorCode.INTERNAL
     status = 500
 
+
+#: The JSON Schema of the envelope (``EngramError.to_wire``), for the AsyncAPI and OpenAPI documents.
+ERROR_ENVELOPE_SCHEMA: dict[str, Any] = {
+    "title": "ErrorReply",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "status", "message", "details"],
+            "properties": {
+                "code": {"enum": [code.value for code in ErrorCode], "type": "string"},
+                "status": {"type": "integer"},
+                "message": {"type": "string"},
+                "details": {"type": "object"},
+            },
+        }
+    },
+}
 
 _BY_CODE: dict[ErrorCode, type[EngramError]] = {
     cls.code: cls

@@ -53,6 +53,7 @@ from contracts.requests import (
     ConfigReply,
     SaveOutcome,
     SaveRequest,
+    SessionAccepted,
 )
 
 __all__ = [
@@ -163,9 +164,11 @@ class Stream:
     summary: str
     #: Platforms publish or read it; otherwise only Engram's services do.
     public: bool = True
-    #: For the one stream platforms publish to, its HTTP route (answered after the JetStream ack).
+    #: For the one stream platforms publish to, its HTTP route (answered after the JetStream ack)
+    #: and what that answers.
     http_method: HttpMethod | None = None
     http_path: str | None = None
+    http_reply: type[BaseModel] | None = None
 
 
 # -- request-reply ------------------------------------------------------------------------------
@@ -425,6 +428,7 @@ SESSION_ENDED = Stream(
     summary="An agent session ended: its trace, for distillation into memories (deduplicated by event_id).",
     http_method="POST",
     http_path="/v1/sessions",
+    http_reply=SessionAccepted,
 )
 
 STREAMS: tuple[Stream, ...] = (

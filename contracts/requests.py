@@ -23,6 +23,7 @@ __all__ = [
     "SaveEntry",
     "SaveOutcome",
     "SaveRequest",
+    "SessionAccepted",
 ]
 
 MAX_ENTRY_CHARS = 8_000
@@ -64,6 +65,16 @@ class SaveRequest(Inbound):
 class Accepted(Outbound):
     status: Literal[202] = 202
     request_id: UUID
+
+
+class SessionAccepted(Outbound):
+    """What the HTTP gateway answers for ``POST /v1/sessions``: the session is in JetStream
+    (``duplicate``: an earlier publish of the same ``event_id`` already was)."""
+
+    status: Literal[202] = 202
+    event_id: UUID
+    stream_seq: int
+    duplicate: bool = False
 
 
 class SaveOutcome(Outbound):

@@ -27,7 +27,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.json_schema import JsonSchemaMode
 
 from contracts.common import Inbound
-from contracts.errors import ErrorCode
+from contracts.errors import ERROR_ENVELOPE_SCHEMA
 from contracts.operations import OPERATIONS, STREAMS
 from services.distill.router import build_router as distill_router
 from services.governance_audit.erasure_api import Erasures
@@ -66,23 +66,7 @@ PAYLOADS: dict[str, type[BaseModel]] = {
 REPLIES: dict[str, tuple[type[BaseModel], ...]] = {op.subject: op.replies for op in OPERATIONS}
 
 #: The SPEC 9 error envelope (``EngramError.to_wire``), which has no pydantic model.
-_ERROR_REPLY: dict[str, Any] = {
-    "title": "ErrorReply",
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["code", "status", "message", "details"],
-            "properties": {
-                "code": {"enum": [code.value for code in ErrorCode], "type": "string"},
-                "status": {"type": "integer"},
-                "message": {"type": "string"},
-                "details": {"type": "object"},
-            },
-        }
-    },
-}
+_ERROR_REPLY = ERROR_ENVELOPE_SCHEMA
 
 _SCHEMAS = "#/components/schemas/"
 

@@ -29,6 +29,9 @@ class EngramSettings(BaseSettings):
     #: Empty connects without one (a ``user:password@`` in the URL still works). ``engram up``
     #: sets it to a fresh key of its own at every start.
     nats_nkey_seed: SecretStr = SecretStr("")
+    #: The HTTP gateway's NATS identity, when it differs from the services' (``engram up`` makes
+    #: one per run; ``engram serve gateway`` uses ``nats_nkey_seed``, its process's own).
+    gateway_nkey_seed: SecretStr = SecretStr("")
     #: External Postgres (``postgresql://…``); empty means the embedded stack starts its own.
     database_url: str = ""
     #: TLS to Postgres, as for NATS: a CA file verifies the server (and its host name); a client
@@ -67,6 +70,16 @@ class EngramSettings(BaseSettings):
     #: from outside the container.
     health_port: int = Field(default=0, ge=0, le=65535)
     health_host: str = "0.0.0.0"  # noqa: S104 (a container's probes reach it from outside)
+    #: The HTTP gateway (``engram serve gateway``; ``engram up`` serves it too). ``engram up`` takes
+    #: a free port when this one is taken; 0 always takes a free one. Loopback by default; a
+    #: container sets ``0.0.0.0``.
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    http_host: str = "127.0.0.1"
+    #: Browser origins allowed to call the gateway (CORS), comma-separated; empty (the default)
+    #: sends no CORS headers at all, so browsers on other origins cannot read replies.
+    http_cors_origins: str = ""
+    #: How long the gateway waits for a service's reply when the operation names no timeout.
+    http_request_timeout_s: float = Field(default=10.0, gt=0)
     #: After SIGTERM: stop fetching, finish and ack in-flight work, flush the outbox, exit 0 —
     #: within this bound (below Kubernetes' default 30 s grace period), else exit 1.
     shutdown_timeout_s: float = Field(default=25.0, gt=0)

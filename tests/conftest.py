@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID, uuid4
 
+import httpx
 import nats
 import pytest
 from nats.aio.client import Client
@@ -143,3 +144,25 @@ async def db(database_url: str) -> AsyncIterator[Database]:
     database = Database(database_url, pool_size=2)
     yield database
     await database.close()
+
+
+@pytest.fixture(scope="module")
+async def gateway(
+    engram: Infra, settings: EngramSettings, nats_proc: NatsServerProcess
+) -> AsyncIterator[str]:
+    """The HTTP gateway in front of this module's services, under its own NATS identity (as in
+    ``engram up``), on a free port; yields its base URL."""
+    from services.gateway.server import running_gateway
+
+    identity = getattr(nats_proc, "gateway", None)
+    async with running_gateway(
+        settings.model_copy(update={"http_port": 0}), identity.seed if identity is not None else ""
+    ) as running:
+        yield running.url
+
+
+@pytest.fixture
+async def http(gateway: str) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of the gateway (no token: each test sends the one it means)."""
+    async with httpx.AsyncClient(base_url=gateway, timeout=30.0) as client:
+        yield client

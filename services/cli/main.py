@@ -65,12 +65,20 @@ def up(
     nats_url: str = typer.Option("", help="Use this NATS instead of starting one."),
     database_url: str = typer.Option("", help="Use this Postgres instead of starting one."),
     demo: bool = typer.Option(False, "--demo", help="Publish the demo sessions once ready."),
+    http_port: int = typer.Option(
+        None,
+        "--http-port",
+        help="Port of the HTTP API (default ENGRAM_HTTP_PORT or 8080; a free port when taken; 0 = any).",
+    ),
 ) -> None:
-    """Start NATS, Postgres and every service in one process, until Ctrl-C."""
+    """Start NATS, Postgres, every service and the HTTP gateway in one process, until Ctrl-C."""
+    from services.gateway.server import running_gateway
     from services.runtime import running_services
     from shared.embedded.nats_server import port_in_use
 
     base = EngramSettings()
+    if http_port is not None:
+        base = base.model_copy(update={"http_port": http_port})
     setup_logging(base.log_level, json=base.log_json)
     if not (nats_url or base.nats_url) and nats_port and port_in_use(nats_port):
         console.print(f"[yellow]port {nats_port} is taken; using a free port instead[/]")
@@ -92,11 +100,15 @@ def up(
                 base=base,
             ) as settings,
             running_services(settings),
+            running_gateway(settings, settings.gateway_nkey_seed.get_secret_value(), fall_back=True) as http,
         ):
             identity = load_dev_identity(settings.data_dir)
-            info = connection_info(settings)
+            info = connection_info(settings, http_url=http.url)
             path = write_connection_file(settings.data_dir, info)
-            console.print(f"[bold green]Engram is up[/] — NATS at [bold]{settings.nats_url}[/]")
+            console.print(
+                f"[bold green]Engram is up[/] — NATS at [bold]{settings.nats_url}[/], "
+                f"HTTP API at [bold]{http.url}[/]"
+            )
             console.print(f"connection details (URL, NATS identity, dev token, org, agent config): {path}")
             if demo:
                 from services.cli.demo import run_demo
@@ -122,21 +134,31 @@ def up(
 def serve(
     services: list[str] = typer.Argument(
         ...,
-        help="ingest | distill | embed | recall | governance-audit; several run in one process "
-        "(`engram serve embed recall`: the vector process when vectors live in Qdrant Edge).",
+        help="ingest | distill | embed | recall | governance-audit | gateway; several services run in "
+        "one process (`engram serve embed recall`: the vector process when vectors live in Qdrant "
+        "Edge); the HTTP gateway runs alone.",
     ),
 ) -> None:
     """Run services in this process against external NATS and Postgres (ENGRAM_NATS_URL,
     ENGRAM_DATABASE_URL), with health probes on ENGRAM_HEALTH_PORT and a graceful drain on SIGTERM."""
     from services.runtime import SERVICES
     from services.serve import serve as serve_process
+    from shared.nats_auth.permissions import GATEWAY
 
-    unknown = sorted(set(services) - set(SERVICES))
+    unknown = sorted(set(services) - {*SERVICES, GATEWAY})
     if unknown:
-        raise typer.BadParameter(f"unknown service {', '.join(unknown)}; choose from {', '.join(SERVICES)}")
+        choices = ", ".join((*SERVICES, GATEWAY))
+        raise typer.BadParameter(f"unknown service {', '.join(unknown)}; choose from {choices}")
+    if GATEWAY in services and len(set(services)) > 1:
+        raise typer.BadParameter("the gateway runs in a process of its own: `engram serve gateway`")
     settings = EngramSettings()
     setup_logging(settings.log_level, json=settings.log_json)
-    code = asyncio.run(serve_process(settings, list(dict.fromkeys(services))))
+    if GATEWAY in services:
+        from services.gateway.server import serve_gateway
+
+        code = asyncio.run(serve_gateway(settings))
+    else:
+        code = asyncio.run(serve_process(settings, list(dict.fromkeys(services))))
     if code:
         raise typer.Exit(code)
 

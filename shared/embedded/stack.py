@@ -93,16 +93,17 @@ def write_connection_file(data_dir: Path, info: dict[str, Any]) -> Path:
     return path
 
 
-def connection_info(settings: EngramSettings) -> dict[str, Any]:
+def connection_info(settings: EngramSettings, *, http_url: str | None = None) -> dict[str, Any]:
     """What the development client needs (``connection.json``): where NATS is and who to be on it
-    (this run's development nkey and inbox prefix; none on an external NATS), a development token,
-    the development organization and agent config, and the database."""
+    (this run's development nkey and inbox prefix; none on an external NATS), where the HTTP API
+    is, a development token, the development organization and agent config, and the database."""
     identity = load_dev_identity(settings.data_dir)
     client = NatsIdentities(settings.data_dir).dev_client()
     return {
         "nats_url": settings.nats_url,
         "nats_nkey_seed": client.seed if client is not None else None,
         "nats_inbox_prefix": client.inbox_prefix if client is not None else "_INBOX",
+        "http_url": http_url,
         "token": identity.service_token(),
         "org_id": str(identity.org_id),
         "agent_config_id": str(identity.agent_config_id),
@@ -129,10 +130,15 @@ async def embedded_stack(
     nats = None if nats_url else NatsServerProcess(data_dir / "nats", port=nats_port, auth=True)
     postgres = None if database_url else EmbeddedPostgres(data_dir)
     nkey_seed = base.nats_nkey_seed if base else SecretStr("")
+    # On an external NATS the gateway is the `gateway` user of infra/nats/engram-auth.conf
+    # (ENGRAM_GATEWAY_NKEY_SEED), or nobody on a server without authentication.
+    gateway_seed = base.gateway_nkey_seed if base else SecretStr("")
     try:
         if nats is not None:
             # Fresh keys for this run's services and development client, before the server reads them.
-            nkey_seed = SecretStr(identities.start_run().seed)
+            run = identities.start_run()
+            nkey_seed = SecretStr(run.services.seed)
+            gateway_seed = SecretStr(run.gateway.seed)
             await nats.start()
             nats_url = nats.url
         if postgres is not None:
@@ -142,6 +148,7 @@ async def embedded_stack(
             update={
                 "nats_url": nats_url,
                 "nats_nkey_seed": nkey_seed,
+                "gateway_nkey_seed": gateway_seed,
                 "database_url": database_url,
                 "data_dir": data_dir,
                 # Configured keys keep signing; the dev key is added so dev tokens verify too.

@@ -10,9 +10,11 @@ from pathlib import Path
 from shared.nats_auth.permissions import (
     ALL_IN_ONE,
     EDGE_VECTOR_PROCESS,
+    GATEWAY,
     SERVICES,
     all_in_one_permissions,
     audit_reader_permissions,
+    gateway_permissions,
     platform_permissions,
     process_name,
     process_permissions,
@@ -26,7 +28,7 @@ INFRA_AUTH_FILE = Path(__file__).resolve().parents[2] / "infra" / "nats" / "engr
 #: Every user of the production config, in file order.
 #: The Edge vector process (``engram serve embed recall``): one process, one connection, one user.
 EDGE_VECTORS = process_name(EDGE_VECTOR_PROCESS)
-INFRA_USERS = (*SERVICES, EDGE_VECTORS, ALL_IN_ONE, "platform", "audit-reader")
+INFRA_USERS = (*SERVICES, EDGE_VECTORS, ALL_IN_ONE, GATEWAY, "platform", "audit-reader")
 
 _HEADER = """\
 GENERATED from shared/nats_auth/permissions.py by `python -m shared.nats_auth.infra` (make schema);
@@ -78,6 +80,8 @@ _COMMENTS = {
     "the two service users, with one inbox prefix, _INBOX_engram-embed+recall.",
     ALL_IN_ONE: "engram: every service in one process (`engram up --nats-url …`): the union of the five\n"
     "service users, with one inbox prefix, _INBOX_engram.",
+    GATEWAY: "gateway: the HTTP gateway (`engram serve gateway`). A platform client's rights under its\n"
+    "own inbox, _INBOX_engram-gateway: it forwards each HTTP call with the caller's token unchanged.",
     "platform": "platform: an agent runner or platform backend. Publishes ended sessions and makes\n"
     "the public requests; reads nothing but its own inbox. Copy this block per organization.",
     "audit-reader": "audit-reader: an audit consumer (SIEM, compliance). Its own pull consumers on\n"
@@ -100,6 +104,8 @@ def render_infra() -> str:
             perms = all_in_one_permissions()
         elif user == EDGE_VECTORS:
             perms = process_permissions(EDGE_VECTOR_PROCESS)
+        elif user == GATEWAY:
+            perms = gateway_permissions()
         elif user == "platform":
             perms = platform_permissions("_INBOX_platform")
         else:

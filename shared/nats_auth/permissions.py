@@ -24,6 +24,7 @@ __all__ = [
     "ALL_IN_ONE",
     "CONSUMERS",
     "EDGE_VECTOR_PROCESS",
+    "GATEWAY",
     "PUBLIC_REQUESTS",
     "SERVICES",
     "Grant",
@@ -31,6 +32,7 @@ __all__ = [
     "all_in_one_permissions",
     "audit_reader_permissions",
     "dead_letter_reader_permissions",
+    "gateway_permissions",
     "platform_permissions",
     "process_name",
     "process_permissions",
@@ -41,6 +43,8 @@ __all__ = [
 SERVICES = ("ingest", "distill", "embed", "recall", "governance-audit")
 #: The identity of a process that runs every service (``engram up``).
 ALL_IN_ONE = "engram"
+#: The HTTP gateway (``engram serve gateway``, and inside ``engram up``): a NATS client of its own.
+GATEWAY = "gateway"
 #: The services that share one process when vectors live in Qdrant Edge (in-process, opened by
 #: one process at a time): the vector process of a deployment without a Qdrant server.
 EDGE_VECTOR_PROCESS = ("embed", "recall")
@@ -257,6 +261,14 @@ def platform_permissions(inbox_prefix: str) -> Permissions:
         subscribe=(_inbox(inbox_prefix),),
         inbox_prefix=inbox_prefix,
     )
+
+
+def gateway_permissions() -> Permissions:
+    """The HTTP gateway: what a platform client may do — publish ended sessions (the JetStream ack
+    comes back on its inbox) and make the public requests, each with its HTTP caller's token
+    unchanged — under its own inbox, ``_INBOX_engram-gateway``. No internal subject, no
+    ``$JS.API``, no subscription but its inbox: it holds no business logic, so it needs no more."""
+    return platform_permissions(service_inbox(GATEWAY))
 
 
 def _stream_reader(stream: str, inbox_prefix: str) -> Permissions:

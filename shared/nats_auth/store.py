@@ -27,15 +27,18 @@ from uuid import UUID
 from shared.nats_auth.keys import new_user_seed, public_key_of
 from shared.nats_auth.permissions import (
     ALL_IN_ONE,
+    GATEWAY,
     all_in_one_permissions,
     audit_reader_permissions,
     dead_letter_reader_permissions,
+    gateway_permissions,
     platform_permissions,
+    service_inbox,
 )
 from shared.nats_auth.render import NatsUser, render_authorization
 from shared.time import utcnow
 
-__all__ = ["DEV_CLIENT", "ClientRecord", "Identity", "NatsIdentities", "write_private"]
+__all__ = ["DEV_CLIENT", "ClientRecord", "Identity", "NatsIdentities", "RunIdentities", "write_private"]
 
 #: The development client of ``engram up`` (``connection.json``): a platform client that may also
 #: read the audit stream (``engram audit tail``), because whoever runs ``engram up`` operates it.
@@ -81,10 +84,18 @@ class ClientRecord:
     revoked_at: str | None = None
 
 
-def _new_identity(name: str) -> Identity:
+@dataclass(frozen=True)
+class RunIdentities:
+    """What one ``engram up`` connects as: its services and its HTTP gateway (seeds in memory)."""
+
+    services: Identity
+    gateway: Identity
+
+
+def _new_identity(name: str, inbox_prefix: str | None = None) -> Identity:
     seed = new_user_seed()
     # "_INBOX_engram" for the services: the prefix services/runtime.py gives engram up.
-    return Identity(name, seed, public_key_of(seed), f"_INBOX_{name}")
+    return Identity(name, seed, public_key_of(seed), inbox_prefix or f"_INBOX_{name}")
 
 
 class NatsIdentities:
@@ -133,16 +144,21 @@ class NatsIdentities:
 
     # -- engram up ---------------------------------------------------------------------------
 
-    def start_run(self, extra: Sequence[NatsUser] = ()) -> Identity:
-        """New nkeys for this run's services and development client, and the server's auth file
-        admitting them and every minted client; returns the services' identity. ``extra`` users
-        are admitted too (tests add an observer)."""
+    def start_run(self, extra: Sequence[NatsUser] = ()) -> RunIdentities:
+        """New nkeys for this run's services, HTTP gateway and development client, and the
+        server's auth file admitting them and every minted client; returns the identities this
+        process connects as. ``extra`` users are admitted too (tests add an observer)."""
         services, dev = _new_identity(ALL_IN_ONE), _new_identity(DEV_CLIENT)
+        gateway = _new_identity(GATEWAY, service_inbox(GATEWAY))
         with self._locked() as state:
-            state["run"] = {ALL_IN_ONE: services.public_key, DEV_CLIENT: dev.public_key}
+            state["run"] = {
+                ALL_IN_ONE: services.public_key,
+                GATEWAY: gateway.public_key,
+                DEV_CLIENT: dev.public_key,
+            }
             write_private(self.dev_seed_file, dev.seed + "\n")
             self._write_auth(state, extra)
-        return services
+        return RunIdentities(services, gateway)
 
     def end_run(self) -> None:
         """Forget this run's identities (the server is stopping)."""
@@ -233,6 +249,8 @@ class NatsIdentities:
                 "and dead-letter streams",
             ),
         ]
+        if GATEWAY in run:
+            users.append(NatsUser(run[GATEWAY], gateway_permissions(), "engram up's HTTP gateway"))
         for raw in sorted(state["clients"].values(), key=lambda r: str(r["name"])):
             if raw.get("revoked_at") is None:
                 users.append(

@@ -20,7 +20,14 @@ from shared.db.engine import migrate
 from shared.embedded.nats_server import NatsServerProcess
 from shared.embedded.postgres import EmbeddedPostgres
 from shared.nats_auth.keys import new_user_seed, public_key_of
-from shared.nats_auth.permissions import SERVICES, Grant, Permissions, service_permissions
+from shared.nats_auth.permissions import (
+    GATEWAY,
+    SERVICES,
+    Grant,
+    Permissions,
+    gateway_permissions,
+    service_permissions,
+)
 from shared.nats_auth.render import NatsUser
 from shared.nats_auth.store import Identity, NatsIdentities
 
@@ -60,16 +67,25 @@ class SecuredNatsServer(NatsServerProcess):
         self.observer = Identity("observer", seed, public_key_of(seed), "_INBOX_observer")
         #: Seeds of the per-service identities, for ``engram serve <service>`` processes.
         self.service_seeds = {name: new_user_seed() for name in SERVICES}
+        #: The seed of a production gateway's identity (``engram serve gateway``).
+        self.service_seeds[GATEWAY] = new_user_seed()
         self.services: Identity | None = None
+        #: ``engram up``'s gateway identity (in-process, like the services').
+        self.gateway: Identity | None = None
 
     async def start(self, timeout_s: float = 15.0) -> None:
         if self.services is None:
             extra = [NatsUser(self.observer.public_key, _EVERYTHING, "test observer")]
             extra += [
-                NatsUser(public_key_of(seed), service_permissions(name), f"engram serve {name}")
+                NatsUser(
+                    public_key_of(seed),
+                    gateway_permissions() if name == GATEWAY else service_permissions(name),
+                    f"engram serve {name}",
+                )
                 for name, seed in self.service_seeds.items()
             ]
-            self.services = self.identities.start_run(extra=extra)
+            run = self.identities.start_run(extra=extra)
+            self.services, self.gateway = run.services, run.gateway
         await super().start(timeout_s)
 
     def log_lines(self, *needles: str) -> list[str]:

@@ -123,11 +123,12 @@ def test_registry_keeps_public_keys_and_renders_only_active_clients(tmp_path: Pa
     org = uuid4()
     acme = store.mint("acme", org)
     assert not store.auth_file.exists()  # no run yet: the next start renders it
-    services = store.start_run()
+    run = store.start_run()
     dev = store.dev_client()
     assert dev is not None
     text = store.auth_file.read_text()
-    for identity in (services, dev, acme):
+    assert run.gateway.inbox_prefix == "_INBOX_engram-gateway"
+    for identity in (run.services, run.gateway, dev, acme):
         assert identity.public_key in text
         assert identity.seed not in text
     assert acme.seed not in store.registry_file.read_text()

@@ -1,0 +1,224 @@
+"""The gateway's routes, built from the operation table: one route per operation (plus
+``POST /v1/sessions`` for the one stream platforms publish to, and the probes). Each route only
+moves bytes between HTTP and NATS; every rule — authentication, tenancy, validation — stays with
+the service that answers, so an HTTP caller gets exactly what a NATS caller gets."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from contracts.errors import EngramError, InvalidRequest, NotFound, Unauthenticated
+from contracts.events import MAX_SESSION_BYTES, SessionEnded
+from contracts.operations import MEMORY_EXPORT, OPERATIONS, SESSION_ENDED, Operation
+from contracts.requests import SessionAccepted
+from services.gateway.bridge import Bridge
+from services.gateway.payloads import Shape, decode_object, read_limited
+from shared.wire import MAX_REQUEST_BYTES, error_reply, validation_details
+
+__all__ = ["JSONL", "build_app"]
+
+log = logging.getLogger(__name__)
+
+#: JSON Lines: one JSON value per line (``GET /v1/export``).
+JSONL = "application/jsonl"
+_JSON = "application/json"
+#: A reply is an error envelope when its first key is "error" (no reply model starts so).
+_ERROR_REPLY = re.compile(rb'\s*\{\s*"error"\s*:')
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def error_response(exc: BaseException) -> Response:
+    """The SPEC 9 envelope with its status as the HTTP status; anything unexpected is
+    ``INTERNAL`` without detail (``shared.wire.error_reply`` logs it)."""
+    envelope = error_reply(exc)
+    status = int(envelope["error"]["status"])
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(envelope, status_code=status, headers=headers)
+
+
+def _authorization(request: Request) -> str:
+    """The caller's ``Authorization`` header, unchanged. A request without a bearer token is
+    refused here: there is nothing to pass on, and a service would refuse it the same way."""
+    value = request.headers.get("authorization", "")
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("send Authorization: Bearer <token>")
+    return value
+
+
+def _status(op: Operation[Any, Any], reply: bytes) -> int:
+    """The HTTP status of a service's reply: the envelope's for an error, the reply's own
+    ``status`` where its model has one (``memory.save``: 202 or 200), else 200."""
+    if _ERROR_REPLY.match(reply):
+        return int(json.loads(reply)["error"]["status"])
+    if any("status" in model.model_fields for model in op.replies):
+        return int(json.loads(reply).get("status", 200))
+    return 200
+
+
+async def _payload(shape: Shape, request: Request) -> bytes:
+    path = {k: str(v) for k, v in request.path_params.items()}
+    if not shape.in_body:
+        return json.dumps(shape.from_query(list(request.query_params.multi_items()), path)).encode()
+    body = await read_limited(request.stream(), request.headers.get("content-length"), MAX_REQUEST_BYTES)
+    if not path:
+        # As the caller sent it: the service parses and validates it, as it does on NATS.
+        return body or b"{}"
+    return json.dumps(shape.with_path(decode_object(body), path)).encode()
+
+
+def _operation_endpoint(bridge: Bridge, op: Operation[Any, Any]) -> Endpoint:
+    shape = Shape.of(op)
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            reply = await bridge.request(op, await _payload(shape, request), _authorization(request))
+        except Exception as exc:
+            return error_response(exc)
+        return Response(reply, status_code=_status(op, reply), media_type=_JSON)
+
+    return endpoint
+
+
+def _export_endpoint(bridge: Bridge) -> Endpoint:
+    """``GET /v1/export``: every page of ``memory.export``, one entry per line. The first page is
+    fetched before answering, so its errors get their status; an error on a later page (a page
+    token expiring mid-way) ends the stream with the error envelope as its last line."""
+    op, shape = MEMORY_EXPORT, Shape.of(MEMORY_EXPORT)
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            authorization = _authorization(request)
+            query = shape.from_query(list(request.query_params.multi_items()), {})
+            first = await bridge.request(op, json.dumps(query).encode(), authorization)
+        except Exception as exc:
+            return error_response(exc)
+        if _ERROR_REPLY.match(first):
+            return Response(first, status_code=_status(op, first), media_type=_JSON)
+
+        async def lines() -> AsyncIterator[bytes]:
+            page = json.loads(first)
+            while True:
+                for entry in page["entries"]:
+                    yield json.dumps(entry, separators=(",", ":")).encode() + b"\n"
+                if not page.get("next_page_token"):
+                    return
+                try:
+                    reply = await bridge.request(
+                        op,
+                        json.dumps({**query, "page_token": page["next_page_token"]}).encode(),
+                        authorization,
+                    )
+                except Exception as exc:
+                    yield json.dumps(error_reply(exc)).encode() + b"\n"
+                    return
+                if _ERROR_REPLY.match(reply):
+                    yield reply.strip() + b"\n"
+                    return
+                page = json.loads(reply)
+
+        return StreamingResponse(lines(), media_type=JSONL)
+
+    return endpoint
+
+
+def _sessions_endpoint(bridge: Bridge) -> Endpoint:
+    """``POST /v1/sessions``: ``engram.session.ended`` into JetStream, 202 after the ack. The
+    payload is checked against the contract first (a NATS publisher would find a malformed one
+    dead-lettered; an HTTP caller can be told at once); token and tenancy are ingest's to check,
+    as for every published session."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            authorization = _authorization(request)
+            body = await read_limited(
+                request.stream(), request.headers.get("content-length"), MAX_SESSION_BYTES
+            )
+            try:
+                session = SessionEnded.model_validate(decode_object(body))
+            except ValidationError as exc:
+                raise InvalidRequest("invalid SessionEnded", validation_details(exc)) from exc
+            published = await bridge.publish_session(body, authorization, str(session.event_id))
+        except Exception as exc:
+            return error_response(exc)
+        reply = SessionAccepted(
+            event_id=session.event_id, stream_seq=published.seq, duplicate=published.duplicate
+        )
+        return Response(reply.model_dump_json(), status_code=202, media_type=_JSON)
+
+    return endpoint
+
+
+def _probes(bridge: Bridge) -> list[Route]:
+    async def healthz(request: Request) -> Response:
+        """Liveness: the process answers (no dependency checked: a NATS blip must not restart it)."""
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        """Readiness: NATS is reachable and every service answers a request."""
+        checks = {"nats": bridge.connected}
+        if checks["nats"]:
+            checks |= await bridge.services_answering()
+        ready = all(checks.values())
+        body = {"status": "ready" if ready else "not ready", "checks": checks}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+
+
+def routes(bridge: Bridge) -> list[Route]:
+    """Every route of the table: operations, the sessions stream, the probes."""
+    table: list[Route] = []
+    for op in OPERATIONS:
+        endpoint = _export_endpoint(bridge) if op is MEMORY_EXPORT else _operation_endpoint(bridge, op)
+        table.append(Route(op.http_path, endpoint, methods=[op.http_method], name=op.name))
+    assert SESSION_ENDED.http_path is not None
+    assert SESSION_ENDED.http_method is not None
+    table.append(
+        Route(SESSION_ENDED.http_path, _sessions_endpoint(bridge), methods=[SESSION_ENDED.http_method])
+    )
+    return table + _probes(bridge)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, method not allowed) in the SPEC 9 envelope."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return error_response(NotFound(f"no route {request.url.path}"))
+    error: EngramError = InvalidRequest(str(exc.detail))
+    envelope = error.to_wire()
+    envelope["error"]["status"] = exc.status_code  # 405: the method is wrong, not the body
+    return JSONResponse(envelope, status_code=exc.status_code, headers=exc.headers)
+
+
+def build_app(bridge: Bridge, *, cors_origins: list[str] | None = None) -> Starlette:
+    """The ASGI application. CORS is off unless origins are given (``ENGRAM_HTTP_CORS_ORIGINS``)."""
+    middleware = []
+    if cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=cors_origins,
+                allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                allow_headers=["Authorization", "Content-Type"],
+            )
+        )
+    return Starlette(
+        routes=routes(bridge),
+        middleware=middleware,
+        exception_handlers={HTTPException: _http_error},
+    )

@@ -1,0 +1,111 @@
+"""HTTP request → the operation's NATS payload, generated from the request model: query
+parameters (``GET``, ``DELETE``) or the JSON body (``POST``, ``PUT``, ``PATCH``), plus the fields
+the path names (``/v1/memories/{entry_id}``). Values pass as the caller wrote them; the service
+validates them against the model, exactly as on NATS."""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, get_args, get_origin
+
+from pydantic import BaseModel
+
+from contracts.common import Principal
+from contracts.errors import InvalidRequest, PayloadTooLarge
+from contracts.operations import Operation
+
+__all__ = ["Shape", "decode_object", "read_limited"]
+
+
+def _unwrap(annotation: Any) -> tuple[Any, ...]:
+    """The alternatives of ``X | Y | None`` (or just ``X``)."""
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(a for a in get_args(annotation) if a is not type(None))
+    return (annotation,)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How one operation's request is spread over the HTTP request."""
+
+    op: Operation[Any, Any]
+    #: Fields that take several values: repeated query parameters (``?lifecycle=a&lifecycle=b``).
+    list_fields: frozenset[str]
+    #: Fields holding a principal: ``?principal=end_user:alice`` in a query.
+    principal_fields: frozenset[str]
+    #: Whether the request travels in the JSON body (else in the query).
+    in_body: bool
+
+    @classmethod
+    def of(cls, op: Operation[Any, Any]) -> Shape:
+        fields = op.request.model_fields
+        lists = {n for n, f in fields.items() if any(get_origin(a) is list for a in _unwrap(f.annotation))}
+        principals = {
+            n
+            for n, f in fields.items()
+            if any(isinstance(a, type) and issubclass(a, Principal) for a in _unwrap(f.annotation))
+        }
+        return cls(op, frozenset(lists), frozenset(principals), op.http_method in ("POST", "PUT", "PATCH"))
+
+    @property
+    def query_fields(self) -> dict[str, Any]:
+        """The request model's fields a query may carry (documents list them as parameters)."""
+        model: type[BaseModel] = self.op.request
+        return {n: f for n, f in model.model_fields.items() if n not in self.op.path_params}
+
+    def from_query(self, items: list[tuple[str, str]], path: dict[str, str]) -> dict[str, Any]:
+        payload: dict[str, Any] = {}
+        for key, value in items:
+            if key in self.op.path_params:
+                raise InvalidRequest(f"{key} is given by the path, not the query")
+            if key in self.list_fields:
+                payload.setdefault(key, []).append(value)
+            elif key in payload:
+                raise InvalidRequest(f"query parameter {key} is given more than once")
+            elif key in self.principal_fields:
+                kind, _, ident = value.partition(":")
+                payload[key] = {"kind": kind, "id": ident or None}
+            else:
+                payload[key] = value
+        return {**payload, **path}
+
+    def with_path(self, body: dict[str, Any], path: dict[str, str]) -> dict[str, Any]:
+        for key, value in path.items():
+            if key in body and str(body[key]) != value:
+                raise InvalidRequest(f"{key} in the body differs from the path")
+        return {**body, **path}
+
+
+def decode_object(body: bytes) -> dict[str, Any]:
+    """A JSON object from a request body (an empty body is ``{}``)."""
+    if not body.strip():
+        return {}
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequest("the body is not valid JSON") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return data
+
+
+async def read_limited(chunks: typing.AsyncIterator[bytes], declared: str | None, limit: int) -> bytes:
+    """The whole body, refusing (``PAYLOAD_TOO_LARGE``) more than ``limit`` bytes — by the declared
+    length before reading anything, else as soon as the stream passes the limit."""
+    too_large = PayloadTooLarge(f"the body exceeds {limit} bytes", {"limit": limit})
+    if declared is not None:
+        try:
+            length = int(declared)
+        except ValueError as exc:
+            raise InvalidRequest("Content-Length is not a number") from exc
+        if length > limit:
+            raise too_large
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)

@@ -1,0 +1,120 @@
+"""Running the gateway: uvicorn on a socket of our own, inside a process that owns its signals —
+``engram up`` (beside the services) and ``engram serve gateway`` (alone, as in production)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import uvicorn
+
+from services.gateway.app import build_app
+from services.gateway.bridge import Bridge
+from shared.settings import EngramSettings
+
+__all__ = ["RunningGateway", "running_gateway", "serve_gateway"]
+
+log = logging.getLogger("engram.gateway")
+
+#: In-flight HTTP requests get this long to finish at shutdown.
+_GRACE_S = 5.0
+_STARTUP_S = 10.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: the process running it owns SIGINT/SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass(frozen=True)
+class RunningGateway:
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+def bind(host: str, port: int, *, fall_back: bool = False) -> socket.socket:
+    """A listening socket on ``host:port``; with ``fall_back``, on a free port when that one is
+    taken (``engram up``: a second stack on one machine still starts)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        if not fall_back or port == 0:
+            sock.close()
+            raise RuntimeError(f"cannot listen for HTTP on {host}:{port} ({exc.strerror})") from exc
+        log.warning("port %d is taken; the HTTP gateway takes a free port instead", port)
+        sock.bind((host, 0))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+@asynccontextmanager
+async def running_gateway(
+    settings: EngramSettings, nkey_seed: str, *, fall_back: bool = False
+) -> AsyncIterator[RunningGateway]:
+    """Serve the gateway on ``settings.http_host:http_port`` until the block ends: connected to
+    NATS as ``nkey_seed`` (the gateway's identity) first, listening after."""
+    bridge = await Bridge.connect(settings, nkey_seed)
+    origins = [o.strip() for o in settings.http_cors_origins.split(",") if o.strip()]
+    config = uvicorn.Config(
+        build_app(bridge, cors_origins=origins),
+        lifespan="off",
+        access_log=False,
+        server_header=False,
+        log_config=None,  # our logging (shared.logging) stays as it is
+        timeout_graceful_shutdown=int(_GRACE_S),
+    )
+    server = _Server(config)
+    sock = bind(settings.http_host, settings.http_port, fall_back=fall_back)
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="engram-gateway")
+    try:
+        async with asyncio.timeout(_STARTUP_S):
+            while not server.started:
+                if task.done():
+                    await task  # raises what stopped it
+                    raise RuntimeError("the HTTP gateway stopped while starting")
+                await asyncio.sleep(0.01)
+        host, port = sock.getsockname()[:2]
+        running = RunningGateway(str(host), int(port))
+        log.info("HTTP gateway on %s", running.url)
+        yield running
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await task
+        sock.close()
+        await bridge.close()
+
+
+async def serve_gateway(settings: EngramSettings) -> int:
+    """``engram serve gateway``: the gateway alone until SIGTERM/SIGINT (its NATS identity is
+    ``ENGRAM_NATS_NKEY_SEED``, like any ``engram serve`` process); ``/readyz`` on its own port."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with running_gateway(settings, settings.nats_nkey_seed.get_secret_value()):
+            await stop.wait()
+            log.info("stopping: finishing in-flight requests")
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return 0
