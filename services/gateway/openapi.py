@@ -1,0 +1,236 @@
+"""Generate the checked-in OpenAPI 3.1 document of the HTTP gateway: ``contracts/openapi.json``.
+
+    python -m services.gateway.openapi            # (re)write the file
+    python -m services.gateway.openapi --check    # exit 1 if the file is missing or stale
+
+Built from the operation table, as the routes are (``services/gateway/app.py``): one path item
+per operation, its request from the request model (query parameters for GET and DELETE, the JSON
+body otherwise, path fields from the path), its replies from the reply models, and the SPEC 9
+envelope for every error. ``tests/unit/test_openapi_sync.py`` fails when the file drifts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import ERROR_ENVELOPE_SCHEMA
+from contracts.governance import EntryView
+from contracts.operations import MEMORY_EXPORT, OPERATIONS, SESSION_ENDED, Operation
+from contracts.schema_export import component_schema
+from services.gateway.app import JSONL
+from services.gateway.payloads import Shape
+
+__all__ = ["OPENAPI_FILE", "build_document", "main", "render"]
+
+OPENAPI_FILE = Path(__file__).resolve().parents[2] / "contracts" / "openapi.json"
+_SCHEMAS = "#/components/schemas/"
+_ERROR = {"$ref": _SCHEMAS + "ErrorReply"}
+_JSON = "application/json"
+
+
+def _errors() -> dict[str, Any]:
+    described = {"description": "The SPEC 9 error envelope; its status is the HTTP status."}
+    return {status: {**described, "content": {_JSON: {"schema": _ERROR}}} for status in ("4XX", "5XX")}
+
+
+def _parameters(op: Operation[Any, Any], schemas: dict[str, Any]) -> list[dict[str, Any]]:
+    """Path fields, and for a query-carried request every other field of the request model."""
+    shape = Shape.of(op)
+    model = op.request
+    component_schema(model, schemas, _SCHEMAS)
+    properties: dict[str, Any] = schemas[model.__name__].get("properties", {})
+    required = set(schemas[model.__name__].get("required", []))
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": properties[name]} for name in op.path_params
+    ]
+    if shape.in_body:
+        return parameters
+    for name in shape.query_fields:
+        schema = properties[name]
+        if name in shape.principal_fields:
+            schema = {
+                "type": "string",
+                "description": "For service tokens: act for this principal, as `<kind>:<id>` "
+                "(`end_user:alice`) or `none`.",
+            }
+        parameter: dict[str, Any] = {
+            "name": name,
+            "in": "query",
+            "required": name in required,
+            "schema": schema,
+        }
+        if name in shape.list_fields:
+            parameter |= {"style": "form", "explode": True}
+        parameters.append(parameter)
+    return parameters
+
+
+def _request_body(op: Operation[Any, Any], schemas: dict[str, Any]) -> dict[str, Any] | None:
+    if not Shape.of(op).in_body:
+        return None
+    ref = component_schema(op.request, schemas, _SCHEMAS)
+    if op.path_params:
+        # The body is the request without what the path already says.
+        body = copy.deepcopy(schemas[op.request.__name__])
+        for name in op.path_params:
+            body["properties"].pop(name, None)
+            body["required"] = [r for r in body.get("required", []) if r != name]
+        body["title"] = f"{op.request.__name__}Body"
+        schemas[body["title"]] = body
+        ref = {"$ref": _SCHEMAS + body["title"]}
+    required = bool(schemas[op.request.__name__].get("required"))
+    return {"required": required, "content": {_JSON: {"schema": ref}}}
+
+
+def _responses(op: Operation[Any, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    if op is MEMORY_EXPORT:
+        entry = component_schema(EntryView, schemas, _SCHEMAS)
+        success = {
+            "200": {
+                "description": "Every page's entries, one EntryView per line (JSON Lines). An error on a "
+                "later page ends the stream with the error envelope as the last line.",
+                "content": {JSONL: {"schema": entry}},
+            }
+        }
+        return success | _errors()
+    by_status: dict[str, list[dict[str, str]]] = {}
+    for model in op.replies:
+        field = model.model_fields.get("status")
+        status = str(field.default) if field is not None else "200"
+        by_status.setdefault(status, []).append(component_schema(model, schemas, _SCHEMAS))
+    success = {
+        status: {
+            "description": " or ".join(r["$ref"].removeprefix(_SCHEMAS) for r in refs),
+            "content": {_JSON: {"schema": refs[0] if len(refs) == 1 else {"oneOf": refs}}},
+        }
+        for status, refs in sorted(by_status.items())
+    }
+    return success | _errors()
+
+
+def _operation(op: Operation[Any, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "operationId": op.name,
+        "summary": op.summary,
+        "tags": [op.queue_group],
+        "parameters": _parameters(op, schemas),
+        "responses": _responses(op, schemas),
+        "x-nats-subject": op.subject,
+        "x-engram-permission": op.permission,
+    }
+    if op.mcp_description:
+        item["description"] = op.mcp_description
+    body = _request_body(op, schemas)
+    if body is not None:
+        item["requestBody"] = body
+    if not item["parameters"]:
+        del item["parameters"]
+    return item
+
+
+def _sessions(schemas: dict[str, Any]) -> dict[str, Any]:
+    assert SESSION_ENDED.http_reply is not None
+    return {
+        "operationId": SESSION_ENDED.name,
+        "summary": SESSION_ENDED.summary,
+        "description": "Published to JetStream (`engram.session.ended`, deduplicated by event_id); "
+        "answered once stored. The token and tenancy are checked by ingest as for any published "
+        "session: a refused session is dead-lettered and audited, not answered here.",
+        "tags": ["ingest"],
+        "requestBody": {
+            "required": True,
+            "content": {_JSON: {"schema": component_schema(SESSION_ENDED.payload, schemas, _SCHEMAS)}},
+        },
+        "responses": {
+            "202": {
+                "description": "Stored in JetStream.",
+                "content": {_JSON: {"schema": component_schema(SESSION_ENDED.http_reply, schemas, _SCHEMAS)}},
+            },
+            **_errors(),
+        },
+        "x-nats-subject": SESSION_ENDED.subject,
+    }
+
+
+def _probe(summary: str, statuses: dict[str, str]) -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": summary,
+            "tags": ["probes"],
+            "security": [],
+            "responses": {
+                status: {"description": text, "content": {_JSON: {"schema": {"type": "object"}}}}
+                for status, text in statuses.items()
+            },
+        }
+    }
+
+
+def build_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document, as JSON-compatible data."""
+    try:
+        engram_version = version("engram")
+    except PackageNotFoundError:
+        engram_version = "0.1.0"
+    schemas: dict[str, Any] = {"ErrorReply": ERROR_ENVELOPE_SCHEMA}
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        paths.setdefault(op.http_path, {})[op.http_method.lower()] = _operation(op, schemas)
+    assert SESSION_ENDED.http_path is not None
+    paths[SESSION_ENDED.http_path] = {"post": _sessions(schemas)}
+    paths["/healthz"] = _probe("Liveness: the gateway answers.", {"200": "Alive."})
+    paths["/readyz"] = _probe(
+        "Readiness: NATS reachable and every service answering.",
+        {"200": "Ready; each check true.", "503": "Not ready; the checks say what is missing."},
+    )
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Engram HTTP API",
+            "version": engram_version,
+            "description": "Long-term memory for AI agents. Each route is the NATS request-reply named "
+            "by its x-nats-subject (see contracts/asyncapi.json); the bearer token passes through "
+            "unchanged and decides tenancy and permissions (x-engram-permission).",
+        },
+        "servers": [{"url": "http://127.0.0.1:8080", "description": "engram up (default port)"}],
+        "security": [{"bearer": []}],
+        "paths": dict(sorted(paths.items())),
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+            "schemas": dict(sorted(schemas.items())),
+        },
+    }
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The file's text: pretty-printed, sorted keys, trailing newline."""
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m services.gateway.openapi", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="report drift and exit 1 instead of writing")
+    args = parser.parse_args(argv)
+    expected = render(build_document())
+    on_disk = OPENAPI_FILE.read_bytes().decode("utf-8") if OPENAPI_FILE.is_file() else None
+    if args.check:
+        if on_disk != expected:
+            state = "missing" if on_disk is None else "out of date"
+            print(f"{OPENAPI_FILE} is {state}; run `python -m services.gateway.openapi`", file=sys.stderr)
+            return 1
+        print(f"{OPENAPI_FILE} is up to date")
+        return 0
+    if on_disk != expected:
+        OPENAPI_FILE.write_bytes(expected.encode("utf-8"))
+        print(f"wrote: {OPENAPI_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
