@@ -110,7 +110,10 @@ class EngramUp:
     def __init__(self, data_dir: Path, log: Path, *extra: str) -> None:
         self.data_dir = data_dir
         self.log = log
-        self.args = [str(ENGRAM), "up", "--data-dir", str(data_dir), "--nats-port", "0", *extra]
+        # Free ports: other test runs on this machine may hold the defaults.
+        self.args = [
+            str(ENGRAM), "up", "--data-dir", str(data_dir), "--nats-port", "0", "--http-port", "0", *extra
+        ]  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
         self._reported = False
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
+import httpx
 import nats
 import pytest
 from typer.testing import CliRunner
@@ -91,7 +92,15 @@ async def test_engram_up_serves_sessions_and_config_then_stops_cleanly(
     data_dir = shared_dir / "data"
     with EngramUp(data_dir, shared_dir / "run1.log") as up:
         info = await up.connection()
-        keys = {"nats_url", "nats_nkey_seed", "nats_inbox_prefix", "token", "org_id", "agent_config_id"}
+        keys = {
+            "nats_url",
+            "nats_nkey_seed",
+            "nats_inbox_prefix",
+            "http_url",
+            "token",
+            "org_id",
+            "agent_config_id",
+        }
         assert keys | {"database_url"} <= set(info)
         assert stat.S_IMODE((data_dir / "connection.json").stat().st_mode) == 0o600
         org, agent, token = UUID(info["org_id"]), UUID(info["agent_config_id"]), info["token"]
@@ -122,6 +131,16 @@ async def test_engram_up_serves_sessions_and_config_then_stops_cleanly(
                 up.fail(f"nothing recallable for org {org} within {EVENT_TIMEOUT_S}s")
             assert {r["session_id"] for r in recalled} == {payload["session_id"]}
             assert any("quota exceeded" in r["text"] for r in recalled), recalled
+
+            # The same memory over the HTTP API, printed and in connection.json.
+            assert f"HTTP API at {info['http_url']}" in up.output()
+            async with httpx.AsyncClient(base_url=info["http_url"], timeout=30) as http:
+                assert (await http.get("/readyz")).status_code == 200
+                over_http = await http.post(
+                    "/v1/recall", json=asked, headers={"Authorization": f"Bearer {token}"}
+                )
+                assert over_http.status_code == 200, over_http.text
+                assert {r["id"] for r in over_http.json()["results"]} == {r["id"] for r in recalled}
 
             reply = await request(nc, "engram.config.get", {"agent_config_id": str(agent)}, token)
             assert "error" not in reply, reply

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -84,3 +85,43 @@ async def test_readme_platform_snippet_publishes_and_saves(
     seen = await namespace["first_hour"](str(connection))
     assert seen["recalled"]
     assert len(seen["pinned"]) == 1
+
+
+def _http_block() -> str:
+    (block,) = [
+        b for b in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.DOTALL) if "/v1/" in b
+    ]
+    return block
+
+
+async def test_readme_curl_examples_run_against_the_gateway(
+    gateway: str, org: UUID, agent: UUID, service_token: str, tmp_path: Path
+) -> None:
+    """The README's HTTP section, run by bash with curl and jq as written, from a directory whose
+    .engram/connection.json is like engram up's: every command succeeds (curl --fail-with-body
+    exits non-zero on an error status), the session is accepted, the memory is saved, listed,
+    exported and deleted."""
+    (tmp_path / ".engram").mkdir()
+    (tmp_path / ".engram" / "connection.json").write_text(
+        json.dumps(
+            {"http_url": gateway, "token": service_token, "org_id": str(org), "agent_config_id": str(agent)}
+        )
+    )
+    done = await asyncio.create_subprocess_exec(
+        "bash",
+        "-euo",
+        "pipefail",
+        "-c",
+        _http_block(),
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(done.communicate(), 120)
+    assert done.returncode == 0, err.decode()
+    printed = out.decode()
+    assert '"status":202' in printed.replace(" ", "")  # the session
+    assert '"saved":1' in printed  # the save, waited for
+    assert printed.count("Alice prefers store credit to card refunds.") >= 3  # recall, list, export
+    receipt = json.loads(printed.strip().splitlines()[-1])
+    assert receipt["entries"] == 1  # the delete
