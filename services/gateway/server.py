@@ -50,7 +50,10 @@ def bind(host: str, port: int, *, fall_back: bool = False) -> socket.socket:
     """A listening socket on ``host:port``; with ``fall_back``, on a free port when that one is
     taken (``engram up``: a second stack on one machine still starts)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose
+    # protocol says TCP, and without it every reply written in two parts (uvicorn writes headers,
+    # then body) waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

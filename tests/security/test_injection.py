@@ -21,6 +21,7 @@ from shared.db.models import ENTRIES
 from shared.infra import Infra
 from tests.platform import eventually, request
 from tests.security.support import Tally, count_rows, error_code, mint, report, save
+from tests.security.transport import Send, over_nats
 from tests.unit.injection_corpus import ATTACKS, BENIGN
 
 pytestmark = pytest.mark.integration
@@ -61,6 +62,21 @@ async def test_injection_text_never_reaches_a_context(
     agent: UUID,
     service_token: str,
 ) -> None:
+    await recall_injections(over_nats(nc), nc, db, tokens, org, agent, service_token, "injection")
+
+
+async def recall_injections(
+    send: Send,
+    nc: Client,
+    db: Database,
+    tokens: TokenService,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
+    name: str,
+) -> None:
+    """The attacks are saved over NATS, then recalled, expanded, listed and fetched through
+    ``send`` (NATS here, the HTTP gateway in test_http.py). Reported as ``name``."""
     ids = await save(nc, service_token, agent, list(ATTACKS), ALICE)
     assert len(ids) == len(ATTACKS)
 
@@ -72,7 +88,7 @@ async def test_injection_text_never_reaches_a_context(
     not_quarantined = [r.text for r in stored if not r.quarantined]
     texts = [r.text for r in stored]
     alice = mint(tokens, org, "end_user:alice", {"memory.read", "memory.write"})
-    tally = Tally("injection")
+    tally = Tally(name)
 
     def check_context(label: str, reply: dict[str, Any]) -> None:
         if error_code(reply):
@@ -102,38 +118,33 @@ async def test_injection_text_never_reaches_a_context(
                     }
                     if budget is not None:
                         body["token_budget"] = budget
-                    reply = await request(nc, "engram.recall", body, alice)
+                    reply = await send("engram.recall", body, alice)
                     tally.note(reply)
                     returned += len(reply.get("results", []))
                     check_context(f"recall {strategy}/{fmt}/{budget}/{cue!r}", reply)
-    expanded = await request(
-        nc, "engram.recall.expand", {"agent_config_id": str(agent), "ids": ids[:20]}, alice
-    )
+    expanded = await send("engram.recall.expand", {"agent_config_id": str(agent), "ids": ids[:20]}, alice)
     tally.note(expanded)
     for r in expanded["results"]:
         if r["text"] != QUARANTINE_PLACEHOLDER or not r["quarantined"]:
             tally.problem(f"expand: {r['text'][:80]!r}")
     # Inspection without memory.admin shows the placeholder, listed or fetched one by one.
-    listed = await request(nc, "engram.memory.list", {"agent_config_id": str(agent), "page_size": 100}, alice)
+    listed = await send("engram.memory.list", {"agent_config_id": str(agent), "page_size": 100}, alice)
     tally.note(listed)
     for e in listed["entries"]:
         if e["text"] != LIST_PLACEHOLDER or not e["quarantined"]:
             tally.problem(f"list: {e['text'][:80]!r}")
     for entry in ids:
-        got = await request(
-            nc, "engram.memory.get", {"agent_config_id": str(agent), "entry_id": entry}, alice
-        )
+        got = await send("engram.memory.get", {"agent_config_id": str(agent), "entry_id": entry}, alice)
         tally.note(got)
         if error_code(got) or got["entry"]["text"] != LIST_PLACEHOLDER:
             tally.problem(f"get {entry}: {str(got)[:120]}")
     # An operator reviewing quarantine does see the text (that is what review is for): a service
     # token with memory.admin acting for no end user. Acting *for* alice it is alice, and sees
     # the placeholder like her.
-    admin_view = await request(
-        nc, "engram.memory.get", {"agent_config_id": str(agent), "entry_id": ids[0]}, service_token
+    admin_view = await send(
+        "engram.memory.get", {"agent_config_id": str(agent), "entry_id": ids[0]}, service_token
     )
-    as_alice = await request(
-        nc,
+    as_alice = await send(
         "engram.memory.get",
         {"agent_config_id": str(agent), "entry_id": ids[0], "principal": ALICE},
         service_token,
@@ -141,7 +152,7 @@ async def test_injection_text_never_reaches_a_context(
     if as_alice["entry"]["text"] != LIST_PLACEHOLDER:
         tally.problem("get for alice through a service token showed quarantined text")
     report(
-        "injection",
+        name,
         requests=tally.requests,
         attacks=len(ATTACKS),
         not_quarantined_at_write=len(not_quarantined),

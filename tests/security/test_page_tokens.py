@@ -18,6 +18,7 @@ from shared.page_tokens import PageTokens
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.platform import request
 from tests.security.support import Tally, b64url, error_code, mint, report, save, unb64url
+from tests.security.transport import Send, over_nats
 
 pytestmark = pytest.mark.integration
 
@@ -98,6 +99,14 @@ async def test_tampered_page_tokens_are_refused(
     agent: UUID,
     service_token: str,
 ) -> None:
+    await tamper_with_page_tokens(over_nats(nc), nc, tokens, org, agent, service_token, "page-tokens")
+
+
+async def tamper_with_page_tokens(
+    send: Send, nc: Client, tokens: TokenService, org: UUID, agent: UUID, service_token: str, name: str
+) -> None:
+    """The tampering, sent through ``send`` (NATS here, the HTTP gateway in test_http.py); the
+    memory, the honest tokens and the controls go over NATS either way. Reported as ``name``."""
     await save(nc, service_token, agent, [f"alice fact {i}" for i in range(8)], ALICE)
     await save(nc, service_token, agent, [f"bob fact {i}" for i in range(8)], BOB)
     alice = mint(tokens, org, "end_user:alice", {"memory.read"})
@@ -135,14 +144,14 @@ async def test_tampered_page_tokens_are_refused(
         == PAGE
     )
 
-    tally = Tally("page-tokens")
+    tally = Tally(name)
     categories: dict[str, int] = {}
     benign: list[str] = []
 
     async def refuse(
         category: str, subject: str, body: dict[str, Any], token: str, original: str | None
     ) -> None:
-        reply = await request(nc, subject, body, token)
+        reply = await send(subject, body, token)
         code = tally.note(reply)
         categories[category] = categories.get(category, 0) + 1
         # Another organization's caller naming this agent config is refused before its token is
@@ -266,7 +275,7 @@ async def test_tampered_page_tokens_are_refused(
             await refuse(category, subject, {**body, "page_token": forged}, alice, None)
 
     report(
-        "page-tokens",
+        name,
         requests=tally.requests,
         wrong_acceptances=len(tally.problems),
         non_canonical_base64_accepted=len(benign),
