@@ -47,11 +47,13 @@ cluster-bench: install
 
 ## Benchmarks: write-path throughput and latency, recall latency per strategy at 10k/100k
 ## entries plus embed throughput, each with the bare NATS round trip as yardstick; the default
-## embedder's single-cue latency and batch throughput against torch's on the same texts.
+## embedder's single-cue latency and batch throughput against torch's on the same texts; recall
+## over HTTP beside NATS (what the gateway adds).
 bench: install-model
 	$(BIN)/python -m tests.bench.embedder_throughput
 	$(BIN)/python -m tests.bench.write_path
 	$(BIN)/python -m tests.bench.recall
+	$(BIN)/python -m tests.bench.gateway
 
 ## Resident size of `engram up` under steady load for 10 minutes (should stay flat within ±10%).
 soak: install
