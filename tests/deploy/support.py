@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from services.cli.main import app
 from services.runtime import SERVICES
+from shared.nats_auth.permissions import GATEWAY
 from shared.settings import EngramSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,8 +29,10 @@ REQUIRED_ENV = {
 }
 #: Services whose replicas share vectors: Qdrant Edge is one process only, so they need a server.
 NEED_VECTOR_SERVER = {"embed", "recall"}
-#: The services a deployment runs as their own processes (the gateway joins when it exists).
-DEPLOYED = set(SERVICES)
+#: What the HTTP gateway cannot run without: NATS and its identity, where to listen.
+GATEWAY_ENV = {"ENGRAM_NATS_URL", "ENGRAM_NATS_NKEY_SEED", "ENGRAM_HTTP_HOST", "ENGRAM_HTTP_PORT"}
+#: What a deployment runs as its own processes: every service, and the HTTP gateway.
+DEPLOYED = {*SERVICES, GATEWAY}
 _REFERENCE = re.compile(r"\$\{([A-Z0-9_]+)(?:(:?[-?])([^}]*))?\}")
 
 

@@ -17,9 +17,10 @@ from compose_spec import PyCompose
 
 from shared.embedded.nats_server import find_nats_server
 from shared.nats_auth.infra import INFRA_AUTH_FILE, nkey_variable
-from shared.nats_auth.permissions import process_name
+from shared.nats_auth.permissions import GATEWAY, process_name
 from tests.deploy.support import (
     DEPLOYED,
+    GATEWAY_ENV,
     INFRA,
     NEED_VECTOR_SERVER,
     REPO,
@@ -93,11 +94,17 @@ def test_every_variable_is_read_by_the_code_and_none_required_is_missing(
         variables = svc["environment"]
         unknown = {k for k in variables if k.startswith("ENGRAM_")} - SETTINGS_ENV
         assert not unknown, f"{name} sets variables the code never reads: {sorted(unknown)}"
-        missing = REQUIRED_ENV - set(variables)
+        missing = (GATEWAY_ENV if name == GATEWAY else REQUIRED_ENV) - set(variables)
         assert not missing, f"{name} lacks {sorted(missing)}"
-        assert variables["ENGRAM_STREAM_REPLICAS"] == "3", "R3 streams on a 3-node cluster"
+        if name == GATEWAY:
+            # No business logic and no database: it holds neither the database nor signing keys.
+            assert not {"ENGRAM_DATABASE_URL", "ENGRAM_TOKEN_KEYS"} & set(variables)
+            assert variables["ENGRAM_HTTP_HOST"] == "0.0.0.0"  # noqa: S104 (a container's port)
+        else:
+            assert variables["ENGRAM_STREAM_REPLICAS"] == "3", "R3 streams on a 3-node cluster"
         # Its own least-privilege identity, not another's and not the all-in-one `engram`.
-        own = nkey_variable(process_name([name])).replace("_NKEY_", "_SEED_", 1)
+        user = GATEWAY if name == GATEWAY else process_name([name])
+        own = nkey_variable(user).replace("_NKEY_", "_SEED_", 1)
         assert variables["ENGRAM_NATS_NKEY_SEED"] == env[own], name
         if name in NEED_VECTOR_SERVER:
             assert variables.get("ENGRAM_VECTOR_STORE", "").startswith("http"), (
@@ -124,6 +131,12 @@ def test_ports_and_hosts_agree_with_the_servers(compose: dict[str, Any]) -> None
         for url in variables["ENGRAM_NATS_URL"].split(","):
             assert host_port(url) in {(node, client_port) for node in nats_nodes}, url
         assert {host_port(u)[0] for u in variables["ENGRAM_NATS_URL"].split(",")} == nats_nodes
+        assert {n for n in svc["depends_on"] if n.startswith("nats-")} == nats_nodes
+        if name == GATEWAY:
+            port = variables["ENGRAM_HTTP_PORT"]
+            assert f"127.0.0.1:{port}/readyz" in " ".join(svc["healthcheck"]["test"])
+            assert all(str(p).rsplit(":", 1)[-1] == port for p in svc["ports"]), svc["ports"]
+            continue
         assert host_port(variables["ENGRAM_DATABASE_URL"]) == ("postgres", 5432)
         if "ENGRAM_VECTOR_STORE" in variables:
             assert host_port(variables["ENGRAM_VECTOR_STORE"]) == ("qdrant", 6333)
@@ -134,7 +147,6 @@ def test_ports_and_hosts_agree_with_the_servers(compose: dict[str, Any]) -> None
         assert f"127.0.0.1:{variables['ENGRAM_HEALTH_PORT']}/readyz" in probe, name
         # The services start after migrations and a healthy NATS cluster.
         assert svc["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
-        assert {n for n in svc["depends_on"] if n.startswith("nats-")} == nats_nodes
 
 
 def test_nats_nodes_carry_every_public_key_the_users_file_reads(compose: dict[str, Any]) -> None:

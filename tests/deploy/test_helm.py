@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from shared.nats_auth.keys import new_user_seed
-from tests.deploy.support import DEPLOYED, INFRA, NEED_VECTOR_SERVER, REQUIRED_ENV, SETTINGS_ENV
+from shared.nats_auth.permissions import GATEWAY
+from tests.deploy.support import DEPLOYED, GATEWAY_ENV, INFRA, NEED_VECTOR_SERVER, REQUIRED_ENV, SETTINGS_ENV
 
 CHART = INFRA / "helm" / "engram"
 #: The Kubernetes releases the manifests are validated for: an older one still widely run, and
@@ -71,7 +72,7 @@ def test_every_manifest_is_valid_kubernetes(docs: list[dict[str, Any]]) -> None:
         for version in (KUBERNETES, NEWEST):
             kubernetes_validate.validate(doc, version, strict=True)
         kinds.add(doc["kind"])
-    assert kinds == {"Deployment", "PodDisruptionBudget", "NetworkPolicy", "Secret"}
+    assert kinds == {"Deployment", "PodDisruptionBudget", "NetworkPolicy", "Secret", "Service"}
 
 
 def test_an_invalid_manifest_is_refused_by_the_validator(docs: list[dict[str, Any]]) -> None:
@@ -89,6 +90,8 @@ def test_a_deployment_per_service_runs_engram_serve_with_replicas_and_probes(
     deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in _of(docs, "Deployment")}
     assert set(deployments) == DEPLOYED
     for name, deployment in deployments.items():
+        if name == GATEWAY:
+            continue  # its probes are on its HTTP port: the next test
         spec = deployment["spec"]
         container = spec["template"]["spec"]["containers"][0]
         assert container["args"] == ["serve", name]
@@ -105,6 +108,30 @@ def test_a_deployment_per_service_runs_engram_serve_with_replicas_and_probes(
         assert container["resources"]["requests"]["cpu"]
 
 
+def test_the_gateway_serves_http_behind_a_service_with_probes_on_its_port(docs: list[dict[str, Any]]) -> None:
+    """`engram serve gateway`, 2 replicas, listening on all interfaces at its port, probed there,
+    reached through a Service; no database URL and no signing keys in its environment."""
+    (deployment,) = [d for d in _of(docs, "Deployment") if d["metadata"]["name"].endswith("-gateway")]
+    spec = deployment["spec"]
+    container = spec["template"]["spec"]["containers"][0]
+    assert container["args"] == ["serve", GATEWAY]
+    assert spec["replicas"] == 2
+    env = _env(deployment)
+    assert not GATEWAY_ENV - set(env)
+    assert not {"ENGRAM_DATABASE_URL", "ENGRAM_TOKEN_KEYS"} & set(env)
+    assert env["ENGRAM_HTTP_HOST"] == "0.0.0.0"  # noqa: S104 (in a pod: reached through its Service)
+    port = int(env["ENGRAM_HTTP_PORT"])
+    assert container["ports"] == [{"name": "http", "containerPort": port}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    (service,) = _of(docs, "Service")
+    assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    without = render(_values(gateway={"enabled": False}))
+    assert _of(without, "Deployment")
+    assert not [d for d in without if d["metadata"]["name"].endswith("-gateway")]
+
+
 def test_variables_are_read_by_the_code_and_none_required_is_missing(docs: list[dict[str, Any]]) -> None:
     """Every ENGRAM_* variable is a setting; each service has what serve needs; secrets come from
     the Secret under keys it holds; replicas of embed and recall share a Qdrant server."""
@@ -113,8 +140,10 @@ def test_variables_are_read_by_the_code_and_none_required_is_missing(docs: list[
         name = deployment["metadata"]["labels"]["app.kubernetes.io/component"]
         env = _env(deployment)
         assert set(env) <= SETTINGS_ENV, sorted(set(env) - SETTINGS_ENV)
-        assert not REQUIRED_ENV - set(env), (name, sorted(REQUIRED_ENV - set(env)))
-        assert env["ENGRAM_STREAM_REPLICAS"] == "3"
+        required = GATEWAY_ENV if name == GATEWAY else REQUIRED_ENV
+        assert not required - set(env), (name, sorted(required - set(env)))
+        if name != GATEWAY:
+            assert env["ENGRAM_STREAM_REPLICAS"] == "3"
         assert env["ENGRAM_NATS_NKEY_SEED"]["secretKeyRef"]["key"] == f"nats-seed-{name}"
         for value in env.values():
             if isinstance(value, dict) and not value["secretKeyRef"].get("optional"):
@@ -125,22 +154,42 @@ def test_variables_are_read_by_the_code_and_none_required_is_missing(docs: list[
 
 
 def test_disruption_budgets_and_network_policy_cover_every_service(docs: list[dict[str, Any]]) -> None:
-    """A PDB per Deployment selecting its pods; one NetworkPolicy: no ingress, egress only to
-    DNS and the dependencies' ports."""
+    """A PDB per Deployment selecting its pods. The services' NetworkPolicy: no ingress, egress
+    only to DNS and the dependencies' ports. The gateway's: ingress on its HTTP port only, egress
+    to DNS and NATS only. Each pod is selected by exactly one of them."""
     deployments = _of(docs, "Deployment")
     pdbs = {
         tuple(sorted(p["spec"]["selector"]["matchLabels"].items())) for p in _of(docs, "PodDisruptionBudget")
     }
     for deployment in deployments:
         assert tuple(sorted(deployment["spec"]["selector"]["matchLabels"].items())) in pdbs
-    (policy,) = _of(docs, "NetworkPolicy")
-    selector = policy["spec"]["podSelector"]["matchLabels"]
+    policies = {p["metadata"]["name"].rsplit("-", 1)[-1]: p for p in _of(docs, "NetworkPolicy")}
+    assert set(policies) == {"services", GATEWAY}
+
+    def selects(policy: dict[str, Any], labels: dict[str, str]) -> bool:
+        selector = policy["spec"]["podSelector"]
+        if not selector["matchLabels"].items() <= labels.items():
+            return False
+        return all(labels.get(e["key"]) not in e["values"] for e in selector.get("matchExpressions", []))
+
     for deployment in deployments:
         labels = deployment["spec"]["template"]["metadata"]["labels"]
-        assert selector.items() <= labels.items()
-    assert policy["spec"]["ingress"] == []
-    ports = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
-    assert ports == {53, 4222, 5432, 6333, 6379, 4318}
+        chosen = [name for name, policy in policies.items() if selects(policy, labels)]
+        is_gateway = labels["app.kubernetes.io/component"] == GATEWAY
+        assert chosen == [GATEWAY if is_gateway else "services"], (labels, chosen)
+    services = policies["services"]["spec"]
+    assert services["ingress"] == []
+    assert {p["port"] for rule in services["egress"] for p in rule["ports"]} == {
+        53,
+        4222,
+        5432,
+        6333,
+        6379,
+        4318,
+    }
+    gateway = policies[GATEWAY]["spec"]
+    assert [p["port"] for rule in gateway["ingress"] for p in rule["ports"]] == [8080]
+    assert {p["port"] for rule in gateway["egress"] for p in rule["ports"]} == {53, 4222}
 
 
 def test_missing_secrets_fail_the_render_and_an_existing_secret_is_used_as_named() -> None:
@@ -150,7 +199,10 @@ def test_missing_secrets_fail_the_render_and_an_existing_secret_is_used_as_named
     docs = render({"secrets": {"existingSecret": "engram-prod"}})
     assert _of(docs, "Secret") == []
     for deployment in _of(docs, "Deployment"):
-        assert _env(deployment)["ENGRAM_TOKEN_KEYS"]["secretKeyRef"]["name"] == "engram-prod"
+        env = _env(deployment)
+        assert env["ENGRAM_NATS_NKEY_SEED"]["secretKeyRef"]["name"] == "engram-prod"
+        if "ENGRAM_TOKEN_KEYS" in env:  # the services (the gateway has no signing keys)
+            assert env["ENGRAM_TOKEN_KEYS"]["secretKeyRef"]["name"] == "engram-prod"
 
 
 def test_tls_values_mount_the_ca_and_point_the_services_at_it() -> None:
@@ -162,5 +214,10 @@ def test_tls_values_mount_the_ca_and_point_the_services_at_it() -> None:
         pod = deployment["spec"]["template"]["spec"]
         mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
         assert env["ENGRAM_NATS_TLS_CA_FILE"].rsplit("/", 1)[0] in mounts
+        secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        if deployment["metadata"]["name"].endswith("-gateway"):  # NATS only
+            assert "ENGRAM_DATABASE_TLS_CA_FILE" not in env
+            assert secrets == {"nats-ca"}
+            continue
         assert env["ENGRAM_DATABASE_TLS_CA_FILE"].rsplit("/", 1)[0] in mounts
-        assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {"nats-ca", "pg-ca"}
+        assert secrets == {"nats-ca", "pg-ca"}
