@@ -29,8 +29,10 @@ from shared.embedded.postgres import EmbeddedPostgres
 from shared.nats_auth.keys import new_user_seed, public_key_of
 from shared.nats_auth.permissions import (
     EDGE_VECTOR_PROCESS,
+    GATEWAY,
     Grant,
     Permissions,
+    gateway_permissions,
     platform_permissions,
     process_name,
     process_permissions,
@@ -42,17 +44,28 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: What runs, and how many of each: every service in its own processes, two replicas each, except
 #: embed and recall, which share the one process that may open the Qdrant Edge store (no Qdrant
-#: server can run here; see docs/decisions.md, "Distributed deployment").
+#: server can run here; see docs/decisions.md, "Distributed deployment"); and the HTTP gateway,
+#: two replicas (last: it needs no streams, and is ready only once the services answer).
 DEPLOYMENT: dict[tuple[str, ...], int] = {
     ("ingest",): 2,
     ("distill",): 2,
     ("governance-audit",): 2,
     EDGE_VECTOR_PROCESS: 1,
+    (GATEWAY,): 2,
 }
 PLATFORM_INBOX = "_INBOX_platform"
 _EVERYTHING = Permissions(
     publish=(Grant("test observer", (">",)),), subscribe=(Grant("test observer", (">",)),)
 )
+
+
+def identity_name(names: Sequence[str]) -> str:
+    """The NATS user of a process running ``names`` (``gateway`` for the HTTP gateway)."""
+    return GATEWAY if tuple(names) == (GATEWAY,) else process_name(names)
+
+
+def identity_permissions(names: Sequence[str]) -> Permissions:
+    return gateway_permissions() if tuple(names) == (GATEWAY,) else process_permissions(names)
 
 
 @dataclass
@@ -64,13 +77,13 @@ class Identities:
     observer: str = field(default_factory=new_user_seed)
 
     def seed_for(self, names: Sequence[str]) -> str:
-        return self.services.setdefault(process_name(names), new_user_seed())
+        return self.services.setdefault(identity_name(names), new_user_seed())
 
     def auth_conf(self, deployment: dict[tuple[str, ...], int]) -> str:
         users = [
             NatsUser(
                 public_key_of(self.seed_for(names)),
-                process_permissions(names),
+                identity_permissions(names),
                 f"engram serve {' '.join(names)}",
             )
             for names in deployment
@@ -86,9 +99,11 @@ class ServiceProcess:
     def __init__(self, names: Sequence[str], replica: int, env: dict[str, str], log_dir: Path) -> None:
         self.names = tuple(names)
         self.replica = replica
-        self.label = f"{process_name(names)}-{replica}"
+        self.label = f"{identity_name(names)}-{replica}"
         self.health_port = free_port()
         self.env = {**env, "ENGRAM_HEALTH_PORT": str(self.health_port), "ENGRAM_HEALTH_HOST": "127.0.0.1"}
+        if self.names == (GATEWAY,):  # its probes are on its HTTP port
+            self.env |= {"ENGRAM_HTTP_PORT": str(self.health_port), "ENGRAM_HTTP_HOST": "127.0.0.1"}
         self._log_dir = log_dir
         self.starts = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -293,7 +308,7 @@ async def running_cluster(
                 database_url=database_url,
                 redis_url=redis.url,
                 token_keys=token_keys,
-                data_dir=root / "data" / process_name(names),
+                data_dir=root / "data" / identity_name(names),
                 ack_wait_s=ack_wait_s,
                 stream_replicas=min(3, nodes),
             )

@@ -317,7 +317,7 @@ class Scenario:
 
         await self.phase("nats-leader-kill", kill_leader, restart_node)
 
-        for names in [("ingest",), ("distill",), ("governance-audit",), ("embed", "recall")]:
+        for names in [("ingest",), ("distill",), ("governance-audit",), ("embed", "recall"), ("gateway",)]:
             victim_process = cluster.of(names)[0]
             await self.phase(
                 f"kill-9 {victim_process.label}", _kill(victim_process), _restart(victim_process)
