@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 from uuid import UUID
 
+import httpx
 import nats
 import pytest
 from pydantic import SecretStr
@@ -106,6 +107,52 @@ async def test_serve_answers_probes_and_drains_on_sigterm(
     assert "draining" in log
     assert "drained; exiting" in log
     assert not nats_proc.log_lines("Violation"), "the ingest identity overstepped its permissions"
+
+
+async def test_serve_gateway_under_its_own_identity_answers_and_stops_on_sigterm(
+    engram: object,
+    nats_proc: SecuredNatsServer,
+    settings: EngramSettings,
+    agent: UUID,
+    service_token: str,
+    tmp_path: Path,
+) -> None:
+    """`engram serve gateway` with the production `gateway` user and nothing else (no database,
+    no signing keys): ready once the services answer, serves a recall and a session, exits 0 on
+    SIGTERM, and never oversteps its NATS permissions."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env.update(
+        ENGRAM_NATS_URL=settings.nats_url,
+        ENGRAM_NATS_NKEY_SEED=nats_proc.service_seeds["gateway"],
+        ENGRAM_HTTP_HOST="127.0.0.1",
+        ENGRAM_HTTP_PORT=str(port),
+    )
+    log = tmp_path / "gateway.log"
+    proc = _spawn(["gateway"], env, log)
+    try:
+
+        async def ready() -> bool:
+            assert proc.poll() is None, log.read_text()
+            return port_in_use(port) and (await asyncio.to_thread(_readyz, port))[0] == 200
+
+        await eventually(ready, timeout=60, what="engram serve gateway ready")
+        # Async: the services answering it run on this test's event loop.
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            reply = await http.post(
+                "/v1/recall",
+                json={"agent_config_id": str(agent), "strategy": "last_k"},
+                headers={"Authorization": f"Bearer {service_token}"},
+            )
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["results"] == []
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, log.read_text()
+    assert not nats_proc.log_lines("Violation"), "the gateway identity overstepped its permissions"
 
 
 async def test_serve_recall_refuses_an_edge_store_another_process_holds(
