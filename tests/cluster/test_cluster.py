@@ -45,6 +45,7 @@ async def test_faults_on_the_cluster_lose_and_double_nothing(root: Path) -> None
         "kill-9 distill-1",
         "kill-9 governance-audit-1",
         "kill-9 embed+recall-1",
+        "kill-9 gateway-1",
         "rolling-restart",
         "postgres-restart",
         "redis-stop",
