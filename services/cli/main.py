@@ -272,6 +272,46 @@ def recall(
 
 
 @app.command()
+def mcp(
+    data_dir: Path = DATA_DIR,
+    connection: Path = typer.Option(
+        None,
+        "--connection",
+        envvar="ENGRAM_CONNECTION_FILE",
+        help="A client file from `engram credentials mint` (default: the data dir's connection.json).",
+    ),
+    nats_url: str = typer.Option("", envvar="ENGRAM_NATS_URL", help="Default: the connection file's."),
+    token: str = typer.Option("", envvar="ENGRAM_TOKEN", help="The agent's bearer token: who it is."),
+    agent: UUID = typer.Option(
+        None, "--agent", envvar="ENGRAM_AGENT_CONFIG_ID", help="Default: the connection file's."
+    ),
+    session: str = typer.Option(None, "--session", envvar="ENGRAM_SESSION_ID"),
+) -> None:
+    """Serve Engram's memory tools over MCP on stdin/stdout (for desktop agents and IDEs)."""
+    from services.mcp.caller import Caller
+    from services.mcp.stdio import serve_stdio
+
+    path = connection or connection_file(data_dir)
+    base = ConnectionInfo.load(path) if path.exists() else None
+    url = nats_url or (base.nats_url if base is not None else "")
+    tok = token or (base.token if base is not None else "")
+    target = agent or (base.agent_config_id if base is not None else None)
+    if not url or not tok or target is None:
+        raise typer.BadParameter(
+            "set ENGRAM_NATS_URL, ENGRAM_TOKEN and ENGRAM_AGENT_CONFIG_ID "
+            f"(or start `engram up` so {path} exists)"
+        )
+    # The NATS identity belongs to the connection file's server; another URL connects without it.
+    info = (
+        base.model_copy(update={"nats_url": url})
+        if base is not None and base.nats_url == url
+        else ConnectionInfo(nats_url=url)
+    )
+    setup_logging("WARNING", json=False)
+    asyncio.run(serve_stdio(info, Caller(token=tok, agent_config_id=target, session_id=session)))
+
+
+@app.command()
 def reindex(
     data_dir: Path = DATA_DIR, batch: int = typer.Option(256, help="Entries per embedding call.")
 ) -> None:

@@ -1,0 +1,199 @@
+"""The MCP server through the SDK's own client: in-process sessions against the real stack (NATS,
+Postgres, every service), and ``engram mcp`` as a real stdio subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.types import CallToolResult, TextContent
+from nats.aio.client import Client as Nats
+
+from services.mcp import Caller, FixedCaller, build_server
+from services.mcp.catalog import TOOLS
+from services.recall.render import BLOCK_CLOSE, BLOCK_OPEN
+from shared.auth import TokenService
+from shared.embedded.nats_server import NatsServerProcess
+from shared.infra import Infra
+from tests.security.support import mint
+
+pytestmark = pytest.mark.integration
+
+RW = {"memory.read", "memory.write"}
+
+
+def text_of(result: CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+def error_of(result: CallToolResult) -> dict[str, Any]:
+    assert result.is_error, text_of(result)
+    assert result.structured_content is not None
+    error: dict[str, Any] = result.structured_content["error"]
+    return error
+
+
+def ok(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, text_of(result)
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+@pytest.fixture
+def alice(tokens: TokenService, org: UUID) -> str:
+    return mint(tokens, org, "end_user:alice", RW)
+
+
+def connect(nc: Nats, token: str, agent: UUID) -> Client:
+    """An agent holding ``token``, on an in-process MCP server, through the SDK's own client.
+    (Entered in the test itself: anyio's task groups must close in the task that opened them.)"""
+    return Client(build_server(nc, FixedCaller(Caller(token=token, agent_config_id=agent))))
+
+
+@pytest.fixture
+def session(engram: Infra, nc: Nats, alice: str, agent: UUID) -> Client:
+    """Alice's agent."""
+    return connect(nc, alice, agent)
+
+
+async def test_the_tools_are_the_catalog_and_never_ask_who_the_caller_is(session: Client) -> None:
+    """Every declared tool is listed with its description; no tool argument names an organization,
+    principal or agent config (those come from the token and the server's configuration)."""
+    async with session:
+        listed = (await session.list_tools()).tools
+        assert [t.name for t in listed] == [d.name for d in TOOLS]
+        assert {t.name: t.description for t in listed} == {d.name: d.description for d in TOOLS}
+        for tool in listed:
+            props = set(tool.input_schema.get("properties", {}))
+            assert not props & {"org_id", "org", "principal", "actor_ref", "agent_config_id", "token"}, (
+                tool.name
+            )
+
+
+async def test_remember_recall_expand_list_feedback_forget(session: Client) -> None:
+    """Each tool round-trips through Engram: a remembered lesson is recalled inside the data block,
+    expanded and listed by id, rated, and forgotten for good."""
+    async with session:
+        lesson = "Refunds over 500 EUR need a second approver in the billing tool."
+        saved = ok(await session.call_tool("remember", {"text": lesson, "importance": 0.8}))
+        assert saved["saved"] == 1
+        memory_id = saved["ids"][0]
+
+        recalled = await session.call_tool("recall", {"cue": "refund approval", "strategy": "hybrid"})
+        data = ok(recalled)
+        text = text_of(recalled)
+        assert [r["id"] for r in data["results"]] == [memory_id]
+        # The context exactly as Engram rendered it, the lesson inside the block, ids after it.
+        assert text.startswith(data["context"])
+        inside = data["context"].split(BLOCK_OPEN, 1)[1].split(BLOCK_CLOSE, 1)[0]
+        assert lesson in inside
+        assert memory_id in text.split(BLOCK_CLOSE, 1)[1]
+
+        expanded = await session.call_tool("expand", {"ids": [memory_id, str(uuid4())]})
+        assert ok(expanded)["ids"] == [memory_id]
+        assert len(ok(expanded)["not_found"]) == 1
+        assert lesson in text_of(expanded).split(BLOCK_OPEN, 1)[1].split(BLOCK_CLOSE, 1)[0]
+
+        listed = await session.call_tool("list_memories", {"page_size": 10})
+        assert [e["id"] for e in ok(listed)["entries"]] == [memory_id]
+        assert lesson in text_of(listed)
+
+        helped = ok(await session.call_tool("memory_feedback", {"memory_id": memory_id, "success": True}))
+        assert helped == {"updated": 0, "deleted": 0, "labelled": 0}  # recorded; nothing to decay
+        misled = ok(await session.call_tool("memory_feedback", {"memory_id": memory_id, "success": False}))
+        assert misled["updated"] == 1  # its reliability decayed
+
+        forgotten = ok(await session.call_tool("forget", {"memory_id": memory_id}))
+        assert forgotten["entries"] == 1
+        assert ok(await session.call_tool("recall", {"strategy": "last_k"}))["results"] == []
+        assert ok(await session.call_tool("expand", {"ids": [memory_id]}))["not_found"] == [memory_id]
+
+
+async def test_remembering_twice_reinforces(session: Client) -> None:
+    """The second identical remember is reported as reinforcement, not a second memory."""
+    async with session:
+        first = ok(await session.call_tool("remember", {"text": "Alice prefers store credit."}))
+        second = await session.call_tool("remember", {"text": "Alice prefers store credit."})
+        assert first["saved"] == 1
+        assert ok(second)["reinforced"] == 1
+        assert "reinforced" in text_of(second)
+
+
+async def test_wire_errors_are_tool_errors(
+    engram: Infra, nc: Nats, session: Client, tokens: TokenService, org: UUID, agent: UUID
+) -> None:
+    """SPEC 9 errors reach the agent as tool errors with their code and message; the session goes on."""
+    async with session:
+        missing = error_of(await session.call_tool("forget", {"memory_id": str(uuid4())}))
+        assert missing["code"] == "NOT_FOUND"
+        for args in ({"top_k": 5000}, {"strategy": "everything"}, {"format": 3}):
+            invalid = error_of(await session.call_tool("recall", args))
+            assert invalid["code"] == "INVALID_REQUEST", invalid
+            assert invalid["details"]["fields"] == list(args), invalid
+        bad_id = error_of(await session.call_tool("forget", {"memory_id": "not-a-uuid"}))
+        assert bad_id["code"] == "INVALID_REQUEST"
+        # A session rating needs a session, which this agent was not started with.
+        unrated = error_of(await session.call_tool("memory_feedback", {"success": True}))
+        assert unrated["code"] == "INVALID_REQUEST"
+        assert ok(await session.call_tool("recall", {"strategy": "last_k"}))["results"] == []
+
+        reader = mint(tokens, org, "end_user:alice", {"memory.read"})
+        forged = "not-a-token"
+        for token, tool, args, code in (
+            (reader, "remember", {"text": "Deploys happen on Tuesdays."}, "FORBIDDEN"),
+            (forged, "recall", {"strategy": "last_k"}, "UNAUTHENTICATED"),
+            (forged, "list_memories", {}, "UNAUTHENTICATED"),
+        ):
+            server = build_server(nc, FixedCaller(Caller(token=token, agent_config_id=agent)))
+            async with Client(server) as other:
+                error = error_of(await other.call_tool(tool, args))
+                assert error["code"] == code, (tool, error)
+                assert error["message"]
+
+
+async def test_engram_mcp_over_stdio(
+    engram: Infra,
+    nats_proc: NatsServerProcess,
+    alice: str,
+    agent: UUID,
+    tmp_path: Path,
+) -> None:
+    """``engram mcp`` as a desktop agent runs it: a subprocess speaking MCP on stdin/stdout, the token
+    from ``ENGRAM_TOKEN``, NATS and its identity from a connection file."""
+    identity = nats_proc.client  # type: ignore[attr-defined]
+    connection = tmp_path / "client.json"
+    connection.write_text(
+        json.dumps(
+            {
+                "nats_url": nats_proc.url,
+                "nats_nkey_seed": identity.seed,
+                "nats_inbox_prefix": identity.inbox_prefix,
+            }
+        )
+    )
+    engram_bin = Path(sys.executable).with_name("engram")
+    params = StdioServerParameters(
+        command=str(engram_bin),
+        args=["mcp"],
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "ENGRAM_CONNECTION_FILE": str(connection),
+            "ENGRAM_TOKEN": alice,
+            "ENGRAM_AGENT_CONFIG_ID": str(agent),
+        },
+    )
+    async with Client(params, read_timeout_seconds=60) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert names == [d.name for d in TOOLS]
+        saved = ok(
+            await client.call_tool("remember", {"text": "The staging database is read-only on Fridays."})
+        )
+        recalled = ok(await client.call_tool("recall", {"strategy": "last_k"}))
+    assert [r["id"] for r in recalled["results"]] == saved["ids"]
+    assert "read-only on Fridays" in recalled["context"]
