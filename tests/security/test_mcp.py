@@ -1,0 +1,216 @@
+"""The attacker's view through MCP: tools take no organization or principal, so all an agent of
+organization A can aim at organization B is B's agent config (the server's setting) and B's entry
+ids (tool arguments) — with every kind of token A holds. Nothing of B may come back and B's rows
+must be exactly as they were. And memory text, injected or not, reaches the agent only inside
+the one ``<engram-memory>`` data block, with quarantined text withheld."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+from mcp import Client
+from mcp.types import CallToolResult, TextContent
+from nats.aio.client import Client as Nats
+
+from contracts.common import Principal
+from services.mcp import Caller, FixedCaller, build_server
+from services.recall.render import BLOCK_CLOSE, BLOCK_OPEN
+from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.db.engine import Database
+from shared.db.models import ENTRIES
+from shared.infra import Infra
+from tests.platform import eventually
+from tests.security.support import Tally, count_rows, mint, org_snapshot, report, rng, save
+from tests.security.test_injection import CUES, FORMATS, STRATEGIES, scaffolding_removed
+from tests.unit.injection_corpus import ATTACKS
+
+pytestmark = pytest.mark.integration
+
+ALICE = {"kind": "end_user", "id": "alice"}
+ALICE_PRINCIPAL = Principal(kind="end_user", id="alice")
+
+
+def _text(result: CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+def _code(result: CallToolResult) -> str:
+    if not result.is_error:
+        return "OK"
+    error = (result.structured_content or {}).get("error")
+    # A tool error without the SPEC 9 envelope is a crash the agent cannot act on.
+    return str(error["code"]) if isinstance(error, dict) else "UNTYPED"
+
+
+async def _indexed(db: Database, org: UUID) -> None:
+    async def done() -> bool:
+        return await count_rows(db, ENTRIES.c.org_id == org, ENTRIES.c.embedding_status != "indexed") == 0
+
+    await eventually(done, what="every entry indexed")
+
+
+def _calls(r: Any, victim_ids: list[str], own_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Every tool, aimed at the victim's ids (and, as a control, the attacker's own)."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for strategy in STRATEGIES:
+        for fmt in FORMATS:
+            calls.append(
+                ("recall", {"strategy": strategy, "format": fmt, "cue": r.choice([*CUES, "kestrel"])})
+            )
+    for _ in range(4):
+        calls.append(("expand", {"ids": r.sample(victim_ids, min(20, len(victim_ids))) + own_ids[:1]}))
+    calls.append(("list_memories", {"page_size": 100}))
+    calls.append(("list_memories", {"memory_types": ["semantic"], "page_size": 5}))
+    for victim in r.sample(victim_ids, 6):
+        calls.append(("memory_feedback", {"memory_id": victim, "success": False}))
+        calls.append(("forget", {"memory_id": victim}))
+    calls.append(("remember", {"text": f"kestrel attacker note {r.random()}"}))
+    return calls
+
+
+async def test_no_tool_reaches_another_organization(
+    engram: Infra, nc: Nats, db: Database, tokens: TokenService
+) -> None:
+    """Every token kind of organization A, aimed at B's agent config and entry ids through every
+    tool, sees nothing of B and changes nothing of B; the same calls do find A's own memory."""
+    victim_org, attacker_org, agent, own_agent = uuid4(), uuid4(), uuid4(), uuid4()
+    victim_service = mint(tokens, victim_org, "service:runner", ALL_PERMISSIONS)
+    marker = f"kestrel-{uuid4().hex[:10]}"
+    victim_texts = [f"{marker} note {i}: invoices route through the north team" for i in range(8)]
+    victim_ids = await save(nc, victim_service, agent, victim_texts[:4], ALICE)
+    victim_ids += await save(nc, victim_service, agent, victim_texts[4:])  # the shared pool
+    # The attacker's organization has the same owner ids (and an agent config of its own: B's is
+    # B's, which is the first thing the attacker tries).
+    attacker_service = mint(tokens, attacker_org, "service:runner", ALL_PERMISSIONS)
+    own_ids = await save(nc, attacker_service, own_agent, ["Invoices route through the south team."], ALICE)
+    await _indexed(db, victim_org)
+    await _indexed(db, attacker_org)
+    before = await org_snapshot(db, victim_org)
+
+    attackers = {
+        "end_user:alice rw": mint(tokens, attacker_org, "end_user:alice", {"memory.read", "memory.write"}),
+        "end_user:alice all": mint(tokens, attacker_org, "end_user:alice", ALL_PERMISSIONS),
+        "service all": attacker_service,
+        "actor:carol all": mint(tokens, attacker_org, "actor:carol", ALL_PERMISSIONS),
+        "restricted to the agent": tokens.mint(
+            org_id=attacker_org,
+            principal=ALICE_PRINCIPAL,
+            permissions=ALL_PERMISSIONS,
+            agent_config_id=own_agent,
+            session_id="sess-1",
+        ),
+    }
+    tally = Tally("mcp-cross-tenant")
+    per_tool: dict[str, Counter[str]] = {}
+    leaks: list[str] = []
+    own_seen = 0
+    r = rng("mcp-cross-tenant")
+    for label, token in attackers.items():
+        for target_agent in (agent, own_agent, uuid4()):
+            for session in (None, "sess-1"):
+                caller = Caller(token=token, agent_config_id=target_agent, session_id=session)
+                async with Client(build_server(nc, FixedCaller(caller))) as client:
+                    for tool, args in _calls(r, victim_ids, own_ids):
+                        result = await client.call_tool(tool, args)
+                        code = _code(result)
+                        tally.requests += 1
+                        tally.codes[code] += 1
+                        per_tool.setdefault(tool, Counter())[code] += 1
+                        structured = dict(result.structured_content or {})
+                        # expand names the requested ids it did not find: an echo, not a leak.
+                        structured.pop("not_found", None)
+                        shown = _text(result).split("not found:")[0] + json.dumps(structured)
+                        if marker in shown or any(v in shown for v in victim_ids):
+                            leaks.append(f"{label}/{session}/{tool}: {shown[:160]!r}")
+                        own_seen += sum(i in shown for i in own_ids) if code == "OK" else 0
+    after = await org_snapshot(db, victim_org)
+    foreign_writes = int(before != after)
+    report(
+        "mcp-cross-tenant",
+        requests=tally.requests,
+        leaks=len(leaks),
+        foreign_writes=foreign_writes,
+        internal_errors=tally.codes.get("INTERNAL", 0),
+        untyped_errors=tally.codes.get("UNTYPED", 0),
+        victim_entries=len(victim_ids),
+        attacker_saw_its_own=own_seen,
+        codes=dict(tally.codes),
+        by_tool={k: dict(v) for k, v in per_tool.items()},
+        leak_samples=leaks[:20],
+    )
+    assert leaks == []
+    assert foreign_writes == 0
+    assert tally.codes.get("INTERNAL", 0) == 0
+    assert tally.codes.get("UNTYPED", 0) == 0
+    # The control: the same calls do reach the attacker's own memory, so silence is not the pass.
+    assert own_seen > 0
+
+
+async def test_injected_memory_stays_inside_the_data_block(
+    engram: Infra, nc: Nats, db: Database, tokens: TokenService, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """Every attack of the shared corpus, recalled, expanded and listed through MCP: the agent sees
+    the placeholder inside the one data block, never the attack text, anywhere in a tool result."""
+    ids = await save(nc, service_token, agent, list(ATTACKS), ALICE)
+    await _indexed(db, org)
+    alice = mint(tokens, org, "end_user:alice", {"memory.read", "memory.write"})
+    tally = Tally("mcp-injection")
+    results_checked = 0
+
+    def check(label: str, result: CallToolResult) -> None:
+        nonlocal results_checked
+        tally.requests += 1
+        code = _code(result)
+        tally.codes[code] += 1
+        if code != "OK":
+            tally.problem(f"{label}: {_text(result)[:120]}")
+            return
+        text = _text(result)
+        everything = text + json.dumps(result.structured_content)
+        if any(a in everything for a in ATTACKS):
+            tally.problem(f"{label}: attack text in the tool result")
+        if BLOCK_OPEN not in text:
+            return
+        if text.count(BLOCK_OPEN) != 1 or text.count(BLOCK_CLOSE) != 1:
+            tally.problem(f"{label}: {text.count(BLOCK_OPEN)} openers, {text.count(BLOCK_CLOSE)} closers")
+        _, _, rest = text.partition(BLOCK_OPEN)
+        inside, _, after = rest.partition(BLOCK_CLOSE)
+        results_checked += inside.count("[memory withheld") + inside.count("[quarantined memory withheld")
+        # Outside the block: the header before it, ids and page tokens after it — no memory text.
+        if any(word in after.lower() for word in ("ignore", "instruction", "system")):
+            tally.problem(f"{label}: text after the block: {after[:120]!r}")
+
+    async with Client(build_server(nc, FixedCaller(Caller(token=alice, agent_config_id=agent)))) as client:
+        for strategy in STRATEGIES:
+            for fmt in FORMATS:
+                for cue in CUES if strategy in ("pack", "semantic", "hybrid") else CUES[:1]:
+                    for budget in (None, 40, 400):
+                        args: dict[str, Any] = {"strategy": strategy, "format": fmt, "cue": cue}
+                        if budget is not None:
+                            args["token_budget"] = budget
+                        result = await client.call_tool("recall", args)
+                        check(f"recall {strategy}/{fmt}/{budget}/{cue!r}", result)
+                        structured = result.structured_content or {}
+                        # The context is Engram's own rendering, passed through untouched.
+                        if structured.get("results") and not _text(result).startswith(structured["context"]):
+                            tally.problem(f"recall {strategy}/{fmt}: context was re-rendered")
+                        if structured.get("context") and scaffolding_removed(structured["context"]):
+                            tally.problem(f"recall {strategy}/{fmt}: memory text in the context")
+        for chunk in range(0, len(ids), 20):
+            check("expand", await client.call_tool("expand", {"ids": ids[chunk : chunk + 20]}))
+        check("list", await client.call_tool("list_memories", {"page_size": 100}))
+    report(
+        "mcp-injection",
+        requests=tally.requests,
+        attacks=len(ATTACKS),
+        placeholders_checked=results_checked,
+        problems=len(tally.problems),
+        codes=dict(tally.codes),
+        problem_samples=tally.problems[:10],
+    )
+    assert tally.problems == []
+    assert results_checked >= len(ATTACKS)
