@@ -1,0 +1,291 @@
+"""``EngramStore``: LangGraph's ``BaseStore`` over Engram (``pip install 'engram[langgraph]'``).
+
+    engram = await EngramClient.connect(info.nats_url, token, **info.nats_options())
+    store = EngramStore(engram, agent_config_id)
+    graph = builder.compile(store=store)
+
+How items map onto Engram (docs/decisions.md, "LangGraph store"):
+
+- **Who**: the token. An end user's token stores into that user's memory; a service token acts
+  for ``principal`` (or the shared pool without one). Two organizations never meet: tenancy is the
+  token's, as for every Engram request.
+- **Where**: an item is one memory entry of type ``langgraph``. Its namespace, key and value live
+  in the entry's metadata (``{"langgraph": {"namespace": [...], "key": ..., "value": {...}}}``);
+  its text is ``"<ns>/<key>: <value as JSON>"`` so recall can search it. Namespaces are compared
+  as tuples of whole segments — ``("users", "al")`` is never a prefix of ``("users", "alice")``.
+- **Put** saves the new entry and then deletes the key's older entries (no moment without the item);
+  ``value=None`` deletes them. Every write passes Engram's write policy (PII handling applies to
+  the value too; a value read as a prompt injection is quarantined and comes back withheld).
+- **Search** with a ``query`` ranks by Engram's hybrid recall (BM25 + vectors); ``filter``,
+  ``offset`` and ``limit`` apply after the namespace prefix, as LangGraph's own stores do.
+
+Engram lists an owner's entries by importance, not by metadata, so every operation reads the
+owner's ``langgraph`` entries (one listing per batch): fine for the hundreds to low thousands of
+items an agent keeps per owner, not a bulk key-value store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    validate_op_namespace,
+)
+
+# LangGraph's own matching rules (segment-wise prefix/suffix with "*", JSONB-like filters), so
+# EngramStore answers exactly as InMemoryStore does; langgraph is pinned to 1.2.x for these.
+from langgraph.store.memory import _compare_values, _does_match
+
+from contracts.client import EngramClient
+from contracts.common import Principal
+from contracts.errors import NotFound, WritePolicyDenied
+from contracts.governance import EntryView
+from contracts.requests import MAX_ENTRY_CHARS, SaveEntry, SaveOutcome
+
+__all__ = ["MEMORY_TYPE", "EngramStore"]
+
+#: The memory type of every entry the store writes; its listing reads only these.
+MEMORY_TYPE = "langgraph"
+_META = "langgraph"
+#: What a quarantined item's value reads as (Engram never hands out quarantined memory as data).
+WITHHELD: dict[str, Any] = {"engram_withheld": "quarantined as a possible prompt injection"}
+
+
+class _Stored:
+    """One item as Engram holds it: the entry id, and the item."""
+
+    __slots__ = ("entry_id", "item")
+
+    def __init__(self, entry_id: UUID, item: Item) -> None:
+        self.entry_id = entry_id
+        self.item = item
+
+
+def _stored(entry: EntryView) -> _Stored | None:
+    meta = entry.metadata.get(_META)
+    if not isinstance(meta, dict):
+        return None
+    namespace, key, value = meta.get("namespace"), meta.get("key"), meta.get("value")
+    if not isinstance(namespace, list) or not isinstance(key, str) or not isinstance(value, dict):
+        return None
+    created = meta.get("created_at")
+    item = Item(
+        value=WITHHELD if entry.quarantined else value,
+        key=key,
+        namespace=tuple(str(s) for s in namespace),
+        created_at=datetime.fromisoformat(created) if isinstance(created, str) else entry.created_at,
+        updated_at=entry.created_at,
+    )
+    return _Stored(entry.id, item)
+
+
+def _text(namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> str:
+    text = f"{'/'.join(namespace)}/{key}: {json.dumps(value, sort_keys=True, ensure_ascii=False)}"
+    return text[:MAX_ENTRY_CHARS]
+
+
+class _Snapshot:
+    """The owner's items, read once per batch: ``(namespace, key) → newest first``."""
+
+    def __init__(self, stored: list[_Stored]) -> None:
+        self.by_key: dict[tuple[tuple[str, ...], str], list[_Stored]] = {}
+        for s in sorted(stored, key=lambda s: (s.item.updated_at, str(s.entry_id)), reverse=True):
+            self.by_key.setdefault((s.item.namespace, s.item.key), []).append(s)
+
+    def current(self) -> list[Item]:
+        """One item per key (the newest, should concurrent puts have left two), newest first."""
+        items = [versions[0].item for versions in self.by_key.values()]
+        return sorted(items, key=lambda i: i.updated_at, reverse=True)
+
+
+class EngramStore(BaseStore):
+    """LangGraph's ``BaseStore`` over Engram's memory of one owner in one agent config."""
+
+    supports_ttl = False
+
+    def __init__(
+        self,
+        client: EngramClient,
+        agent_config_id: UUID,
+        *,
+        principal: Principal | None = None,
+        importance: float = 0.5,
+    ) -> None:
+        """``principal``: whom a service token acts for (ignored by Engram's rules for other
+        tokens, which always act for themselves). Call from inside the event loop the client
+        is connected on: synchronous ``batch`` hands its work to that loop."""
+        self._client = client
+        self._agent = agent_config_id
+        self._principal = principal.model_dump() if principal is not None else None
+        self._importance = importance
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+
+    # -- BaseStore ---------------------------------------------------------------------------
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """For synchronous nodes, which LangGraph runs in worker threads: the work runs on the
+        client's event loop. Called on that loop's own thread it would deadlock, so it refuses."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            raise RuntimeError("EngramStore.batch needs the client's event loop running; use abatch")
+        if _running_here(loop):
+            raise RuntimeError("EngramStore.batch called on the event loop's thread; use abatch")
+        return asyncio.run_coroutine_threadsafe(self.abatch(ops), loop).result()
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Each op in order; one read of the owner's items serves every op until a write."""
+        self._loop = self._loop or asyncio.get_running_loop()
+        results: list[Result] = []
+        snapshot: _Snapshot | None = None
+        for op in ops:
+            validate_op_namespace(op)
+            if snapshot is None:
+                snapshot = await self._snapshot()
+            if isinstance(op, GetOp):
+                versions = snapshot.by_key.get((tuple(op.namespace), op.key))
+                results.append(versions[0].item if versions else None)
+            elif isinstance(op, SearchOp):
+                results.append(await self._search(op, snapshot))
+            elif isinstance(op, ListNamespacesOp):
+                results.append(_namespaces(op, snapshot))
+            elif isinstance(op, PutOp):
+                await self._put(op, snapshot)
+                snapshot = None  # the next op reads what this one wrote
+                results.append(None)
+            else:
+                raise TypeError(f"unknown store operation {type(op).__name__}")
+        return results
+
+    # -- operations --------------------------------------------------------------------------
+    def _scoped(self, **fields: Any) -> dict[str, Any]:
+        return {**fields, "principal": self._principal} if self._principal else fields
+
+    async def _snapshot(self) -> _Snapshot:
+        stored: list[_Stored] = []
+        token: str | None = None
+        while True:
+            fields = self._scoped(
+                memory_types=[MEMORY_TYPE], lifecycle=["active"], page_size=100, page_token=token
+            )
+            page = await self._client.list_entries(self._agent, **fields)
+            stored += [s for e in page.entries if (s := _stored(e)) is not None]
+            token = page.next_page_token
+            if token is None:
+                return _Snapshot(stored)
+
+    async def _put(self, op: PutOp, snapshot: _Snapshot) -> None:
+        namespace = tuple(op.namespace)
+        old = snapshot.by_key.get((namespace, op.key), [])
+        keep: UUID | None = None
+        if op.value is not None:
+            value = dict(op.value)
+            created = old[-1].item.created_at if old else None
+            keep = await self._save(namespace, op.key, value, created)
+            folded = next((o for o in old if o.entry_id == keep), None)
+            if folded is not None and folded.item.value != value:
+                # Engram folded the new text into an entry holding another value (the texts are
+                # equal once normalized): to store this value, erase the key and save again.
+                await self._delete([o.entry_id for o in old])
+                await self._save(namespace, op.key, value, created)
+                return
+        await self._delete([o.entry_id for o in old if o.entry_id != keep])
+
+    async def _save(
+        self, namespace: tuple[str, ...], key: str, value: dict[str, Any], created: datetime | None
+    ) -> UUID:
+        meta: dict[str, Any] = {"namespace": list(namespace), "key": key, "value": value}
+        if created is not None:
+            meta["created_at"] = created.isoformat()
+        entry = SaveEntry(
+            text=_text(namespace, key, value),
+            importance=self._importance,
+            memory_type=MEMORY_TYPE,
+            metadata={_META: meta},
+        )
+        outcome = await self._client.save(self._agent, [entry], principal=self._principal, wait=True)
+        ids = outcome.ids if isinstance(outcome, SaveOutcome) else []
+        if not ids:
+            raise WritePolicyDenied(
+                f"Engram's write policy did not store {key!r} in {namespace!r}",
+                {"namespace": list(namespace), "key": key},
+            )
+        return UUID(str(ids[0]))
+
+    async def _delete(self, entry_ids: list[UUID]) -> None:
+        for entry_id in entry_ids:
+            with contextlib.suppress(NotFound):  # a concurrent put or delete took it first
+                await self._client.delete(self._agent, entry_id, **self._scoped())
+
+    async def _search(self, op: SearchOp, snapshot: _Snapshot) -> list[SearchItem]:
+        prefix = tuple(op.namespace_prefix)
+        matching = [
+            i
+            for i in snapshot.current()
+            if i.namespace[: len(prefix)] == prefix
+            and all(_compare_values(i.value.get(k), v) for k, v in (op.filter or {}).items())
+        ]
+        scores: dict[tuple[tuple[str, ...], str], float] = {}
+        if op.query:
+            reply = await self._client.recall(
+                self._agent,
+                **self._scoped(
+                    cue=op.query,
+                    strategy="hybrid",
+                    format="full",
+                    top_k=1000,
+                    token_budget=1_000_000,
+                    filters={"memory_types": [MEMORY_TYPE]},
+                ),
+            )
+            for r in reply.results:
+                meta = (r.metadata or {}).get(_META)
+                namespace = meta.get("namespace") if isinstance(meta, dict) else None
+                if isinstance(meta, dict) and isinstance(namespace, list):
+                    scores.setdefault((tuple(str(s) for s in namespace), str(meta.get("key"))), r.score)
+            # Ranked matches first, best first; the rest keep their order (newest first).
+            matching.sort(key=lambda i: -scores.get((i.namespace, i.key), float("-inf")))
+        page = matching[op.offset : op.offset + op.limit]
+        return [
+            SearchItem(
+                namespace=i.namespace,
+                key=i.key,
+                value=i.value,
+                created_at=i.created_at,
+                updated_at=i.updated_at,
+                score=scores.get((i.namespace, i.key)),
+            )
+            for i in page
+        ]
+
+
+def _namespaces(op: ListNamespacesOp, snapshot: _Snapshot) -> list[tuple[str, ...]]:
+    found = {ns for ns, _ in snapshot.by_key}
+    if op.match_conditions:
+        found = {ns for ns in found if all(_does_match(c, ns) for c in op.match_conditions)}
+    if op.max_depth is not None:
+        found = {ns[: op.max_depth] for ns in found}
+    return sorted(found)[op.offset : op.offset + op.limit]
+
+
+def _running_here(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
