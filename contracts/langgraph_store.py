@@ -6,8 +6,9 @@
 
 How items map onto Engram (docs/decisions.md, "LangGraph store"):
 
-- **Who**: the token. An end user's token stores into that user's memory; a service token acts
-  for ``principal`` (or the shared pool without one). Two organizations never meet: tenancy is the
+- **Who**: the token. An end user's token stores into that user's memory. A service token acts for
+  the owner a namespace names (``owner_segment``: ``("users", "alice", …)`` → ``end_user:alice``),
+  or for ``principal``, or for the shared pool. Two organizations never meet: tenancy is the
   token's, as for every Engram request.
 - **Where**: an item is one memory entry of type ``langgraph``. Its namespace, key and value live
   in the entry's metadata (``{"langgraph": {"namespace": [...], "key": ..., "value": {...}}}``);
@@ -31,12 +32,13 @@ import contextlib
 import json
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from langgraph.store.base import (
     BaseStore,
     GetOp,
+    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
     Op,
@@ -124,14 +126,24 @@ class EngramStore(BaseStore):
         agent_config_id: UUID,
         *,
         principal: Principal | None = None,
+        owner_segment: int | None = None,
+        owner_kind: Literal["end_user", "actor"] = "end_user",
         importance: float = 0.5,
     ) -> None:
-        """``principal``: whom a service token acts for (ignored by Engram's rules for other
-        tokens, which always act for themselves). Call from inside the event loop the client
-        is connected on: synchronous ``batch`` hands its work to that loop."""
+        """Whom each item belongs to, for a service token: ``owner_segment=i`` makes label ``i``
+        of every namespace the owner's id (``("users", "alice", …)`` with ``owner_segment=1`` is
+        ``end_user:alice``'s memory), else ``principal`` (or the shared pool without one). Other
+        tokens always act for themselves, whatever these say.
+
+        Build it inside the event loop the client is connected on: synchronous ``batch`` hands
+        its work to that loop."""
+        if owner_segment is not None and (principal is not None or owner_segment < 0):
+            raise ValueError("give principal or a non-negative owner_segment, not both")
         self._client = client
         self._agent = agent_config_id
         self._principal = principal.model_dump() if principal is not None else None
+        self._owner_segment = owner_segment
+        self._owner_kind = owner_kind
         self._importance = importance
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -150,39 +162,66 @@ class EngramStore(BaseStore):
         return asyncio.run_coroutine_threadsafe(self.abatch(ops), loop).result()
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Each op in order; one read of the owner's items serves every op until a write."""
+        """Each op in order; one read of an owner's items serves every op until a write."""
         self._loop = self._loop or asyncio.get_running_loop()
         results: list[Result] = []
-        snapshot: _Snapshot | None = None
+        snapshots: dict[str, _Snapshot] = {}
         for op in ops:
             validate_op_namespace(op)
-            if snapshot is None:
-                snapshot = await self._snapshot()
+            owner = self._owner_of_op(op)
+            ref = json.dumps(owner, sort_keys=True)
+            if ref not in snapshots:
+                snapshots[ref] = await self._snapshot(owner)
+            snapshot = snapshots[ref]
             if isinstance(op, GetOp):
                 versions = snapshot.by_key.get((tuple(op.namespace), op.key))
                 results.append(versions[0].item if versions else None)
             elif isinstance(op, SearchOp):
-                results.append(await self._search(op, snapshot))
+                results.append(await self._search(op, owner, snapshot))
             elif isinstance(op, ListNamespacesOp):
                 results.append(_namespaces(op, snapshot))
             elif isinstance(op, PutOp):
-                await self._put(op, snapshot)
-                snapshot = None  # the next op reads what this one wrote
+                await self._put(op, owner, snapshot)
+                del snapshots[ref]  # the next op reads what this one wrote
                 results.append(None)
             else:
                 raise TypeError(f"unknown store operation {type(op).__name__}")
         return results
 
-    # -- operations --------------------------------------------------------------------------
-    def _scoped(self, **fields: Any) -> dict[str, Any]:
-        return {**fields, "principal": self._principal} if self._principal else fields
+    # -- whose memory ------------------------------------------------------------------------
+    def _owner_of_op(self, op: Op) -> dict[str, Any] | None:
+        """The principal an op acts for (None: whoever the token is)."""
+        if self._owner_segment is None:
+            return self._principal
+        if isinstance(op, GetOp | PutOp):
+            path: tuple[str, ...] = tuple(op.namespace)
+        elif isinstance(op, SearchOp):
+            path = tuple(op.namespace_prefix)
+        else:
+            prefixes = [c.path for c in op.match_conditions or () if c.match_type == "prefix"]
+            path = max(prefixes, key=len, default=())
+        seg = self._owner_segment
+        if len(path) <= seg or path[seg] == "*":
+            raise InvalidNamespaceError(
+                f"this store keeps each owner's memory apart by namespace label {seg}: "
+                f"name the owner there (got {path!r})"
+            )
+        try:
+            return Principal(kind=self._owner_kind, id=path[seg]).model_dump()
+        except ValueError as exc:
+            raise InvalidNamespaceError(f"{path[seg]!r} is not an owner id") from exc
 
-    async def _snapshot(self) -> _Snapshot:
+    @staticmethod
+    def _scoped(owner: dict[str, Any] | None, **fields: Any) -> dict[str, Any]:
+        return {**fields, "principal": owner} if owner else fields
+
+    # -- operations --------------------------------------------------------------------------
+    async def _snapshot(self, owner: dict[str, Any] | None) -> _Snapshot:
         stored: list[_Stored] = []
         token: str | None = None
         while True:
             fields = self._scoped(
-                memory_types=[MEMORY_TYPE], lifecycle=["active"], page_size=100, page_token=token
+                owner, memory_types=[MEMORY_TYPE], lifecycle=["active"], page_size=100, page_token=token
             )
             page = await self._client.list_entries(self._agent, **fields)
             stored += [s for e in page.entries if (s := _stored(e)) is not None]
@@ -190,25 +229,30 @@ class EngramStore(BaseStore):
             if token is None:
                 return _Snapshot(stored)
 
-    async def _put(self, op: PutOp, snapshot: _Snapshot) -> None:
+    async def _put(self, op: PutOp, owner: dict[str, Any] | None, snapshot: _Snapshot) -> None:
         namespace = tuple(op.namespace)
         old = snapshot.by_key.get((namespace, op.key), [])
         keep: UUID | None = None
         if op.value is not None:
             value = dict(op.value)
             created = old[-1].item.created_at if old else None
-            keep = await self._save(namespace, op.key, value, created)
+            keep = await self._save(owner, namespace, op.key, value, created)
             folded = next((o for o in old if o.entry_id == keep), None)
             if folded is not None and folded.item.value != value:
                 # Engram folded the new text into an entry holding another value (the texts are
                 # equal once normalized): to store this value, erase the key and save again.
-                await self._delete([o.entry_id for o in old])
-                await self._save(namespace, op.key, value, created)
+                await self._delete(owner, [o.entry_id for o in old])
+                await self._save(owner, namespace, op.key, value, created)
                 return
-        await self._delete([o.entry_id for o in old if o.entry_id != keep])
+        await self._delete(owner, [o.entry_id for o in old if o.entry_id != keep])
 
     async def _save(
-        self, namespace: tuple[str, ...], key: str, value: dict[str, Any], created: datetime | None
+        self,
+        owner: dict[str, Any] | None,
+        namespace: tuple[str, ...],
+        key: str,
+        value: dict[str, Any],
+        created: datetime | None,
     ) -> UUID:
         meta: dict[str, Any] = {"namespace": list(namespace), "key": key, "value": value}
         if created is not None:
@@ -219,7 +263,7 @@ class EngramStore(BaseStore):
             memory_type=MEMORY_TYPE,
             metadata={_META: meta},
         )
-        outcome = await self._client.save(self._agent, [entry], principal=self._principal, wait=True)
+        outcome = await self._client.save(self._agent, [entry], principal=owner, wait=True)
         ids = outcome.ids if isinstance(outcome, SaveOutcome) else []
         if not ids:
             raise WritePolicyDenied(
@@ -228,12 +272,14 @@ class EngramStore(BaseStore):
             )
         return UUID(str(ids[0]))
 
-    async def _delete(self, entry_ids: list[UUID]) -> None:
+    async def _delete(self, owner: dict[str, Any] | None, entry_ids: list[UUID]) -> None:
         for entry_id in entry_ids:
             with contextlib.suppress(NotFound):  # a concurrent put or delete took it first
-                await self._client.delete(self._agent, entry_id, **self._scoped())
+                await self._client.delete(self._agent, entry_id, **self._scoped(owner))
 
-    async def _search(self, op: SearchOp, snapshot: _Snapshot) -> list[SearchItem]:
+    async def _search(
+        self, op: SearchOp, owner: dict[str, Any] | None, snapshot: _Snapshot
+    ) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
         matching = [
             i
@@ -246,6 +292,7 @@ class EngramStore(BaseStore):
             reply = await self._client.recall(
                 self._agent,
                 **self._scoped(
+                    owner,
                     cue=op.query,
                     strategy="hybrid",
                     format="full",

@@ -6,6 +6,9 @@ has — tenancy, quarantine, ranking by recall — is tested after it."""
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
@@ -17,6 +20,9 @@ from contracts.client import EngramClient
 from contracts.langgraph_store import WITHHELD, EngramStore
 from shared.auth import TokenService
 from shared.infra import Infra
+from shared.settings import EngramSettings
+from shared.testing.servers import SecuredNatsServer
+from tests.integration.test_readme import python_block
 from tests.security.support import mint
 
 pytestmark = pytest.mark.integration
@@ -196,6 +202,32 @@ class TestEngramStore(StoreBehaviour):
         assert mine is not None
         assert mine.value == {"text": "the vault opens at nine"}
 
+    async def test_for_a_service_token_namespaces_name_the_owner(
+        self, nc: Nats, tokens: TokenService, org: UUID, agent: UUID, alice_client: EngramClient
+    ) -> None:
+        """With ``owner_segment=1`` a service token's ``("users", "alice", …)`` is Alice's memory:
+        hers to see with her own token, not Bob's, not ``("users", "al")``'s; a prefix that does
+        not name an owner is refused rather than read across owners."""
+        runner = mint(tokens, org, "service:runner", {"memory.read", "memory.write"})
+        store = EngramStore(EngramClient(nc, runner), agent, owner_segment=1)
+        await store.aput(("users", "alice", "prefs"), "seat", {"text": "aisle"})
+        await store.aput(("users", "bob", "prefs"), "seat", {"text": "window"})
+        (entry,) = (await alice_client.list_entries(agent, memory_types=["langgraph"])).entries
+        assert entry.owner is not None
+        assert entry.owner.ref == "end_user:alice"
+        hers = EngramStore(alice_client, agent)
+        assert [i.value for i in await hers.asearch(("users",))] == [{"text": "aisle"}]
+        assert await hers.aget(("users", "bob", "prefs"), "seat") is None
+        assert await store.asearch(("users", "al")) == []
+        assert await store.alist_namespaces(prefix=("users", "bob")) == [("users", "bob", "prefs")]
+        for wide in (("users",), ("*",)):
+            with pytest.raises(InvalidNamespaceError):
+                await store.asearch(wide)
+        with pytest.raises(InvalidNamespaceError):
+            await store.alist_namespaces()
+        with pytest.raises(InvalidNamespaceError):
+            await store.aput(("users", "bad id"), "k", {"v": 1})
+
     async def test_a_query_ranks_by_recall(self, store: BaseStore) -> None:
         """``query`` ranks matches by Engram's hybrid recall; filters and the prefix still apply."""
         ns = ("users", "alice", "memories")
@@ -252,3 +284,36 @@ class TestEngramStore(StoreBehaviour):
         assert entry.owner.ref == "end_user:alice"
         assert entry.metadata["langgraph"]["namespace"] == ["users", "alice"]
         assert "Prefers email over phone" in entry.text
+
+
+async def test_the_readme_graph_remembers_and_recalls(
+    engram: Infra,
+    settings: EngramSettings,
+    nats_proc: SecuredNatsServer,
+    service_token: str,
+    org: UUID,
+    agent: UUID,
+    alice_client: EngramClient,
+    tmp_path: Path,
+) -> None:
+    """The README's LangGraph snippet, given a connection file like ``engram up``'s (a service
+    token): the graph remembers in one run and recalls in the next, into Alice's own memory."""
+    namespace: dict[str, Any] = {}
+    exec(compile(python_block("EngramStore"), "README.md", "exec"), namespace)  # noqa: S102 (our README)
+    connection = tmp_path / "connection.json"
+    connection.write_text(
+        json.dumps(
+            {
+                "nats_url": settings.nats_url,
+                "nats_nkey_seed": nats_proc.client.seed,
+                "nats_inbox_prefix": nats_proc.client.inbox_prefix,
+                "token": service_token,
+                "org_id": str(org),
+                "agent_config_id": str(agent),
+            }
+        )
+    )
+    assert await namespace["run"](str(connection)) == "I prefer aisle seats"
+    (entry,) = (await alice_client.list_entries(agent, memory_types=["langgraph"])).entries
+    assert entry.owner is not None
+    assert entry.owner.ref == "end_user:alice"

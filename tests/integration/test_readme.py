@@ -28,6 +28,12 @@ def _python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
 
 
+def python_block(containing: str) -> str:
+    """The README's one Python snippet that mentions ``containing``."""
+    (block,) = [b for b in _python_blocks() if containing in b]
+    return block
+
+
 async def test_readme_platform_snippet_publishes_and_saves(
     engram: Infra,
     settings: EngramSettings,
@@ -41,7 +47,7 @@ async def test_readme_platform_snippet_publishes_and_saves(
     """The README's raw nats-py snippet, given a connection file like ``engram up``'s (a platform
     client's NATS identity on an authenticated server), publishes a session that is distilled
     and saves with wait."""
-    first_hour, block = _python_blocks()
+    first_hour, block = python_block("async def first_hour"), python_block("async def publish_one")
     namespace: dict[str, Any] = {}
     exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 (our own README)
     exec(compile(first_hour, str(README), "exec"), namespace)  # noqa: S102
