@@ -19,14 +19,17 @@ from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnno
 from nats.aio.client import Client
 from pydantic import Field, ValidationError
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts.client import EngramClient
-from contracts.errors import EngramError, InvalidRequest, Unavailable
+from contracts.errors import EngramError, InvalidRequest, Unauthenticated, Unavailable
 from contracts.recall import Format, Strategy
 from contracts.requests import MAX_ENTRY_CHARS, SaveEntry
 from services.mcp.caller import Caller, CallerSource, HeaderCaller
 from services.mcp.catalog import TOOLS
 from services.recall.render import render_context
+from shared.auth import bearer_from_headers
 
 __all__ = ["build_server", "error_result", "streamable_http_app"]
 
@@ -303,6 +306,26 @@ def build_server(nc: Client, callers: CallerSource, *, timeout: float = 10.0) ->
     return server
 
 
+class _BearerRequired:
+    """HTTP requests without a bearer token are answered 401 (SPEC 9 envelope) before MCP sees
+    them. The token itself is verified by Engram on every tool call, as on NATS."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            if bearer_from_headers(headers) is None:
+                refusal = Unauthenticated("missing bearer token (send Authorization: Bearer <token>)")
+                response = JSONResponse(
+                    refusal.to_wire(), status_code=refusal.status, headers={"WWW-Authenticate": "Bearer"}
+                )
+                await response(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
 def streamable_http_app(
     nc: Client,
     *,
@@ -310,11 +333,16 @@ def streamable_http_app(
     path: str = "/mcp",
     stateless: bool = True,
 ) -> Starlette:
-    """The ASGI app for streamable HTTP: each request's ``Authorization`` header is the caller.
+    """The ASGI app for streamable HTTP, serving MCP at ``path``: each request's
+    ``Authorization`` header is the caller, ``X-Engram-Agent-Config`` (else
+    ``default_agent_config_id``) the agent config.
 
-    Stateless by default, so any gateway replica can answer any request; mount it (with its
-    lifespan, which runs the session manager) where the gateway serves ``path``."""
+    Stateless with JSON responses by default, so any gateway replica answers any request. Its
+    lifespan runs the SDK's session manager: a gateway that includes these routes must run it,
+    e.g. ``async with mcp_app.router.lifespan_context(mcp_app):`` inside its own lifespan."""
     server = build_server(nc, HeaderCaller(default_agent_config_id))
-    return server.streamable_http_app(
+    app = server.streamable_http_app(
         streamable_http_path=path, stateless_http=stateless, json_response=stateless
     )
+    app.add_middleware(_BearerRequired)
+    return app
