@@ -7,20 +7,19 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.types import CallToolResult, TextContent
 from nats.aio.client import Client as Nats
 
-from services.mcp import Caller, FixedCaller, build_server
+from services.mcp import Caller
 from services.mcp.catalog import TOOLS
 from services.recall.render import BLOCK_CLOSE, BLOCK_OPEN
 from shared.auth import TokenService
 from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
+from tests.mcp_clients import error_of, in_process, ok, text_of
 from tests.security.support import mint
 
 pytestmark = pytest.mark.integration
@@ -28,38 +27,15 @@ pytestmark = pytest.mark.integration
 RW = {"memory.read", "memory.write"}
 
 
-def text_of(result: CallToolResult) -> str:
-    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
-
-
-def error_of(result: CallToolResult) -> dict[str, Any]:
-    assert result.is_error, text_of(result)
-    assert result.structured_content is not None
-    error: dict[str, Any] = result.structured_content["error"]
-    return error
-
-
-def ok(result: CallToolResult) -> dict[str, Any]:
-    assert not result.is_error, text_of(result)
-    assert result.structured_content is not None
-    return result.structured_content
-
-
 @pytest.fixture
 def alice(tokens: TokenService, org: UUID) -> str:
     return mint(tokens, org, "end_user:alice", RW)
 
 
-def connect(nc: Nats, token: str, agent: UUID) -> Client:
-    """An agent holding ``token``, on an in-process MCP server, through the SDK's own client.
-    (Entered in the test itself: anyio's task groups must close in the task that opened them.)"""
-    return Client(build_server(nc, FixedCaller(Caller(token=token, agent_config_id=agent))))
-
-
 @pytest.fixture
 def session(engram: Infra, nc: Nats, alice: str, agent: UUID) -> Client:
     """Alice's agent."""
-    return connect(nc, alice, agent)
+    return in_process(nc, Caller(token=alice, agent_config_id=agent))
 
 
 async def test_the_tools_are_the_catalog_and_never_ask_who_the_caller_is(session: Client) -> None:
@@ -150,8 +126,7 @@ async def test_wire_errors_are_tool_errors(
             (forged, "recall", {"strategy": "last_k"}, "UNAUTHENTICATED"),
             (forged, "list_memories", {}, "UNAUTHENTICATED"),
         ):
-            server = build_server(nc, FixedCaller(Caller(token=token, agent_config_id=agent)))
-            async with Client(server) as other:
+            async with in_process(nc, Caller(token=token, agent_config_id=agent)) as other:
                 error = error_of(await other.call_tool(tool, args))
                 assert error["code"] == code, (tool, error)
                 assert error["message"]

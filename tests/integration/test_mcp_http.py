@@ -3,55 +3,23 @@ and reached by the SDK's own HTTP client; the caller is each request's ``Authori
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID, uuid4
 
 import httpx
-import httpx2
 import pytest
-import uvicorn
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from nats.aio.client import Client as Nats
-from starlette.applications import Starlette
 
-from services.mcp import streamable_http_app
+from services.mcp import Caller, streamable_http_app
 from services.mcp.catalog import TOOLS
 from shared.auth import TokenService
 from shared.infra import Infra
-from tests.integration.test_mcp import RW, error_of, ok
-from tests.platform import eventually
+from tests.integration.test_mcp import RW
+from tests.mcp_clients import error_of, ok, over_http, serving
 from tests.security.support import mint
 
 pytestmark = pytest.mark.integration
-
-
-@asynccontextmanager
-async def serving(app: Starlette) -> AsyncIterator[str]:
-    """``app`` under uvicorn on a free local port (lifespan on); yields the MCP endpoint's URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve())
-
-    async def started() -> bool:
-        return server.started
-
-    try:
-        await eventually(started, what="uvicorn listening")
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.should_exit = True
-        await task
-
-
-def agent_over_http(url: str, token: str, agent: UUID | None = None, **headers: str) -> Client:
-    sent = {"Authorization": f"Bearer {token}", **headers}
-    if agent is not None:
-        sent["X-Engram-Agent-Config"] = str(agent)
-    return Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers=sent, timeout=30)))
 
 
 @pytest.fixture
@@ -68,22 +36,22 @@ async def test_tools_over_http_act_as_the_bearer(
     alice = mint(tokens, org, "end_user:alice", RW)
     other_org, other_agent = uuid4(), uuid4()
     mallory = mint(tokens, other_org, "end_user:alice", RW)
-    async with agent_over_http(url, alice, agent) as client:
+    async with over_http(url, Caller(alice, agent)) as client:
         assert [t.name for t in (await client.list_tools()).tools] == [d.name for d in TOOLS]
         saved = ok(await client.call_tool("remember", {"text": "Invoices go out on the 3rd."}))
         recalled = ok(await client.call_tool("recall", {"strategy": "last_k"}))
         assert [r["id"] for r in recalled["results"]] == saved["ids"]
         assert "Invoices go out on the 3rd." in recalled["context"]
-    async with agent_over_http(url, mallory, other_agent) as client:
+    async with over_http(url, Caller(mallory, other_agent)) as client:
         assert ok(await client.call_tool("recall", {"strategy": "last_k"}))["results"] == []
         assert ok(await client.call_tool("expand", {"ids": saved["ids"]}))["not_found"] == saved["ids"]
         assert (
             error_of(await client.call_tool("forget", {"memory_id": saved["ids"][0]}))["code"] == "NOT_FOUND"
         )
-    async with agent_over_http(url, mallory, agent) as client:
+    async with over_http(url, Caller(mallory, agent)) as client:
         assert error_of(await client.call_tool("recall", {"strategy": "last_k"}))["code"] == "FORBIDDEN"
         assert error_of(await client.call_tool("list_memories", {}))["code"] == "FORBIDDEN"
-    async with agent_over_http(url, alice, agent) as client:
+    async with over_http(url, Caller(alice, agent)) as client:
         assert ok(await client.call_tool("expand", {"ids": saved["ids"]}))["ids"] == saved["ids"]
 
 
@@ -95,12 +63,14 @@ async def test_bad_callers_are_refused(url: str, tokens: TokenService, org: UUID
     assert bare.status_code == 401
     assert bare.json()["error"]["code"] == "UNAUTHENTICATED"
     assert bare.headers["www-authenticate"] == "Bearer"
-    async with agent_over_http(url, "forged.token.value", agent) as client:
+    async with over_http(url, Caller("forged.token.value", agent)) as client:
         assert error_of(await client.call_tool("recall", {}))["code"] == "UNAUTHENTICATED"
     alice = mint(tokens, org, "end_user:alice", RW)
-    async with agent_over_http(url, alice) as client:
+    async with over_http(url, Authorization=f"Bearer {alice}") as client:
         error: dict[str, Any] = error_of(await client.call_tool("recall", {}))
         assert error["code"] == "INVALID_REQUEST"
         assert "x-engram-agent-config" in error["message"]
-    async with agent_over_http(url, alice, **{"X-Engram-Agent-Config": "not-a-uuid"}) as client:
+    async with over_http(
+        url, Authorization=f"Bearer {alice}", **{"X-Engram-Agent-Config": "not-a-uuid"}
+    ) as client:
         assert error_of(await client.call_tool("recall", {}))["code"] == "INVALID_REQUEST"

@@ -8,21 +8,25 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 from mcp import Client
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult
 from nats.aio.client import Client as Nats
 
 from contracts.common import Principal
-from services.mcp import Caller, FixedCaller, build_server
+from services.mcp import Caller, streamable_http_app
 from services.recall.render import BLOCK_CLOSE, BLOCK_OPEN
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
+from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
+from tests.conftest import connect_as
+from tests.mcp_clients import code_of, in_process, over_http, serving, text_of
 from tests.platform import eventually
 from tests.security.support import Tally, count_rows, mint, org_snapshot, report, rng, save
 from tests.security.test_injection import CUES, FORMATS, STRATEGIES, scaffolding_removed
@@ -32,18 +36,6 @@ pytestmark = pytest.mark.integration
 
 ALICE = {"kind": "end_user", "id": "alice"}
 ALICE_PRINCIPAL = Principal(kind="end_user", id="alice")
-
-
-def _text(result: CallToolResult) -> str:
-    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
-
-
-def _code(result: CallToolResult) -> str:
-    if not result.is_error:
-        return "OK"
-    error = (result.structured_content or {}).get("error")
-    # A tool error without the SPEC 9 envelope is a crash the agent cannot act on.
-    return str(error["code"]) if isinstance(error, dict) else "UNTYPED"
 
 
 async def _indexed(db: Database, org: UUID) -> None:
@@ -72,8 +64,25 @@ def _calls(r: Any, victim_ids: list[str], own_ids: list[str]) -> list[tuple[str,
     return calls
 
 
+TRANSPORTS = ["in-process", "http"]
+
+
+@pytest.fixture(scope="module")
+async def mcp_url(engram: Infra, nats_proc: NatsServerProcess) -> AsyncIterator[str]:
+    """The streamable-HTTP app on a real port, on a NATS connection of its own (as a gateway's)."""
+    nc = await connect_as(nats_proc, getattr(nats_proc, "client", None))
+    async with serving(streamable_http_app(nc)) as url:
+        yield url
+    await nc.drain()
+
+
+def _agent(transport: str, nc: Nats, url: str, caller: Caller) -> Client:
+    return in_process(nc, caller) if transport == "in-process" else over_http(url, caller)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_no_tool_reaches_another_organization(
-    engram: Infra, nc: Nats, db: Database, tokens: TokenService
+    engram: Infra, nc: Nats, db: Database, tokens: TokenService, mcp_url: str, transport: str
 ) -> None:
     """Every token kind of organization A, aimed at B's agent config and entry ids through every
     tool, sees nothing of B and changes nothing of B; the same calls do find A's own memory."""
@@ -104,7 +113,8 @@ async def test_no_tool_reaches_another_organization(
             session_id="sess-1",
         ),
     }
-    tally = Tally("mcp-cross-tenant")
+    name = "mcp-cross-tenant" if transport == "in-process" else "mcp-http-cross-tenant"
+    tally = Tally(name)
     per_tool: dict[str, Counter[str]] = {}
     leaks: list[str] = []
     own_seen = 0
@@ -113,24 +123,24 @@ async def test_no_tool_reaches_another_organization(
         for target_agent in (agent, own_agent, uuid4()):
             for session in (None, "sess-1"):
                 caller = Caller(token=token, agent_config_id=target_agent, session_id=session)
-                async with Client(build_server(nc, FixedCaller(caller))) as client:
+                async with _agent(transport, nc, mcp_url, caller) as client:
                     for tool, args in _calls(r, victim_ids, own_ids):
                         result = await client.call_tool(tool, args)
-                        code = _code(result)
+                        code = code_of(result)
                         tally.requests += 1
                         tally.codes[code] += 1
                         per_tool.setdefault(tool, Counter())[code] += 1
                         structured = dict(result.structured_content or {})
                         # expand names the requested ids it did not find: an echo, not a leak.
                         structured.pop("not_found", None)
-                        shown = _text(result).split("not found:")[0] + json.dumps(structured)
+                        shown = text_of(result).split("not found:")[0] + json.dumps(structured)
                         if marker in shown or any(v in shown for v in victim_ids):
                             leaks.append(f"{label}/{session}/{tool}: {shown[:160]!r}")
                         own_seen += sum(i in shown for i in own_ids) if code == "OK" else 0
     after = await org_snapshot(db, victim_org)
     foreign_writes = int(before != after)
     report(
-        "mcp-cross-tenant",
+        name,
         requests=tally.requests,
         leaks=len(leaks),
         foreign_writes=foreign_writes,
@@ -150,26 +160,36 @@ async def test_no_tool_reaches_another_organization(
     assert own_seen > 0
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_injected_memory_stays_inside_the_data_block(
-    engram: Infra, nc: Nats, db: Database, tokens: TokenService, org: UUID, agent: UUID, service_token: str
+    engram: Infra,
+    nc: Nats,
+    db: Database,
+    tokens: TokenService,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
+    mcp_url: str,
+    transport: str,
 ) -> None:
     """Every attack of the shared corpus, recalled, expanded and listed through MCP: the agent sees
     the placeholder inside the one data block, never the attack text, anywhere in a tool result."""
     ids = await save(nc, service_token, agent, list(ATTACKS), ALICE)
     await _indexed(db, org)
     alice = mint(tokens, org, "end_user:alice", {"memory.read", "memory.write"})
-    tally = Tally("mcp-injection")
+    name = "mcp-injection" if transport == "in-process" else "mcp-http-injection"
+    tally = Tally(name)
     results_checked = 0
 
     def check(label: str, result: CallToolResult) -> None:
         nonlocal results_checked
         tally.requests += 1
-        code = _code(result)
+        code = code_of(result)
         tally.codes[code] += 1
         if code != "OK":
-            tally.problem(f"{label}: {_text(result)[:120]}")
+            tally.problem(f"{label}: {text_of(result)[:120]}")
             return
-        text = _text(result)
+        text = text_of(result)
         everything = text + json.dumps(result.structured_content)
         if any(a in everything for a in ATTACKS):
             tally.problem(f"{label}: attack text in the tool result")
@@ -184,7 +204,7 @@ async def test_injected_memory_stays_inside_the_data_block(
         if any(word in after.lower() for word in ("ignore", "instruction", "system")):
             tally.problem(f"{label}: text after the block: {after[:120]!r}")
 
-    async with Client(build_server(nc, FixedCaller(Caller(token=alice, agent_config_id=agent)))) as client:
+    async with _agent(transport, nc, mcp_url, Caller(token=alice, agent_config_id=agent)) as client:
         for strategy in STRATEGIES:
             for fmt in FORMATS:
                 for cue in CUES if strategy in ("pack", "semantic", "hybrid") else CUES[:1]:
@@ -196,7 +216,9 @@ async def test_injected_memory_stays_inside_the_data_block(
                         check(f"recall {strategy}/{fmt}/{budget}/{cue!r}", result)
                         structured = result.structured_content or {}
                         # The context is Engram's own rendering, passed through untouched.
-                        if structured.get("results") and not _text(result).startswith(structured["context"]):
+                        if structured.get("results") and not text_of(result).startswith(
+                            structured["context"]
+                        ):
                             tally.problem(f"recall {strategy}/{fmt}: context was re-rendered")
                         if structured.get("context") and scaffolding_removed(structured["context"]):
                             tally.problem(f"recall {strategy}/{fmt}: memory text in the context")
@@ -204,7 +226,7 @@ async def test_injected_memory_stays_inside_the_data_block(
             check("expand", await client.call_tool("expand", {"ids": ids[chunk : chunk + 20]}))
         check("list", await client.call_tool("list_memories", {"page_size": 100}))
     report(
-        "mcp-injection",
+        name,
         requests=tally.requests,
         attacks=len(ATTACKS),
         placeholders_checked=results_checked,
