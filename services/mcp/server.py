@@ -195,10 +195,10 @@ class _Tools:
         return await self.run(ctx, act)
 
     async def forget(
-        self, ctx: Context, memory_id: Annotated[UUID, Field(description="The id of the memory to delete.")]
+        self, ctx: Context, entry_id: Annotated[UUID, Field(description="The id of the memory to erase.")]
     ) -> CallToolResult:
         async def act(client: EngramClient, caller: Caller) -> CallToolResult:
-            receipt = await client.delete(caller.agent_config_id, memory_id)
+            receipt = await client.delete(caller.agent_config_id, entry_id)
             derived = f" and {receipt.derived} derived" if receipt.derived else ""
             return _result(
                 f"Forgotten: {receipt.entries} memory{derived}.",
@@ -255,12 +255,12 @@ class _Tools:
         self,
         ctx: Context,
         success: Annotated[bool, Field(description="True if the memory helped, false if it misled.")],
-        memory_id: Annotated[
+        entry_id: Annotated[
             UUID | None, Field(description="The recalled memory; omit to rate the whole session.")
         ] = None,
     ) -> CallToolResult:
         async def act(client: EngramClient, caller: Caller) -> CallToolResult:
-            fields: dict[str, Any] = {"entry_id": memory_id, "session_id": caller.session_id}
+            fields: dict[str, Any] = {"entry_id": entry_id, "session_id": caller.session_id}
             reply = await client.feedback(
                 caller.agent_config_id, success=success, **{k: v for k, v in fields.items() if v is not None}
             )
@@ -292,8 +292,11 @@ def build_server(nc: Client, callers: CallerSource, *, timeout: float = 10.0) ->
     server: MCPServer = _EngramMCPServer("engram", instructions=INSTRUCTIONS)
     tools = _Tools(nc, callers, timeout)
     for decl in TOOLS:
+        implementation = getattr(tools, decl.name, None)
+        if implementation is None:
+            raise TypeError(f"the operation table declares MCP tool {decl.name!r}, which services/mcp lacks")
         server.add_tool(
-            getattr(tools, decl.name),
+            implementation,
             name=decl.name,
             description=decl.description,
             annotations=ToolAnnotations(

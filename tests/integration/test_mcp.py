@@ -7,12 +7,14 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 from mcp import Client, StdioServerParameters
 from nats.aio.client import Client as Nats
 
+from contracts.operations import OPERATIONS, by_mcp_tool
 from services.mcp import Caller
 from services.mcp.catalog import TOOLS
 from services.recall.render import BLOCK_CLOSE, BLOCK_OPEN
@@ -20,6 +22,7 @@ from shared.auth import TokenService
 from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
 from tests.mcp_clients import error_of, in_process, ok, text_of
+from tests.platform import eventually
 from tests.security.support import mint
 
 pytestmark = pytest.mark.integration
@@ -38,18 +41,64 @@ def session(engram: Infra, nc: Nats, alice: str, agent: UUID) -> Client:
     return in_process(nc, Caller(token=alice, agent_config_id=agent))
 
 
-async def test_the_tools_are_the_catalog_and_never_ask_who_the_caller_is(session: Client) -> None:
-    """Every declared tool is listed with its description; no tool argument names an organization,
-    principal or agent config (those come from the token and the server's configuration)."""
+async def test_the_tools_are_the_tables_and_never_ask_who_the_caller_is(session: Client) -> None:
+    """The listed tools are exactly the operation table's ``mcp_tool`` entries, with its
+    descriptions; no tool argument names an organization, principal or agent config (those come
+    from the token and the server's configuration)."""
+    table = {op.mcp_tool: op.mcp_description for op in OPERATIONS if op.mcp_tool}
     async with session:
         listed = (await session.list_tools()).tools
-        assert [t.name for t in listed] == [d.name for d in TOOLS]
-        assert {t.name: t.description for t in listed} == {d.name: d.description for d in TOOLS}
+        assert [t.name for t in listed] == list(table)
+        assert {t.name: t.description for t in listed} == table
+        assert {t.name for t in listed} >= {
+            "remember",
+            "recall",
+            "expand",
+            "forget",
+            "list_memories",
+            "memory_feedback",
+        }
         for tool in listed:
             props = set(tool.input_schema.get("properties", {}))
             assert not props & {"org_id", "org", "principal", "actor_ref", "agent_config_id", "token"}, (
                 tool.name
             )
+
+
+async def test_each_tool_calls_its_operation_and_nothing_else(session: Client, observer_nc: Nats) -> None:
+    """Watching Engram's request subjects while each tool runs: a tool sends exactly the request of
+    the operation the table names for it."""
+    seen: list[str] = []
+
+    async def note(msg: Any) -> None:
+        seen.append(msg.subject)
+
+    subjects = {op.subject for op in OPERATIONS}
+    subs = [await observer_nc.subscribe(subject, cb=note) for subject in sorted(subjects)]
+    await observer_nc.flush()
+    arguments = {
+        "remember": {"text": "Backups run at 02:00 UTC."},
+        "recall": {"cue": "backups"},
+        "expand": {"ids": [str(uuid4())]},
+        "forget": {"entry_id": str(uuid4())},
+        "list_memories": {},
+        "memory_feedback": {"entry_id": str(uuid4()), "success": True},
+    }
+    try:
+        async with session:
+            for decl in TOOLS:
+                seen.clear()
+                await session.call_tool(decl.name, arguments[decl.name])
+
+                async def observed() -> bool:
+                    return bool(seen)
+
+                # The observer's callbacks run on their own task: wait for the request to show.
+                await eventually(observed, what=f"{decl.name}'s request")
+                assert seen == [by_mcp_tool(decl.name).subject], decl.name
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
 
 
 async def test_remember_recall_expand_list_feedback_forget(session: Client) -> None:
@@ -80,12 +129,12 @@ async def test_remember_recall_expand_list_feedback_forget(session: Client) -> N
         assert [e["id"] for e in ok(listed)["entries"]] == [memory_id]
         assert lesson in text_of(listed)
 
-        helped = ok(await session.call_tool("memory_feedback", {"memory_id": memory_id, "success": True}))
+        helped = ok(await session.call_tool("memory_feedback", {"entry_id": memory_id, "success": True}))
         assert helped == {"updated": 0, "deleted": 0, "labelled": 0}  # recorded; nothing to decay
-        misled = ok(await session.call_tool("memory_feedback", {"memory_id": memory_id, "success": False}))
+        misled = ok(await session.call_tool("memory_feedback", {"entry_id": memory_id, "success": False}))
         assert misled["updated"] == 1  # its reliability decayed
 
-        forgotten = ok(await session.call_tool("forget", {"memory_id": memory_id}))
+        forgotten = ok(await session.call_tool("forget", {"entry_id": memory_id}))
         assert forgotten["entries"] == 1
         assert ok(await session.call_tool("recall", {"strategy": "last_k"}))["results"] == []
         assert ok(await session.call_tool("expand", {"ids": [memory_id]}))["not_found"] == [memory_id]
@@ -106,13 +155,13 @@ async def test_wire_errors_are_tool_errors(
 ) -> None:
     """SPEC 9 errors reach the agent as tool errors with their code and message; the session goes on."""
     async with session:
-        missing = error_of(await session.call_tool("forget", {"memory_id": str(uuid4())}))
+        missing = error_of(await session.call_tool("forget", {"entry_id": str(uuid4())}))
         assert missing["code"] == "NOT_FOUND"
         for args in ({"top_k": 5000}, {"strategy": "everything"}, {"format": 3}):
             invalid = error_of(await session.call_tool("recall", args))
             assert invalid["code"] == "INVALID_REQUEST", invalid
             assert invalid["details"]["fields"] == list(args), invalid
-        bad_id = error_of(await session.call_tool("forget", {"memory_id": "not-a-uuid"}))
+        bad_id = error_of(await session.call_tool("forget", {"entry_id": "not-a-uuid"}))
         assert bad_id["code"] == "INVALID_REQUEST"
         # A session rating needs a session, which this agent was not started with.
         unrated = error_of(await session.call_tool("memory_feedback", {"success": True}))

@@ -46,7 +46,7 @@ async def test_tools_over_http_act_as_the_bearer(
         assert ok(await client.call_tool("recall", {"strategy": "last_k"}))["results"] == []
         assert ok(await client.call_tool("expand", {"ids": saved["ids"]}))["not_found"] == saved["ids"]
         assert (
-            error_of(await client.call_tool("forget", {"memory_id": saved["ids"][0]}))["code"] == "NOT_FOUND"
+            error_of(await client.call_tool("forget", {"entry_id": saved["ids"][0]}))["code"] == "NOT_FOUND"
         )
     async with over_http(url, Caller(mallory, agent)) as client:
         assert error_of(await client.call_tool("recall", {"strategy": "last_k"}))["code"] == "FORBIDDEN"

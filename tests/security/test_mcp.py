@@ -58,8 +58,8 @@ def _calls(r: Any, victim_ids: list[str], own_ids: list[str]) -> list[tuple[str,
     calls.append(("list_memories", {"page_size": 100}))
     calls.append(("list_memories", {"memory_types": ["semantic"], "page_size": 5}))
     for victim in r.sample(victim_ids, 6):
-        calls.append(("memory_feedback", {"memory_id": victim, "success": False}))
-        calls.append(("forget", {"memory_id": victim}))
+        calls.append(("memory_feedback", {"entry_id": victim, "success": False}))
+        calls.append(("forget", {"entry_id": victim}))
     calls.append(("remember", {"text": f"kestrel attacker note {r.random()}"}))
     return calls
 
