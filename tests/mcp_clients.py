@@ -42,9 +42,10 @@ def over_http(url: str, caller: Caller | None = None, **headers: str) -> Client:
 
 
 @asynccontextmanager
-async def serving(app: Starlette) -> AsyncIterator[str]:
-    """``app`` under uvicorn on a free local port (lifespan on); yields the MCP endpoint's URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+async def serving(app: Starlette, *, lifespan: str = "on") -> AsyncIterator[str]:
+    """``app`` under uvicorn on a free local port; yields the MCP endpoint's URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan)
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
 
     async def started() -> bool:

@@ -340,9 +340,14 @@ def streamable_http_app(
     ``Authorization`` header is the caller, ``X-Engram-Agent-Config`` (else
     ``default_agent_config_id``) the agent config.
 
-    Stateless with JSON responses by default, so any gateway replica answers any request. Its
-    lifespan runs the SDK's session manager: a gateway that includes these routes must run it,
-    e.g. ``async with mcp_app.router.lifespan_context(mcp_app):`` inside its own lifespan."""
+    Stateless with JSON responses by default, so any gateway replica answers any request. To
+    serve it inside another Starlette app, make it the endpoint of that app's ``path`` route and
+    run its lifespan (the SDK's session manager) for as long as the app serves::
+
+        mcp_app = streamable_http_app(nc)
+        app = Starlette(routes=[..., Route("/mcp", endpoint=mcp_app)])
+        async with mcp_app.router.lifespan_context(mcp_app): ...  # around uvicorn's serve()
+    """
     server = build_server(nc, HeaderCaller(default_agent_config_id))
     app = server.streamable_http_app(
         streamable_http_path=path, stateless_http=stateless, json_response=stateless

@@ -10,6 +10,10 @@ from uuid import UUID, uuid4
 import httpx
 import pytest
 from nats.aio.client import Client as Nats
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from services.mcp import Caller, streamable_http_app
 from services.mcp.catalog import TOOLS
@@ -74,3 +78,28 @@ async def test_bad_callers_are_refused(url: str, tokens: TokenService, org: UUID
         url, Authorization=f"Bearer {alice}", **{"X-Engram-Agent-Config": "not-a-uuid"}
     ) as client:
         assert error_of(await client.call_tool("recall", {}))["code"] == "INVALID_REQUEST"
+
+
+async def test_mounted_in_a_gateway_app(
+    engram: Infra, nc: Nats, tokens: TokenService, org: UUID, agent: UUID
+) -> None:
+    """The recipe for the HTTP gateway: the MCP app as the endpoint of its ``/mcp`` route, its
+    lifespan entered by the gateway (which runs uvicorn with ``lifespan="off"``); the gateway's
+    other routes are untouched."""
+    mcp_app = streamable_http_app(nc)
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    gateway = Starlette(routes=[Route("/mcp", endpoint=mcp_app), Route("/healthz", healthz)])
+    alice = mint(tokens, org, "end_user:alice", RW)
+    async with mcp_app.router.lifespan_context(mcp_app), serving(gateway, lifespan="off") as url:
+        async with over_http(url, Caller(alice, agent)) as client:
+            saved = ok(await client.call_tool("remember", {"text": "The gateway serves MCP at /mcp."}))
+            recalled = ok(await client.call_tool("recall", {"strategy": "last_k"}))
+        async with httpx.AsyncClient() as http:
+            health = await http.get(url.removesuffix("/mcp") + "/healthz")
+            bare = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert [r["id"] for r in recalled["results"]] == saved["ids"]
+    assert health.json() == {"status": "ok"}
+    assert bare.status_code == 401

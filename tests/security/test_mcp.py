@@ -156,6 +156,8 @@ async def test_no_tool_reaches_another_organization(
     assert foreign_writes == 0
     assert tally.codes.get("INTERNAL", 0) == 0
     assert tally.codes.get("UNTYPED", 0) == 0
+    # Every call was well-formed, so each reached Engram (a renamed argument would stop it here).
+    assert tally.codes.get("INVALID_REQUEST", 0) == 0
     # The control: the same calls do reach the attacker's own memory, so silence is not the pass.
     assert own_seen > 0
 
