@@ -1,0 +1,42 @@
+"""The agent interfaces against a real ``engram up``, as the README shows them: ``engram mcp`` over
+stdio with only the data dir (its connection.json supplies NATS, identity, token and agent config),
+and the README's LangGraph graph on the same connection file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.engram_up import ENGRAM, EngramUp, clean_env, stack_dir
+from tests.integration.test_readme import python_block
+from tests.mcp_clients import ok
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="process checks read /proc"),
+]
+
+
+async def test_engram_mcp_and_the_langgraph_store_on_engram_up() -> None:
+    """An MCP client launching ``engram mcp --data-dir D`` remembers and recalls through the running
+    stack; the README's LangGraph snippet remembers and recalls on the same stack."""
+    with stack_dir() as root, EngramUp(root / "data", root / "up.log") as up:
+        await up.connection()  # up and serving
+        params = StdioServerParameters(
+            command=str(ENGRAM), args=["mcp", "--data-dir", str(root / "data")], env=clean_env()
+        )
+        async with Client(params, read_timeout_seconds=60) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            saved = ok(await client.call_tool("remember", {"text": "Releases are cut on Thursdays."}))
+            recalled = ok(await client.call_tool("recall", {"cue": "when are releases cut"}))
+        assert {"remember", "recall", "expand", "forget", "list_memories", "memory_feedback"} <= names
+        assert saved["ids"][0] in [r["id"] for r in recalled["results"]]
+        assert "Releases are cut on Thursdays." in recalled["context"]
+
+        namespace: dict[str, Any] = {}
+        exec(compile(python_block("EngramStore"), "README.md", "exec"), namespace)  # noqa: S102
+        assert await namespace["run"](str(root / "data" / "connection.json")) == "I prefer aisle seats"
+        assert await up.stop() == 0
