@@ -48,12 +48,14 @@ cluster-bench: install
 ## Benchmarks: write-path throughput and latency, recall latency per strategy at 10k/100k
 ## entries plus embed throughput, each with the bare NATS round trip as yardstick; the default
 ## embedder's single-cue latency and batch throughput against torch's on the same texts; recall
-## over HTTP beside NATS (what the gateway adds).
+## over HTTP beside NATS (what the gateway adds); recall through MCP (in-process and streamable
+## HTTP) and EngramStore get/search beside the NATS yardstick.
 bench: install-model
 	$(BIN)/python -m tests.bench.embedder_throughput
 	$(BIN)/python -m tests.bench.write_path
 	$(BIN)/python -m tests.bench.recall
 	$(BIN)/python -m tests.bench.gateway
+	$(BIN)/python -m tests.bench.agents
 
 ## Resident size of `engram up` under steady load for 10 minutes (should stay flat within ±10%).
 soak: install

@@ -289,7 +289,9 @@ class _EngramMCPServer(MCPServer):
 
 def build_server(nc: Client, callers: CallerSource, *, timeout: float = 10.0) -> MCPServer:
     """An MCP server whose tools reach Engram over ``nc`` as the caller ``callers`` names."""
-    server: MCPServer = _EngramMCPServer("engram", instructions=INSTRUCTIONS)
+    # The SDK calls logging.basicConfig with this level (a no-op where Engram's logging is set up):
+    # at its default, INFO, it would send every library's per-request INFO lines through rich.
+    server: MCPServer = _EngramMCPServer("engram", instructions=INSTRUCTIONS, log_level="WARNING")
     tools = _Tools(nc, callers, timeout)
     for decl in TOOLS:
         implementation = getattr(tools, decl.name, None)
