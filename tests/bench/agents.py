@@ -43,14 +43,21 @@ RESULTS = Path("bench-results") / "agents.json"
 
 
 async def timed(n: int, call: Callable[[], Awaitable[Any]]) -> dict[str, float]:
-    for _ in range(min(20, n)):
-        await call()
-    ms = []
+    return (await interleaved(n, {"": call}))[""]
+
+
+async def interleaved(n: int, calls: dict[str, Callable[[], Awaitable[Any]]]) -> dict[str, dict[str, float]]:
+    """Each call ``n`` times, taking turns, so drift in the machine's load falls on all alike."""
+    for call in calls.values():
+        for _ in range(min(20, n)):
+            await call()
+    ms: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(n):
-        started = time.perf_counter()
-        await call()
-        ms.append((time.perf_counter() - started) * 1000)
-    return summary(ms)
+        for name, call in calls.items():
+            started = time.perf_counter()
+            await call()
+            ms[name].append((time.perf_counter() - started) * 1000)
+    return {name: summary(values) for name, values in ms.items()}
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -84,18 +91,22 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     ]
                     await client.save(agent, [{"text": t} for t in texts], wait=True)
                 rows["bare NATS round trip"] = await nats_round_trip(nc, args.queries)
-                rows["EngramClient.recall"] = await timed(
-                    args.queries, lambda: client.recall(agent, strategy="last_k", top_k=10)
-                )
                 caller = Caller(token=token, agent_config_id=agent)
                 recall_args = {"strategy": "last_k", "top_k": 10}
-                async with in_process(nc, caller) as mcp:
-                    rows["MCP recall tool, in-process"] = await timed(
-                        args.queries, lambda: mcp.call_tool("recall", recall_args)
-                    )
-                async with serving(streamable_http_app(nc)) as url, over_http(url, caller) as mcp_http:
-                    rows["MCP recall tool, streamable HTTP"] = await timed(
-                        args.queries, lambda: mcp_http.call_tool("recall", recall_args)
+                async with (
+                    in_process(nc, caller) as mcp,
+                    serving(streamable_http_app(nc)) as url,
+                    over_http(url, caller) as mcp_http,
+                ):
+                    rows |= await interleaved(
+                        args.queries,
+                        {
+                            "EngramClient.recall": lambda: client.recall(agent, strategy="last_k", top_k=10),
+                            "MCP recall tool, in-process": lambda: mcp.call_tool("recall", recall_args),
+                            "MCP recall tool, streamable HTTP": lambda: mcp_http.call_tool(
+                                "recall", recall_args
+                            ),
+                        },
                     )
                 for size in args.store_sizes:
                     store = EngramStore(client, uuid4())
