@@ -223,7 +223,11 @@ class EngramStore(BaseStore):
             fields = self._scoped(
                 owner, memory_types=[MEMORY_TYPE], lifecycle=["active"], page_size=100, page_token=token
             )
-            page = await self._client.list_entries(self._agent, **fields)
+            try:
+                page = await self._client.list_entries(self._agent, **fields)
+            except NotFound:
+                # An agent config nothing was ever saved to (nor configured) holds no items.
+                return _Snapshot(stored)
             stored += [s for e in page.entries if (s := _stored(e)) is not None]
             token = page.next_page_token
             if token is None:
@@ -288,7 +292,7 @@ class EngramStore(BaseStore):
             and all(_compare_values(i.value.get(k), v) for k, v in (op.filter or {}).items())
         ]
         scores: dict[tuple[tuple[str, ...], str], float] = {}
-        if op.query:
+        if op.query and matching:
             reply = await self._client.recall(
                 self._agent,
                 **self._scoped(
