@@ -9,6 +9,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,6 +27,7 @@ from contracts.operations import MEMORY_EXPORT, OPERATIONS, SESSION_ENDED, Opera
 from contracts.requests import SessionAccepted
 from services.gateway.bridge import Bridge
 from services.gateway.payloads import Shape, decode_object, read_limited
+from services.mcp import streamable_http_app
 from shared.wire import MAX_REQUEST_BYTES, error_reply, validation_details
 
 __all__ = ["JSONL", "build_app"]
@@ -217,8 +219,18 @@ def build_app(bridge: Bridge, *, cors_origins: list[str] | None = None) -> Starl
                 allow_headers=["Authorization", "Content-Type"],
             )
         )
+    # MCP over streamable HTTP at /mcp (services/mcp): the caller is each request's Authorization
+    # header, as on every other route. Its session manager runs in this app's lifespan.
+    mcp_app = streamable_http_app(bridge.nats)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with mcp_app.router.lifespan_context(mcp_app):
+            yield
+
     return Starlette(
-        routes=routes(bridge),
+        routes=[*routes(bridge), Route("/mcp", endpoint=mcp_app)],
         middleware=middleware,
         exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
     )

@@ -69,6 +69,11 @@ class Bridge:
             await self._nc.drain()
 
     @property
+    def nats(self) -> Client:
+        """The gateway's NATS connection (the MCP tools at ``/mcp`` send their requests over it)."""
+        return self._nc
+
+    @property
     def connected(self) -> bool:
         return bool(self._nc.is_connected)
 

@@ -78,7 +78,7 @@ async def running_gateway(
     origins = [o.strip() for o in settings.http_cors_origins.split(",") if o.strip()]
     config = uvicorn.Config(
         build_app(bridge, cors_origins=origins),
-        lifespan="off",
+        lifespan="on",  # the MCP session manager at /mcp (services/mcp) runs in it
         access_log=False,
         server_header=False,
         log_config=None,  # our logging (shared.logging) stays as it is

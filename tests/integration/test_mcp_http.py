@@ -103,3 +103,18 @@ async def test_mounted_in_a_gateway_app(
     assert [r["id"] for r in recalled["results"]] == saved["ids"]
     assert health.json() == {"status": "ok"}
     assert bare.status_code == 401
+
+
+async def test_the_gateway_serves_mcp(gateway: str, tokens: TokenService, org: UUID, agent: UUID) -> None:
+    """``engram serve gateway`` (here: the gateway in front of this module's services, under its own
+    NATS identity) serves the MCP tools at ``/mcp``: the table's tools, acting as the bearer."""
+    alice = mint(tokens, org, "end_user:alice", RW)
+    async with over_http(f"{gateway}/mcp", Caller(alice, agent)) as client:
+        assert [t.name for t in (await client.list_tools()).tools] == [d.name for d in TOOLS]
+        saved = ok(await client.call_tool("remember", {"text": "The gateway answers MCP too."}))
+        recalled = ok(await client.call_tool("recall", {"strategy": "last_k"}))
+        assert ok(await client.call_tool("forget", {"entry_id": saved["ids"][0]}))["entries"] == 1
+    assert [r["id"] for r in recalled["results"]] == saved["ids"]
+    async with httpx.AsyncClient() as http:
+        bare = await http.post(f"{gateway}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert bare.status_code == 401
