@@ -109,6 +109,9 @@ def up(
                 f"[bold green]Engram is up[/] — NATS at [bold]{settings.nats_url}[/], "
                 f"HTTP API at [bold]{http.url}[/]"
             )
+            console.print(
+                f"web console at [bold]{http.url}/console[/] (`engram console` prints a sign-in link)"
+            )
             console.print(f"connection details (URL, NATS identity, dev token, org, agent config): {path}")
             if demo:
                 from services.cli.demo import run_demo
@@ -128,6 +131,31 @@ def up(
         asyncio.run(main())
     except asyncio.CancelledError:  # SIGTERM before _wait_for_signal: cleaned up, a normal stop
         console.print("stopped before startup finished")
+
+
+@app.command("console")
+def console_link(data_dir: Path = DATA_DIR) -> None:
+    """Print a one-time sign-in link to the web console for the development identity (valid for two
+    minutes, once; the token itself never goes into the URL)."""
+    import httpx
+
+    info = _connection(data_dir)
+    if not info.get("http_url"):
+        raise typer.BadParameter("this stack serves no HTTP API; start it with `engram up`")
+    try:
+        reply = httpx.post(
+            f"{info['http_url']}/console/tickets",
+            json={"agent_config_id": info["agent_config_id"]},
+            headers={"Authorization": f"Bearer {info['token']}"},
+            timeout=10.0,
+        )
+    except httpx.HTTPError as exc:
+        raise typer.BadParameter(
+            f"the gateway at {info['http_url']} does not answer ({exc}); is `engram up` running?"
+        ) from None
+    if reply.status_code != 200:
+        raise typer.BadParameter(f"the gateway refused a sign-in code: {reply.text[:200]}")
+    typer.echo(f"{info['http_url']}{reply.json()['path']}")
 
 
 @app.command()

@@ -26,6 +26,7 @@ from contracts.events import MAX_SESSION_BYTES, SessionEnded
 from contracts.operations import MEMORY_EXPORT, OPERATIONS, SESSION_ENDED, Operation
 from contracts.requests import SessionAccepted
 from services.gateway.bridge import Bridge
+from services.gateway.console import console_mount
 from services.gateway.payloads import Shape, decode_object, read_limited
 from services.mcp import streamable_http_app
 from shared.wire import MAX_REQUEST_BYTES, error_reply, validation_details
@@ -229,7 +230,7 @@ def build_app(bridge: Bridge, *, cors_origins: list[str] | None = None) -> Starl
             yield
 
     return Starlette(
-        routes=[*routes(bridge), Route("/mcp", endpoint=mcp_app)],
+        routes=[*routes(bridge), Route("/mcp", endpoint=mcp_app), console_mount(bridge)],
         middleware=middleware,
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,

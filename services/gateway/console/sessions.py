@@ -1,0 +1,147 @@
+"""Console sign-in state, in the gateway process's memory: sessions (a random id in a cookie → the
+bearer token it stands for) and one-time sign-in codes (``engram console``'s link).
+
+The token stays here, server-side: the browser only ever holds the session id, so the token is never
+in a URL, a page or a log. One process only — a second gateway replica does not know these sessions
+(docs/decisions.md, "Web console")."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import jwt
+
+__all__ = ["ConsoleSession", "SessionStore", "TokenClaims"]
+
+#: A session ends after this long without a request ...
+IDLE_S = 30 * 60
+#: ... and after this long at all (or when its token expires, if sooner).
+ABSOLUTE_S = 8 * 3600
+#: A one-time sign-in code is good for this long, once.
+CODE_S = 120
+#: Bound on live sessions and codes: an unauthenticated flood of sign-in attempts cannot grow
+#: memory without limit (the oldest go first).
+_MAX_ENTRIES = 10_000
+
+
+@dataclass(frozen=True)
+class TokenClaims:
+    """What the console shows about a token, read from its claims *without* verifying them: the
+    services verify every request; these only label the page and bound the session's lifetime."""
+
+    org_id: str
+    principal: str
+    permissions: tuple[str, ...]
+    expires_at: float
+    agent_config_id: str | None
+
+    @classmethod
+    def read(cls, token: str) -> TokenClaims | None:
+        """None when ``token`` is not shaped like an Engram token at all."""
+        try:
+            claims: dict[str, Any] = jwt.decode(token, options={"verify_signature": False})
+            kind, ident = str(claims["pk"]), claims.get("pid")
+            acfg = claims.get("acfg")
+            return cls(
+                org_id=str(UUID(str(claims["org"]))),
+                principal=kind if ident is None else f"{kind}:{ident}",
+                permissions=tuple(str(p) for p in claims.get("perms", [])),
+                expires_at=float(claims["exp"]),
+                agent_config_id=str(UUID(str(acfg))) if acfg else None,
+            )
+        except (jwt.PyJWTError, KeyError, ValueError, TypeError):
+            return None
+
+
+@dataclass
+class ConsoleSession:
+    id: str
+    token: str
+    claims: TokenClaims
+    agent_config_id: str
+    #: The synchronizer token every mutating form carries (CSRF).
+    csrf: str
+    expires_at: float
+    idle_until: float = field(default=0.0)
+
+    @property
+    def authorization(self) -> str:
+        return f"Bearer {self.token}"
+
+    def can(self, permission: str) -> bool:
+        return permission in self.claims.permissions
+
+
+@dataclass(frozen=True)
+class _Code:
+    token: str
+    agent_config_id: str | None
+    expires_at: float
+
+
+class SessionStore:
+    def __init__(self, *, clock: Any = time.monotonic, wall: Any = time.time) -> None:
+        self._sessions: dict[str, ConsoleSession] = {}
+        self._codes: dict[str, _Code] = {}
+        self._clock = clock
+        self._wall = wall
+
+    def open(self, token: str, claims: TokenClaims, agent_config_id: str) -> ConsoleSession:
+        now = self._clock()
+        # The token's own expiry (wall clock) as a monotonic deadline.
+        token_left = claims.expires_at - self._wall()
+        session = ConsoleSession(
+            id=secrets.token_urlsafe(32),
+            token=token,
+            claims=claims,
+            agent_config_id=agent_config_id,
+            csrf=secrets.token_urlsafe(32),
+            expires_at=now + min(ABSOLUTE_S, token_left),
+            idle_until=now + IDLE_S,
+        )
+        self._bounded(self._sessions)
+        self._sessions[session.id] = session
+        return session
+
+    def get(self, session_id: str | None) -> ConsoleSession | None:
+        """The live session, its idle deadline pushed on; None (and forgotten) once expired."""
+        if not session_id:
+            return None
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        now = self._clock()
+        if now >= session.expires_at or now >= session.idle_until:
+            del self._sessions[session_id]
+            return None
+        session.idle_until = now + IDLE_S
+        return session
+
+    def close(self, session_id: str | None) -> None:
+        if session_id:
+            self._sessions.pop(session_id, None)
+
+    def issue_code(self, token: str, agent_config_id: str | None) -> str:
+        """A one-time code standing for ``token`` for ``CODE_S`` seconds."""
+        code = secrets.token_urlsafe(32)
+        self._bounded(self._codes)
+        self._codes[code] = _Code(token, agent_config_id, self._clock() + CODE_S)
+        return code
+
+    def redeem_code(self, code: str) -> tuple[str, str | None] | None:
+        """The token and agent config a code stands for, once; None when unknown, used or expired."""
+        entry = self._codes.pop(code, None)
+        if entry is None or self._clock() >= entry.expires_at:
+            return None
+        return entry.token, entry.agent_config_id
+
+    def _bounded(self, table: dict[str, Any]) -> None:
+        now = self._clock()
+        for key in [k for k, v in table.items() if now >= v.expires_at]:
+            del table[key]
+        while len(table) >= _MAX_ENTRIES:
+            del table[next(iter(table))]

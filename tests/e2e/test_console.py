@@ -1,0 +1,346 @@
+"""The web console in a real browser: headless Chromium, driven by Selenium, against ``engram up``
+running as a user runs it. Sign in (one-time link, pasted token), find an owner's memory, recall,
+pin, purge with its receipt, the purge in the audit log, the config form — and hostile memory text
+(an XSS corpus and the 73-attack injection corpus) shown as text: no alert, no script, no request
+to another origin. Screenshots of each view go to ``bench-results/console/``."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import uuid4
+
+import httpx
+import pytest
+
+from tests.e2e.xss_corpus import XSS
+from tests.engram_up import EngramUp, cli, stack_dir
+from tests.unit.injection_corpus import ATTACKS
+
+webdriver = pytest.importorskip(
+    "selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')"
+)
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None,
+        reason="headless Chromium is absent: apt-get install chromium chromium-driver (.ci/run does)",
+    ),
+]
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "bench-results" / "console"
+#: What a page gets to appear on a loaded 2-core machine (a bound, not a pause).
+WAIT_S = 60.0
+
+
+class _Foreign(BaseHTTPRequestHandler):
+    """Another origin: any request it receives came from a payload that escaped into a page."""
+
+    hits: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self.hits.append(self.path)
+        self.send_response(204)
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def foreign() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Foreign)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://localhost:{server.server_address[1]}"  # a hostname: the PII policy keeps it
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[tuple[EngramUp, dict[str, Any]]]:
+    with stack_dir() as data_dir, EngramUp(data_dir, data_dir.parent / f"{data_dir.name}.log") as up:
+        info = asyncio.run(up.connection())
+        asyncio.run(up.wait_for_output("web console at", 30))
+        yield up, info
+
+
+@pytest.fixture(scope="module")
+def info(stack: tuple[EngramUp, dict[str, Any]]) -> dict[str, Any]:
+    return stack[1]
+
+
+@pytest.fixture(scope="module")
+def api(info: dict[str, Any]) -> Iterator[httpx.Client]:
+    """The HTTP API under the development token: seeds memories and checks what the console did."""
+    with httpx.Client(
+        base_url=info["http_url"], headers={"Authorization": f"Bearer {info['token']}"}, timeout=60
+    ) as client:
+        yield client
+
+
+def _save(api: httpx.Client, info: dict[str, Any], owner: str, texts: list[str]) -> list[str]:
+    kind, _, ident = owner.partition(":")
+    reply = api.post(
+        "/v1/memories",
+        json={
+            "agent_config_id": info["agent_config_id"],
+            "principal": {"kind": kind, "id": ident},
+            "entries": [{"text": t, "importance": round(0.9 - i / 200, 3)} for i, t in enumerate(texts)],
+            "wait": True,
+        },
+    )
+    assert reply.status_code == 200, reply.text
+    ids: list[str] = reply.json()["ids"]
+    return ids
+
+
+@pytest.fixture(scope="module")
+def owner(api: httpx.Client, info: dict[str, Any]) -> dict[str, Any]:
+    """An owner with three ordinary memories."""
+    ref = f"end_user:ada-{uuid4().hex[:6]}"
+    texts = [
+        "Ada prefers dark roast coffee, no sugar",
+        "Ada deploys from the release branch on Thursdays",
+        "Ada's team uses Postgres 17 in production",
+    ]
+    return {"ref": ref, "texts": texts, "ids": _save(api, info, ref, texts)}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(WAIT_S)
+    yield driver
+    driver.quit()
+
+
+def _wait(driver: WebDriver) -> WebDriverWait[WebDriver]:
+    return WebDriverWait(driver, WAIT_S)
+
+
+def _shot(driver: WebDriver, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+
+
+def _sign_in_by_link(driver: WebDriver, info: dict[str, Any], stack: tuple[EngramUp, Any]) -> None:
+    link = cli("console", "--data-dir", str(stack[0].data_dir)).stdout.strip()
+    driver.get(link)
+    _wait(driver).until(ec.url_matches(r"/console/memories$"))
+
+
+def test_engram_up_prints_the_console_url(stack: tuple[EngramUp, dict[str, Any]]) -> None:
+    """engram up names the console's URL beside the HTTP API's."""
+    up, info = stack
+    assert f"web console at {info['http_url']}/console" in up.output()
+
+
+def test_sign_in_with_a_one_time_link(
+    browser: WebDriver, stack: tuple[EngramUp, dict[str, Any]], info: dict[str, Any]
+) -> None:
+    """`engram console` prints a link whose code signs in once; the browser ends on a URL without
+    it, the session shows the development identity, and the same link does not sign in again."""
+    browser.get(f"{info['http_url']}/console/signin")
+    _wait(browser).until(ec.presence_of_element_located((By.ID, "token")))
+    _shot(browser, "signin")
+    link = cli("console", "--data-dir", str(stack[0].data_dir)).stdout.strip()
+    assert "/console/signin/code?code=" in link and info["token"] not in link
+    browser.get(link)
+    _wait(browser).until(ec.url_matches(r"/console/memories$"))
+    assert "code=" not in browser.current_url
+    assert browser.find_element(By.CSS_SELECTOR, ".who .principal").text == "service:engram-dev"
+    cookie = browser.get_cookie("engram_console")
+    assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+    browser.delete_all_cookies()
+    browser.get(link)
+    _wait(browser).until(ec.presence_of_element_located((By.ID, "error")))
+    assert "used already or has expired" in browser.find_element(By.ID, "error").text
+
+
+def test_sign_in_with_a_pasted_token(browser: WebDriver, info: dict[str, Any]) -> None:
+    """A bearer token pasted into the form signs in; a wrong one is refused on the form."""
+    browser.delete_all_cookies()
+    browser.get(f"{info['http_url']}/console/signin")
+    browser.find_element(By.ID, "token").send_keys("not-a-token")
+    browser.find_element(By.CSS_SELECTOR, "#signin button").click()
+    _wait(browser).until(ec.text_to_be_present_in_element((By.ID, "error"), "not an Engram token"))
+    browser.find_element(By.ID, "token").send_keys(info["token"])
+    browser.find_element(By.ID, "agent_config_id").send_keys(info["agent_config_id"])
+    browser.find_element(By.CSS_SELECTOR, "#signin button").click()
+    _wait(browser).until(ec.url_matches(r"/console/memories$"))
+    assert info["token"] not in browser.page_source
+
+
+def test_find_an_owners_memory_and_recall(
+    browser: WebDriver, info: dict[str, Any], owner: dict[str, Any]
+) -> None:
+    """Filtering by owner lists exactly that owner's memories; the recall box shows the context an
+    agent acting for them would get."""
+    browser.get(f"{info['http_url']}/console/memories")
+    field = browser.find_element(By.ID, "owner")
+    field.clear()
+    field.send_keys(owner["ref"])
+    browser.find_element(By.ID, "apply-filters").click()
+    _wait(browser).until(ec.text_to_be_present_in_element((By.ID, "memories"), owner["texts"][0]))
+    rows = browser.find_elements(By.CSS_SELECTOR, "#memories tbody tr[data-entry]")
+    assert sorted(r.get_attribute("data-entry") for r in rows) == sorted(owner["ids"])
+    _shot(browser, "memories")
+
+    browser.get(f"{info['http_url']}/console/recall")
+    browser.find_element(By.NAME, "cue").send_keys("what coffee does Ada like")
+    browser.find_element(By.NAME, "as").send_keys(owner["ref"])
+    browser.find_element(By.CSS_SELECTOR, "select[name=strategy] option[value=importance]").click()
+    browser.find_element(By.NAME, "token_budget").send_keys("400")
+    browser.find_element(By.CSS_SELECTOR, "#recall-form button").click()
+    _wait(browser).until(ec.presence_of_element_located((By.ID, "context")))
+    context = browser.find_element(By.ID, "context").text
+    assert all(text in context for text in owner["texts"]), context
+    assert browser.find_element(By.TAG_NAME, "h2").text.startswith("importance")
+    _shot(browser, "recall")
+
+
+def test_pin_a_memory(
+    browser: WebDriver, info: dict[str, Any], owner: dict[str, Any], api: httpx.Client
+) -> None:
+    """Pin on an entry's page pins it (the API says so too)."""
+    entry_id = owner["ids"][1]
+    browser.get(f"{info['http_url']}/console/memories/{entry_id}")
+    browser.find_element(By.ID, "op-pin").click()
+    _wait(browser).until(ec.presence_of_element_located((By.ID, "pinned")))
+    assert browser.find_element(By.ID, "entry-text").text == owner["texts"][1]
+    reply = api.get(f"/v1/memories/{entry_id}", params={"agent_config_id": info["agent_config_id"]})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["entry"]["pinned"] is True
+    _shot(browser, "entry")
+
+
+def test_purge_an_owner_and_read_the_receipt(
+    browser: WebDriver, info: dict[str, Any], owner: dict[str, Any], api: httpx.Client
+) -> None:
+    """A purge needs the owner typed again; the receipt counts what each store removed; the owner
+    has nothing left."""
+    browser.get(f"{info['http_url']}/console/purge")
+    browser.find_element(By.ID, "purge-owner").send_keys(owner["ref"])
+    browser.find_element(By.ID, "purge-confirm").send_keys("end_user:someone-else")
+    browser.find_element(By.ID, "purge-submit").click()
+    _wait(browser).until(ec.text_to_be_present_in_element((By.ID, "error"), "exactly to confirm"))
+    assert api.get(
+        "/v1/memories", params={"agent_config_id": info["agent_config_id"], "actor_ref": owner["ref"]}
+    ).json()["entries"], "a purge without the typed confirmation erased something"
+
+    browser.find_element(By.ID, "purge-confirm").send_keys(owner["ref"])
+    browser.find_element(By.ID, "purge-submit").click()
+    _wait(browser).until(ec.presence_of_element_located((By.ID, "receipt")))
+    assert browser.find_element(By.ID, "r-entries").text == str(len(owner["ids"]))
+    owner["purge_id"] = browser.find_element(By.ID, "purge-id").text
+    _shot(browser, "receipt")
+    left = api.get(
+        "/v1/memories", params={"agent_config_id": info["agent_config_id"], "actor_ref": owner["ref"]}
+    )
+    assert left.status_code == 200 and left.json()["entries"] == []
+
+
+def test_the_purge_shows_in_the_audit_log(
+    browser: WebDriver, info: dict[str, Any], owner: dict[str, Any]
+) -> None:
+    """The audit log, filtered by kind and actor, shows the purge; the chain verifies."""
+    assert owner.get("purge_id"), "the purge test did not run first"
+    browser.get(f"{info['http_url']}/console/audit")
+    browser.find_element(By.NAME, "kind").send_keys("memory.purged")
+    browser.find_element(By.NAME, "actor").send_keys(owner["ref"])
+    browser.find_element(By.CSS_SELECTOR, "#audit-filters button").click()
+    _wait(browser).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, "#audit tr[data-kind='memory.purged']"))
+    )
+    rows = browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr[data-kind]")
+    assert rows and all(owner["ref"] in r.text for r in rows)
+    assert browser.find_element(By.ID, "chain-status").text.startswith("chain verified")
+    _shot(browser, "audit")
+
+
+def test_config_form_saves_a_new_version(browser: WebDriver, info: dict[str, Any], api: httpx.Client) -> None:
+    """The memory config as a form: a changed field is saved as a new version."""
+    browser.get(f"{info['http_url']}/console/config")
+    top_k = browser.find_element(By.CSS_SELECTOR, "#config input[name=top_k]")
+    top_k.clear()
+    top_k.send_keys("7")
+    browser.find_element(By.CSS_SELECTOR, "#config button").click()
+    _wait(browser).until(ec.presence_of_element_located((By.ID, "notice")))
+    reply = api.get("/v1/config", params={"agent_config_id": info["agent_config_id"]})
+    assert reply.json()["config"]["top_k"] == 7
+    _shot(browser, "config")
+    browser.get(f"{info['http_url']}/console/dead-letters")
+    _shot(browser, "dead-letters")
+
+
+def _assert_inert(driver: WebDriver, origin: str, foreign_hits: list[str]) -> None:
+    """Nothing in the page ran or fetched: no alert, no marker, no active element, no request
+    anywhere but the console's own origin."""
+    _wait(driver).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert  # noqa: B018 (the property raises when there is none)
+    assert driver.execute_script("return typeof window.__pwned") == "undefined"
+    active = "script, img, iframe, svg, object, embed, style:not(head style), base, meta[http-equiv], math"
+    assert driver.find_elements(By.CSS_SELECTOR, f"main {active}") == []
+    handlers = driver.execute_script(
+        "return [...document.querySelectorAll('*')].flatMap(e => [...e.attributes]"
+        ".filter(a => a.name.startsWith('on') || a.value.trim().toLowerCase().startsWith('javascript:'))"
+        ".map(a => e.tagName + ' ' + a.name))"
+    )
+    assert handlers == []
+    resources = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert all(urlsplit(r).netloc == urlsplit(origin).netloc for r in resources), resources
+    assert foreign_hits == []
+
+
+def test_hostile_memory_text_renders_as_text(
+    browser: WebDriver, info: dict[str, Any], api: httpx.Client, foreign: str
+) -> None:
+    """The XSS corpus and the 73 injection attacks, as stored memories, show as text on the list,
+    the entry and the recall pages: nothing runs, nothing loads from another origin."""
+    xss = [p.replace("{foreign}", foreign) for p in XSS]
+    xss_owner, inject_owner = f"end_user:mallory-{uuid4().hex[:6]}", f"end_user:eve-{uuid4().hex[:6]}"
+    xss_ids = _save(api, info, xss_owner, xss)
+    _save(api, info, inject_owner, list(ATTACKS))
+    origin = info["http_url"]
+
+    for who in (xss_owner, inject_owner):
+        browser.get(f"{origin}/console/memories?owner={who}&lifecycle=active")
+        _wait(browser).until(ec.presence_of_element_located((By.CSS_SELECTOR, "#memories tr[data-entry]")))
+        _assert_inert(browser, origin, _Foreign.hits)
+        if who == xss_owner:
+            _shot(browser, "xss-corpus")
+
+    for entry_id in xss_ids:
+        browser.get(f"{origin}/console/memories/{entry_id}")
+        stored = api.get(f"/v1/memories/{entry_id}", params={"agent_config_id": info["agent_config_id"]})
+        shown = browser.find_element(By.ID, "entry-text").get_attribute("textContent")
+        assert shown == stored.json()["entry"]["text"]
+        _assert_inert(browser, origin, _Foreign.hits)
+
+    browser.get(f"{origin}/console/recall?as={xss_owner}&strategy=importance")
+    _wait(browser).until(ec.presence_of_element_located((By.ID, "context")))
+    assert "<script>" in browser.find_element(By.ID, "context").get_attribute("textContent")
+    _assert_inert(browser, origin, _Foreign.hits)
