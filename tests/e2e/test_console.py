@@ -30,7 +30,7 @@ from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -144,10 +144,14 @@ def _shot(driver: WebDriver, name: str) -> None:
     driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
 
 
-def _sign_in_by_link(driver: WebDriver, info: dict[str, Any], stack: tuple[EngramUp, Any]) -> None:
-    link = cli("console", "--data-dir", str(stack[0].data_dir)).stdout.strip()
-    driver.get(link)
-    _wait(driver).until(ec.url_matches(r"/console/memories$"))
+@pytest.fixture
+def signed_in(browser: WebDriver, stack: tuple[EngramUp, dict[str, Any]]) -> WebDriver:
+    """The browser with a console session (signed in by a one-time link when it has none)."""
+    browser.get(f"{stack[1]['http_url']}/console/memories")
+    if not browser.current_url.endswith("/console/memories"):
+        browser.get(cli("console", "--data-dir", str(stack[0].data_dir)).stdout.strip())
+        _wait(browser).until(ec.url_matches(r"/console/memories$"))
+    return browser
 
 
 def test_engram_up_prints_the_console_url(stack: tuple[EngramUp, dict[str, Any]]) -> None:
@@ -194,10 +198,11 @@ def test_sign_in_with_a_pasted_token(browser: WebDriver, info: dict[str, Any]) -
 
 
 def test_find_an_owners_memory_and_recall(
-    browser: WebDriver, info: dict[str, Any], owner: dict[str, Any]
+    signed_in: WebDriver, info: dict[str, Any], owner: dict[str, Any]
 ) -> None:
     """Filtering by owner lists exactly that owner's memories; the recall box shows the context an
     agent acting for them would get."""
+    browser = signed_in
     browser.get(f"{info['http_url']}/console/memories")
     field = browser.find_element(By.ID, "owner")
     field.clear()
@@ -211,7 +216,7 @@ def test_find_an_owners_memory_and_recall(
     browser.get(f"{info['http_url']}/console/recall")
     browser.find_element(By.NAME, "cue").send_keys("what coffee does Ada like")
     browser.find_element(By.NAME, "as").send_keys(owner["ref"])
-    browser.find_element(By.CSS_SELECTOR, "select[name=strategy] option[value=importance]").click()
+    Select(browser.find_element(By.NAME, "strategy")).select_by_visible_text("importance")
     browser.find_element(By.NAME, "token_budget").send_keys("400")
     browser.find_element(By.CSS_SELECTOR, "#recall-form button").click()
     _wait(browser).until(ec.presence_of_element_located((By.ID, "context")))
@@ -222,9 +227,10 @@ def test_find_an_owners_memory_and_recall(
 
 
 def test_pin_a_memory(
-    browser: WebDriver, info: dict[str, Any], owner: dict[str, Any], api: httpx.Client
+    signed_in: WebDriver, info: dict[str, Any], owner: dict[str, Any], api: httpx.Client
 ) -> None:
     """Pin on an entry's page pins it (the API says so too)."""
+    browser = signed_in
     entry_id = owner["ids"][1]
     browser.get(f"{info['http_url']}/console/memories/{entry_id}")
     browser.find_element(By.ID, "op-pin").click()
@@ -237,10 +243,11 @@ def test_pin_a_memory(
 
 
 def test_purge_an_owner_and_read_the_receipt(
-    browser: WebDriver, info: dict[str, Any], owner: dict[str, Any], api: httpx.Client
+    signed_in: WebDriver, info: dict[str, Any], owner: dict[str, Any], api: httpx.Client
 ) -> None:
     """A purge needs the owner typed again; the receipt counts what each store removed; the owner
     has nothing left."""
+    browser = signed_in
     browser.get(f"{info['http_url']}/console/purge")
     browser.find_element(By.ID, "purge-owner").send_keys(owner["ref"])
     browser.find_element(By.ID, "purge-confirm").send_keys("end_user:someone-else")
@@ -263,9 +270,10 @@ def test_purge_an_owner_and_read_the_receipt(
 
 
 def test_the_purge_shows_in_the_audit_log(
-    browser: WebDriver, info: dict[str, Any], owner: dict[str, Any]
+    signed_in: WebDriver, info: dict[str, Any], owner: dict[str, Any]
 ) -> None:
-    """The audit log, filtered by kind and actor, shows the purge; the chain verifies."""
+    """The audit log, filtered by kind and owner, shows the purge and who made it; the chain verifies."""
+    browser = signed_in
     assert owner.get("purge_id"), "the purge test did not run first"
     browser.get(f"{info['http_url']}/console/audit")
     browser.find_element(By.NAME, "kind").send_keys("memory.purged")
@@ -275,13 +283,17 @@ def test_the_purge_shows_in_the_audit_log(
         ec.presence_of_element_located((By.CSS_SELECTOR, "#audit tr[data-kind='memory.purged']"))
     )
     rows = browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr[data-kind]")
-    assert rows and all(owner["ref"] in r.text for r in rows)
+    assert rows and all(f"actor_scope={owner['ref']}" in r.text for r in rows)
+    assert all("service:engram-dev" in r.text for r in rows)  # who purged
     assert browser.find_element(By.ID, "chain-status").text.startswith("chain verified")
     _shot(browser, "audit")
 
 
-def test_config_form_saves_a_new_version(browser: WebDriver, info: dict[str, Any], api: httpx.Client) -> None:
+def test_config_form_saves_a_new_version(
+    signed_in: WebDriver, info: dict[str, Any], api: httpx.Client
+) -> None:
     """The memory config as a form: a changed field is saved as a new version."""
+    browser = signed_in
     browser.get(f"{info['http_url']}/console/config")
     top_k = browser.find_element(By.CSS_SELECTOR, "#config input[name=top_k]")
     top_k.clear()
@@ -316,10 +328,11 @@ def _assert_inert(driver: WebDriver, origin: str, foreign_hits: list[str]) -> No
 
 
 def test_hostile_memory_text_renders_as_text(
-    browser: WebDriver, info: dict[str, Any], api: httpx.Client, foreign: str
+    signed_in: WebDriver, info: dict[str, Any], api: httpx.Client, foreign: str
 ) -> None:
     """The XSS corpus and the 73 injection attacks, as stored memories, show as text on the list,
     the entry and the recall pages: nothing runs, nothing loads from another origin."""
+    browser = signed_in
     xss = [p.replace("{foreign}", foreign) for p in XSS]
     xss_owner, inject_owner = f"end_user:mallory-{uuid4().hex[:6]}", f"end_user:eve-{uuid4().hex[:6]}"
     xss_ids = _save(api, info, xss_owner, xss)

@@ -242,6 +242,7 @@ class Views:
 
     async def audit(self, request: Request, session: ConsoleSession) -> Response:
         q = request.query_params
+        # "actor": who acted, or whose memory was acted on (a purge's actor_scope).
         kind, actor = _blank_none(q.get("kind")), _blank_none(q.get("actor"))
         error: EngramError | None = None
         records: list[dict[str, Any]] = []
@@ -257,7 +258,10 @@ class Views:
             records = [
                 r
                 for r in reply.records
-                if (actor is None or r.get("actor_ref") == actor)
+                if (
+                    actor is None
+                    or actor in (r.get("actor_ref"), (r.get("details") or {}).get("actor_scope"))
+                )
                 and (since is None or _time(r.get("occurred_at")) >= since)  # type: ignore[operator]
                 and (until is None or _time(r.get("occurred_at")) <= until)  # type: ignore[operator]
             ]

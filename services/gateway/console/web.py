@@ -39,7 +39,9 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: under it Chromium sends "Origin: null" on our own forms, and the origin
+    # check below could no longer tell them from a sandboxed attacker's.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
