@@ -10,9 +10,10 @@ import asyncio
 import shutil
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 from uuid import uuid4
 
@@ -51,9 +52,9 @@ WAIT_S = 60.0
 class _Foreign(BaseHTTPRequestHandler):
     """Another origin: any request it receives came from a payload that escaped into a page."""
 
-    hits: list[str] = []
+    hits: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         self.hits.append(self.path)
         self.send_response(204)
         self.end_headers()
@@ -169,13 +170,16 @@ def test_sign_in_with_a_one_time_link(
     _wait(browser).until(ec.presence_of_element_located((By.ID, "token")))
     _shot(browser, "signin")
     link = cli("console", "--data-dir", str(stack[0].data_dir)).stdout.strip()
-    assert "/console/signin/code?code=" in link and info["token"] not in link
+    assert "/console/signin/code?code=" in link
+    assert info["token"] not in link
     browser.get(link)
     _wait(browser).until(ec.url_matches(r"/console/memories$"))
     assert "code=" not in browser.current_url
     assert browser.find_element(By.CSS_SELECTOR, ".who .principal").text == "service:engram-dev"
     cookie = browser.get_cookie("engram_console")
-    assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert cookie is not None
+    assert cookie["httpOnly"]
+    assert cookie["sameSite"] == "Strict"
 
     browser.delete_all_cookies()
     browser.get(link)
@@ -266,7 +270,8 @@ def test_purge_an_owner_and_read_the_receipt(
     left = api.get(
         "/v1/memories", params={"agent_config_id": info["agent_config_id"], "actor_ref": owner["ref"]}
     )
-    assert left.status_code == 200 and left.json()["entries"] == []
+    assert left.status_code == 200
+    assert left.json()["entries"] == []
 
 
 def test_the_purge_shows_in_the_audit_log(
@@ -283,7 +288,8 @@ def test_the_purge_shows_in_the_audit_log(
         ec.presence_of_element_located((By.CSS_SELECTOR, "#audit tr[data-kind='memory.purged']"))
     )
     rows = browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr[data-kind]")
-    assert rows and all(f"actor_scope={owner['ref']}" in r.text for r in rows)
+    assert rows
+    assert all(f"actor_scope={owner['ref']}" in r.text for r in rows)
     assert all("service:engram-dev" in r.text for r in rows)  # who purged
     assert browser.find_element(By.ID, "chain-status").text.startswith("chain verified")
     _shot(browser, "audit")
@@ -357,3 +363,101 @@ def test_hostile_memory_text_renders_as_text(
     _wait(browser).until(ec.presence_of_element_located((By.ID, "context")))
     assert "<script>" in browser.find_element(By.ID, "context").get_attribute("textContent")
     _assert_inert(browser, origin, _Foreign.hits)
+
+
+# --- the same rules without a browser: what an attacker's own client would try ----------------
+
+
+@contextmanager
+def _session(info: dict[str, Any]) -> Iterator[httpx.Client]:
+    """An HTTP client signed in to the console (by a one-time code) as a browser would be."""
+    with httpx.Client(base_url=info["http_url"], timeout=60) as client:
+        yield _signed_in(client, info)
+
+
+def _signed_in(client: httpx.Client, info: dict[str, Any]) -> httpx.Client:
+    ticket = client.post(
+        "/console/tickets",
+        json={"agent_config_id": info["agent_config_id"]},
+        headers={"Authorization": f"Bearer {info['token']}"},
+    )
+    assert ticket.status_code == 200, ticket.text
+    assert client.get(ticket.json()["path"]).status_code == 303
+    return client
+
+
+def test_every_console_response_carries_a_strict_policy(info: dict[str, Any]) -> None:
+    """Pages, redirects and static files carry the CSP without inline script, nosniff and no-store;
+    the session cookie is HttpOnly and SameSite=Strict."""
+    with httpx.Client(base_url=info["http_url"], timeout=60) as anonymous:
+        for path in ("/console/signin", "/console/memories", "/console/static/console.css"):
+            reply = anonymous.get(path)
+            csp = reply.headers["content-security-policy"]
+            assert "script-src 'self'" in csp, path
+            assert "unsafe-inline" not in csp
+            assert "default-src 'none'" in csp
+            assert "frame-ancestors 'none'" in csp
+            assert reply.headers["x-content-type-options"] == "nosniff"
+    ticket = httpx.post(
+        f"{info['http_url']}/console/tickets",
+        json={"agent_config_id": info["agent_config_id"]},
+        headers={"Authorization": f"Bearer {info['token']}"},
+    ).json()
+    redeemed = httpx.get(f"{info['http_url']}{ticket['path']}")
+    assert redeemed.status_code == 303
+    cookie = redeemed.headers["set-cookie"].lower()
+    assert "httponly" in cookie
+    assert "samesite=strict" in cookie
+    assert "path=/console" in cookie
+    assert redeemed.headers["location"] == "/console/memories"
+
+
+def test_mutations_without_the_csrf_token_or_from_another_origin_are_refused(
+    info: dict[str, Any], api: httpx.Client
+) -> None:
+    """A pin with the session cookie but without the form's token, with a wrong one, or with the
+    right one from another origin is refused (403) and changes nothing; so is a purge."""
+    entry_id = _save(api, info, f"end_user:csrf-{uuid4().hex[:6]}", ["a memory an attacker wants pinned"])[0]
+    with _session(info) as browser_like:
+        page = browser_like.get(f"/console/memories/{entry_id}").text
+        token = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        attempts = [
+            ({"op": "pin"}, {}),
+            ({"op": "pin", "csrf": "forged"}, {}),
+            ({"op": "pin", "csrf": token}, {"Origin": "http://evil.example"}),
+        ]
+        for form, headers in attempts:
+            reply = browser_like.post(f"/console/memories/{entry_id}/manage", data=form, headers=headers)
+            assert reply.status_code == 403, (form, headers, reply.status_code)
+        purge = browser_like.post("/console/purge", data={"owner": "none", "confirm": "none"})
+        assert purge.status_code == 403
+        stored = api.get(f"/v1/memories/{entry_id}", params={"agent_config_id": info["agent_config_id"]})
+        assert stored.json()["entry"]["pinned"] is False
+        done = browser_like.post(f"/console/memories/{entry_id}/manage", data={"op": "pin", "csrf": token})
+        assert done.status_code == 303  # the same request with its token goes through
+
+
+def test_signed_out_sessions_and_used_codes_are_dead(info: dict[str, Any]) -> None:
+    """After sign-out the old cookie opens nothing; a code redeems once."""
+    client = httpx.Client(base_url=info["http_url"], timeout=60)
+    ticket = client.post(
+        "/console/tickets",
+        json={"agent_config_id": info["agent_config_id"]},
+        headers={"Authorization": f"Bearer {info['token']}"},
+    ).json()
+    assert client.get(ticket["path"]).status_code == 303
+    assert client.get(ticket["path"]).status_code == 401
+    sid = client.cookies["engram_console"]
+    page = client.get("/console/memories").text
+    token = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    assert client.post("/console/signout", data={"csrf": token}).status_code == 303
+    replay = httpx.get(f"{info['http_url']}/console/memories", cookies={"engram_console": sid})
+    assert replay.status_code == 303
+    assert replay.headers["location"] == "/console/signin"
+    client.close()
+
+
+def test_the_token_is_never_in_the_log(stack: tuple[EngramUp, dict[str, Any]]) -> None:
+    """After every flow above, engram up's output has never carried the token."""
+    up, info = stack
+    assert info["token"] not in up.output()
