@@ -419,8 +419,7 @@ def test_mutations_without_the_csrf_token_or_from_another_origin_are_refused(
     right one from another origin is refused (403) and changes nothing; so is a purge."""
     entry_id = _save(api, info, f"end_user:csrf-{uuid4().hex[:6]}", ["a memory an attacker wants pinned"])[0]
     with _session(info) as browser_like:
-        page = browser_like.get(f"/console/memories/{entry_id}").text
-        token = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        token = _csrf(browser_like.get(f"/console/memories/{entry_id}").text)
         attempts = [
             ({"op": "pin"}, {}),
             ({"op": "pin", "csrf": "forged"}, {}),
@@ -437,6 +436,45 @@ def test_mutations_without_the_csrf_token_or_from_another_origin_are_refused(
         assert done.status_code == 303  # the same request with its token goes through
 
 
+def _csrf(page: str) -> str:
+    return page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+
+
+def test_every_entry_action_does_what_its_operation_does(info: dict[str, Any], api: httpx.Client) -> None:
+    """Disable, enable, edit (the next version), mark incorrect and
+    delete (a receipt), each through the console's forms, as the API then reports."""
+    agent = {"agent_config_id": info["agent_config_id"]}
+    entry_id = _save(api, info, f"end_user:acts-{uuid4().hex[:6]}", ["Bob likes tea"])[0]
+    with _session(info) as console:
+        token = _csrf(console.get(f"/console/memories/{entry_id}").text)
+
+        def act(op: str, **form: str) -> httpx.Response:
+            return console.post(
+                f"/console/memories/{entry_id}/manage", data={"op": op, "csrf": token, **form}
+            )
+
+        assert act("disable").status_code == 303
+        assert api.get(f"/v1/memories/{entry_id}", params=agent).json()["entry"]["lifecycle"] == "disabled"
+        assert act("enable").status_code == 303
+        assert api.get(f"/v1/memories/{entry_id}", params=agent).json()["entry"]["lifecycle"] == "active"
+
+        edited = act("edit", text="Bob likes green tea")
+        assert edited.status_code == 303
+        # The page of the entry as it is now (the edit's new version).
+        entry_id = edited.headers["location"].split("/memories/", 1)[1].split("?", 1)[0]
+        page = console.get(f"/console/memories/{entry_id}").text
+        assert "Bob likes green tea" in page.split('id="entry-text">', 1)[1].split("<", 1)[0]
+        # semantic memories are edited in place (the type policy's version_on_edit is off): v2
+        assert api.get(f"/v1/memories/{entry_id}", params=agent).json()["entry"]["version"] == 2
+        assert act("mark_incorrect").status_code in (200, 303)
+        assert api.get(f"/v1/memories/{entry_id}", params=agent).json()["entry"]["reliability"] < 1.0
+
+        deleted = console.post(f"/console/memories/{entry_id}/delete", data={"csrf": token})
+        assert deleted.status_code == 200
+        assert 'id="receipt"' in deleted.text
+        assert api.get(f"/v1/memories/{entry_id}", params=agent).status_code == 404
+
+
 def test_signed_out_sessions_and_used_codes_are_dead(info: dict[str, Any]) -> None:
     """After sign-out the old cookie opens nothing; a code redeems once."""
     client = httpx.Client(base_url=info["http_url"], timeout=60)
@@ -448,8 +486,7 @@ def test_signed_out_sessions_and_used_codes_are_dead(info: dict[str, Any]) -> No
     assert client.get(ticket["path"]).status_code == 303
     assert client.get(ticket["path"]).status_code == 401
     sid = client.cookies["engram_console"]
-    page = client.get("/console/memories").text
-    token = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    token = _csrf(client.get("/console/memories").text)
     assert client.post("/console/signout", data={"csrf": token}).status_code == 303
     replay = httpx.get(f"{info['http_url']}/console/memories", cookies={"engram_console": sid})
     assert replay.status_code == 303
