@@ -430,6 +430,12 @@ def test_mutations_without_the_csrf_token_or_from_another_origin_are_refused(
             assert reply.status_code == 403, (form, headers, reply.status_code)
         purge = browser_like.post("/console/purge", data={"owner": "none", "confirm": "none"})
         assert purge.status_code == 403
+        huge = browser_like.post(
+            f"/console/memories/{entry_id}/manage",
+            content=b"op=edit&text=" + b"x" * 100_000,
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert huge.status_code == 413  # read no further than the console's form limit
         stored = api.get(f"/v1/memories/{entry_id}", params={"agent_config_id": info["agent_config_id"]})
         assert stored.json()["entry"]["pinned"] is False
         done = browser_like.post(f"/console/memories/{entry_id}/manage", data={"op": "pin", "csrf": token})

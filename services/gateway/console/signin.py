@@ -17,7 +17,15 @@ from contracts.errors import EngramError, InvalidRequest, Unauthenticated
 from services.gateway.bridge import Bridge
 from services.gateway.console.calls import call
 from services.gateway.console.sessions import ABSOLUTE_S, CODE_S, SessionStore, TokenClaims
-from services.gateway.console.web import COOKIE, PRE_COOKIE, PREFIX, check_csrf, render, set_cookie
+from services.gateway.console.web import (
+    COOKIE,
+    PRE_COOKIE,
+    PREFIX,
+    check_csrf,
+    form_fields,
+    render,
+    set_cookie,
+)
 from services.gateway.payloads import decode_object, read_limited
 
 __all__ = ["SignIn"]
@@ -39,11 +47,11 @@ class SignIn:
         return response
 
     async def submit(self, request: Request) -> Response:
-        form = await request.form()
         try:
-            check_csrf(request, _str(form.get("csrf")), request.cookies.get(PRE_COOKIE))
-            token = (_str(form.get("token")) or "").strip().removeprefix("Bearer ").strip()
-            return await self._open(request, token, _str(form.get("agent_config_id")))
+            form = await form_fields(request)
+            check_csrf(request, form.get("csrf"), request.cookies.get(PRE_COOKIE))
+            token = (form.get("token") or "").strip().removeprefix("Bearer ").strip()
+            return await self._open(request, token, form.get("agent_config_id"))
         except EngramError as exc:
             return await self.form(request, exc, exc.status)
 
@@ -86,8 +94,8 @@ class SignIn:
     async def signout(self, request: Request) -> Response:
         session = self._store.get(request.cookies.get(COOKIE))
         if session is not None:
-            form = await request.form()
-            check_csrf(request, _str(form.get("csrf")), session.csrf)
+            form = await form_fields(request)
+            check_csrf(request, form.get("csrf"), session.csrf)
             self._store.close(session.id)
         response = RedirectResponse(f"{PREFIX}/signin", status_code=303)
         response.delete_cookie(COOKIE, path=PREFIX)
@@ -117,10 +125,6 @@ class SignIn:
         set_cookie(request, response, COOKIE, session.id, max_age=ABSOLUTE_S)
         response.delete_cookie(PRE_COOKIE, path=PREFIX)
         return response
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _json_error(exc: EngramError) -> Response:

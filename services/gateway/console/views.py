@@ -9,6 +9,7 @@ import typing
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -17,18 +18,17 @@ from contracts import operations as ops
 from contracts.config import MemoryConfig
 from contracts.errors import EngramError, InvalidRequest, Unauthenticated
 from contracts.governance import LIFECYCLES
-from contracts.recall import RecallRequest
+from contracts.recall import Strategy
 from services.gateway.bridge import Bridge
 from services.gateway.console.calls import call
 from services.gateway.console.sessions import ConsoleSession, SessionStore
-from services.gateway.console.web import COOKIE, PREFIX, check_csrf, render
+from services.gateway.console.web import COOKIE, PREFIX, check_csrf, form_fields, render
 
 __all__ = ["Views"]
 
 Page = Callable[[Request, ConsoleSession], Awaitable[Response]]
 MANAGE_OPS = ("pin", "unpin", "disable", "enable", "mark_incorrect")
-STRATEGIES = typing.get_args(RecallRequest.model_fields["strategy"].annotation)[0]
-_STRATEGIES: tuple[str, ...] = typing.get_args(STRATEGIES)
+_STRATEGIES: tuple[str, ...] = typing.get_args(Strategy)
 #: Audit records read per page (the operation filters by kind; actor and time are filtered here).
 _AUDIT_PAGE = 500
 
@@ -118,8 +118,6 @@ class Views:
         if page is None or not page.next_page_token:
             return None
         params = [(k, v) for k, v in request.query_params.multi_items() if k != "page_token"]
-        from urllib.parse import urlencode
-
         return urlencode([*params, ("page_token", page.next_page_token)])
 
     async def recall(self, request: Request, session: ConsoleSession) -> Response:
@@ -153,6 +151,9 @@ class Views:
     async def entry(self, request: Request, session: ConsoleSession, **extra: Any) -> Response:
         entry_id = request.path_params["entry_id"]
         got, error = None, extra.pop("error", None)
+        done = request.query_params.get("done")
+        if done in (*MANAGE_OPS, "edit") and error is None:
+            extra.setdefault("notice", f"Done: {done.replace('_', ' ')}")
         try:
             got = await self._call(
                 session,
@@ -163,7 +164,7 @@ class Views:
             error = error or exc
         return render(
             "entry.html",
-            status_code=200 if got else 404 if error and error.code == "NOT_FOUND" else 200,
+            status_code=error.status if error is not None and got is None else 200,
             session=session,
             active="memories",
             got=got,
@@ -174,13 +175,13 @@ class Views:
         )
 
     async def manage(self, request: Request, session: ConsoleSession) -> Response:
-        form = await request.form()
-        check_csrf(request, _str(form.get("csrf")), session.csrf)
+        form = await form_fields(request)
+        check_csrf(request, form.get("csrf"), session.csrf)
         entry_id = request.path_params["entry_id"]
-        op = _str(form.get("op")) or ""
+        op = form.get("op") or ""
         fields: dict[str, Any] = {"agent_config_id": session.agent_config_id, "entry_id": entry_id, "op": op}
         if op == "edit":
-            fields["text"] = _str(form.get("text"))
+            fields["text"] = form.get("text")
         try:
             reply = await self._call(session, ops.MEMORY_MANAGE, fields)
         except EngramError as exc:
@@ -192,12 +193,12 @@ class Views:
                 active="memories",
                 notice=f"{op}: the entry fell below the reliability floor and was deleted",
             )
-        # An edit makes a new version: show that one.
+        # An edit may make a new version (per type policy): show the entry as it is now.
         return RedirectResponse(f"{PREFIX}/memories/{reply.entry.id}?done={op}", status_code=303)
 
     async def delete(self, request: Request, session: ConsoleSession) -> Response:
-        form = await request.form()
-        check_csrf(request, _str(form.get("csrf")), session.csrf)
+        form = await form_fields(request)
+        check_csrf(request, form.get("csrf"), session.csrf)
         try:
             receipt = await self._call(
                 session,
@@ -216,13 +217,13 @@ class Views:
         return render("purge.html", session=session, active="purge", q=request.query_params)
 
     async def purge(self, request: Request, session: ConsoleSession) -> Response:
-        form = await request.form()
-        check_csrf(request, _str(form.get("csrf")), session.csrf)
-        owner = _str(form.get("owner")) or ""
-        session_id = _blank_none(_str(form.get("session_id")))
+        form = await form_fields(request)
+        check_csrf(request, form.get("csrf"), session.csrf)
+        owner = form.get("owner") or ""
+        session_id = _blank_none(form.get("session_id"))
         expected = owner if session_id is None else f"{owner}/{session_id}"
         try:
-            if not owner or _str(form.get("confirm")) != expected:
+            if not owner or form.get("confirm") != expected:
                 raise InvalidRequest(f"type {expected or 'the owner'} exactly to confirm the purge")
             everywhere = form.get("scope") == "all"
             receipt = await self._call(
@@ -235,7 +236,7 @@ class Views:
                 },
             )
         except EngramError as exc:
-            return render("purge.html", 400, session=session, active="purge", q=form, error=exc)
+            return render("purge.html", exc.status, session=session, active="purge", q=form, error=exc)
         return render("receipt.html", session=session, active="purge", receipt=receipt, what="Purged")
 
     # -- audit ------------------------------------------------------------------------------
@@ -300,12 +301,12 @@ class Views:
         )
 
     async def config_put(self, request: Request, session: ConsoleSession) -> Response:
-        form = await request.form()
-        check_csrf(request, _str(form.get("csrf")), session.csrf)
+        form = await form_fields(request)
+        check_csrf(request, form.get("csrf"), session.csrf)
         config: dict[str, Any] = {}
         try:
             for name, field in MemoryConfig.model_fields.items():
-                raw = _str(form.get(name))
+                raw = form.get(name)
                 if raw is None:
                     continue
                 if field.annotation is bool:
@@ -328,10 +329,6 @@ class Views:
 
     async def dead_letters(self, request: Request, session: ConsoleSession) -> Response:
         return render("dead_letters.html", session=session, active="dead_letters")
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _time(value: Any) -> datetime | None:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from contracts.errors import Forbidden
+from contracts.errors import Forbidden, InvalidRequest
+from services.gateway.payloads import read_limited
 
 __all__ = [
     "COOKIE",
@@ -21,6 +22,7 @@ __all__ = [
     "PRE_COOKIE",
     "SECURITY_HEADERS",
     "check_csrf",
+    "form_fields",
     "render",
     "set_cookie",
 ]
@@ -28,6 +30,8 @@ __all__ = [
 PREFIX = "/console"
 #: The session id (HttpOnly, SameSite=Strict, path /console).
 COOKIE = "engram_console"
+#: The largest form the console takes (an edited memory is at most 8,000 characters).
+MAX_FORM_BYTES = 64 * 1024
 #: Before sign-in there is no session: the sign-in form is protected by a double-submit token.
 PRE_COOKIE = "engram_console_signin"
 
@@ -92,3 +96,18 @@ def check_csrf(request: Request, form_token: str | None, expected: str | None) -
         raise Forbidden("the form expired or did not come from this console; reload and try again")
     if not _same_origin(request):
         raise Forbidden("cross-origin form submission refused")
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    """A posted form's fields (the last value of a repeated one). Read here, bounded, rather than by
+    Starlette's ``request.form()``: that reads a url-encoded body whole, however large, and needs
+    python-multipart, while every console form is a small url-encoded one."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
+        raise InvalidRequest("send the form url-encoded")
+    body = await read_limited(request.stream(), request.headers.get("content-length"), MAX_FORM_BYTES)
+    try:
+        return dict(
+            parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=100, strict_parsing=False)
+        )
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidRequest("the form could not be read") from exc
