@@ -212,6 +212,8 @@ def test_find_an_owners_memory_and_recall(
     field.clear()
     field.send_keys(owner["ref"])
     browser.find_element(By.ID, "apply-filters").click()
+    # Wait on the filtered page (the unfiltered one may list the same text).
+    _wait(browser).until(ec.url_contains("owner="))
     _wait(browser).until(ec.text_to_be_present_in_element((By.ID, "memories"), owner["texts"][0]))
     rows = browser.find_elements(By.CSS_SELECTOR, "#memories tbody tr[data-entry]")
     assert sorted(r.get_attribute("data-entry") for r in rows) == sorted(owner["ids"])
@@ -223,7 +225,9 @@ def test_find_an_owners_memory_and_recall(
     Select(browser.find_element(By.NAME, "strategy")).select_by_visible_text("importance")
     browser.find_element(By.NAME, "token_budget").send_keys("400")
     browser.find_element(By.CSS_SELECTOR, "#recall-form button").click()
-    _wait(browser).until(ec.presence_of_element_located((By.ID, "context")))
+    # The page before submitting has a context too (the shared pool's): wait for this recall's.
+    _wait(browser).until(ec.url_contains("token_budget=400"))
+    _wait(browser).until(ec.text_to_be_present_in_element((By.ID, "context"), owner["texts"][0]))
     context = browser.find_element(By.ID, "context").text
     assert all(text in context for text in owner["texts"]), context
     assert browser.find_element(By.TAG_NAME, "h2").text.startswith("importance")
@@ -284,6 +288,7 @@ def test_the_purge_shows_in_the_audit_log(
     browser.find_element(By.NAME, "kind").send_keys("memory.purged")
     browser.find_element(By.NAME, "actor").send_keys(owner["ref"])
     browser.find_element(By.CSS_SELECTOR, "#audit-filters button").click()
+    _wait(browser).until(ec.url_contains("kind=memory.purged"))  # not the unfiltered page before it
     _wait(browser).until(
         ec.presence_of_element_located((By.CSS_SELECTOR, "#audit tr[data-kind='memory.purged']"))
     )
