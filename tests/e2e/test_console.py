@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -509,3 +510,23 @@ def test_the_token_is_never_in_the_log(stack: tuple[EngramUp, dict[str, Any]]) -
     """After every flow above, engram up's output has never carried the token."""
     up, info = stack
     assert info["token"] not in up.output()
+
+
+def test_a_session_ends_with_its_token(stack: tuple[EngramUp, dict[str, Any]]) -> None:
+    """A session opened with a token valid for a few seconds sends its browser back to sign-in
+    once the token has expired (polled, bounded), whatever the session's own lifetime."""
+    up, info = stack
+    short = cli(
+        "token", "mint", "--org", info["org_id"], "--kind", "end_user", "--id", "brief",
+        "--perm", "memory.read", "--agent-config", info["agent_config_id"], "--ttl", "3",
+        "--data-dir", str(up.data_dir),
+    ).stdout.strip()  # fmt: skip
+    with httpx.Client(base_url=info["http_url"], timeout=60) as client:
+        ticket = client.post("/console/tickets", headers={"Authorization": f"Bearer {short}"}).json()
+        assert client.get(ticket["path"]).status_code == 303
+        assert client.get("/console/memories").status_code == 200
+        deadline = time.monotonic() + WAIT_S
+        while client.get("/console/memories").status_code == 200:
+            assert time.monotonic() < deadline, "the session outlived its token"
+            time.sleep(0.2)  # polling a condition, bounded by the deadline above
+        assert client.get("/console/memories").headers["location"].startswith("/console/signin")

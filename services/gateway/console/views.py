@@ -45,6 +45,10 @@ def _principal(ref: str | None) -> dict[str, Any] | None:
     return {"kind": kind, "id": ident or None}
 
 
+class _TokenRefused(Exception):
+    """The services no longer accept the session's token (expired, or its key retired)."""
+
+
 class Views:
     def __init__(self, bridge: Bridge, store: SessionStore) -> None:
         self._bridge = bridge
@@ -60,7 +64,7 @@ class Views:
                 return RedirectResponse(f"{PREFIX}/signin", status_code=303)
             try:
                 return await handler(request, session)
-            except Unauthenticated:
+            except _TokenRefused:
                 self._store.close(session.id)
                 return RedirectResponse(f"{PREFIX}/signin?expired=1", status_code=303)
             except EngramError as exc:  # a refused form (CSRF) or a bad parameter
@@ -69,7 +73,10 @@ class Views:
         return endpoint
 
     async def _call(self, session: ConsoleSession, op: Any, fields: dict[str, Any]) -> Any:
-        return await call(self._bridge, op, fields, session.authorization)
+        try:
+            return await call(self._bridge, op, fields, session.authorization)
+        except Unauthenticated as exc:  # past the handlers' own error display: the session ends
+            raise _TokenRefused from exc
 
     # -- memories ---------------------------------------------------------------------------
 
