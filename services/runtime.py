@@ -14,12 +14,13 @@ from faststream.nats import NatsBroker
 from faststream.nats.security import NatsNKey, NatsSecurity
 
 from shared.auth import TokenService
-from shared.bus import configured_streams, ensure_streams, patch_pull_timeout
+from shared.bus import configured_streams, ensure_streams, patch_pull_timeout, record_consumer_lag
 from shared.db.engine import Database
 from shared.distillers.builtin import BuiltinDistiller
 from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.infra import Infra
-from shared.nats_auth.permissions import ALL_IN_ONE, process_name, service_inbox
+from shared.metrics import refreshing
+from shared.nats_auth.permissions import ALL_IN_ONE, CONSUMERS, process_name, service_inbox
 from shared.outbox import OutboxRelay
 from shared.ports import Distiller, Embedder, VectorIndex
 from shared.provenance import MessageSigner
@@ -253,6 +254,10 @@ async def running_services(
         await relay.start()
         for worker in workers:
             await worker.start()
+        # /metrics reads the lag of this process's own durables (its NATS identity may read no
+        # other consumer's info) and the outbox backlog when scraped.
+        durables = [(stream, durable) for name in names for stream, durable, _ in CONSUMERS[name]]
+        stack.enter_context(refreshing(lambda: record_consumer_lag(js, durables), relay.refresh_backlog))
         log.info("services running: %s", ", ".join(names))
         try:
             yield infra

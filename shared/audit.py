@@ -27,6 +27,7 @@ from sqlmodel import col
 from contracts.events import AuditEvent
 from contracts.subjects import audit_subject
 from shared.db.models import AUDIT_HEADS, AUDIT_LOG, AuditHead, AuditRecord
+from shared.metrics import AUDIT_RECORDS, AUDIT_VERIFICATIONS, on_commit
 from shared.outbox import enqueue
 from shared.time import utcnow
 
@@ -128,6 +129,7 @@ async def append(session: AsyncSession, org_id: UUID, entries: Sequence[AuditEnt
     for record in out:
         await enqueue(session, audit_subject(record.kind), to_event(record), record.id)
     await session.execute(_HEAD_UPDATE, {"org": org_id, "seq": seq, "hash": prev_hash})
+    on_commit(session, lambda: AUDIT_RECORDS.inc(len(out)))
     return out
 
 
@@ -194,7 +196,15 @@ class _Walk:
 
 
 async def verify(session: AsyncSession, org_id: UUID, *, chunk: int = 1000) -> ChainReport:
-    """Walk the chain in order and report the first record that does not link or hash.
+    """Walk the chain in order and report the first record that does not link or hash (counted
+    in ``engram_audit_verifications_total`` by result: a failure is what an operator alerts on)."""
+    report = await _verify(session, org_id, chunk)
+    AUDIT_VERIFICATIONS.labels("ok" if report.ok else "failed").inc()
+    return report
+
+
+async def _verify(session: AsyncSession, org_id: UUID, chunk: int) -> ChainReport:
+    """The walk behind :func:`verify`.
 
     Appends go on while the walk runs (read committed). A record and the head that counts it
     commit together, so a head read after the walk that is *ahead* of it means newer records:

@@ -10,6 +10,8 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from shared.metrics import CACHE_REQUESTS
+
 __all__ = ["CueVectorCache", "ResultCache"]
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,11 @@ class CueVectorCache(_OptionalRedis):
         return f"engram:cue-vector:{self._model}:{digest}"
 
     async def get(self, text: str) -> list[float] | None:
+        vector = await self._lookup(text)
+        CACHE_REQUESTS.labels("cue_vector", "miss" if vector is None else "hit").inc()
+        return vector
+
+    async def _lookup(self, text: str) -> list[float] | None:
         key = self._key(text)
         hit = self._local.get(key)
         if hit is not None:
@@ -156,8 +163,10 @@ class ResultCache(_OptionalRedis):
             raw = await self._redis.get(key)
         except Exception:
             self._degraded()
-            return None
-        return raw if isinstance(raw, bytes) else None
+            raw = None
+        hit = raw if isinstance(raw, bytes) else None
+        CACHE_REQUESTS.labels("recall_result", "miss" if hit is None else "hit").inc()
+        return hit
 
     @staticmethod
     def _generation_key(org_id: object, agent_config_id: object) -> str:

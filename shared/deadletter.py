@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from contracts.events import DeadLetter
 from contracts.subjects import dead_letter_subject
 from shared import audit
+from shared.metrics import DEAD_LETTERS, on_commit
 from shared.outbox import claim_inbox, enqueue
 from shared.policy import redact_pii
 
@@ -84,4 +85,6 @@ async def dead_letter(
         redactions=kinds,
     )
     await enqueue(session, dead_letter_subject(source), letter, letter.event_id)
+    # The code, not the free-text reason, labels the metric: a bounded set.
+    on_commit(session, DEAD_LETTERS.labels(source, code).inc)
     return True

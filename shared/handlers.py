@@ -1,14 +1,17 @@
 """Request-reply plumbing shared by every service: verify the token, parse the body, run the
-handler, and turn any failure into the SPEC 9 envelope. A bad request never crashes a service."""
+handler, and turn any failure into the SPEC 9 envelope. A bad request never crashes a service.
+Every answer is counted here, by operation and code (``engram_requests_total``), and timed."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from shared.auth import Credential, TokenService, bearer_from_headers
+from shared.metrics import REQUEST_SECONDS, REQUESTS
 from shared.wire import error_reply, parse_model
 
 __all__ = ["answer"]
@@ -23,16 +26,27 @@ async def answer(
     model: type[M],
     handler: Callable[[Credential, M], Awaitable[BaseModel | dict[str, Any]]],
     *,
+    operation: str,
     exclude_unset: bool = False,
 ) -> dict[str, Any]:
-    """Authenticate before parsing: an anonymous caller learns nothing about the schema."""
+    """Authenticate before parsing: an anonymous caller learns nothing about the schema.
+    ``operation`` (the subject) labels the request metrics."""
+    started = time.perf_counter()
     try:
         credential = tokens.verify(bearer_from_headers(headers))
         request = parse_model(model, body)
         result = await handler(credential, request)
     except Exception as exc:
-        return error_reply(exc)
+        reply = error_reply(exc)
+        _count(operation, started, str(reply.get("error", {}).get("code", "INTERNAL")))
+        return reply
+    _count(operation, started, "OK")
     if isinstance(result, BaseModel):
         # exclude_unset: fields a reply did not set (e.g. a format's absent fields) stay absent.
         return result.model_dump(mode="json", exclude_unset=exclude_unset)
     return result
+
+
+def _count(operation: str, started: float, code: str) -> None:
+    REQUESTS.labels(operation, code).inc()
+    REQUEST_SECONDS.labels(operation).observe(time.perf_counter() - started)

@@ -1,11 +1,13 @@
-"""``/healthz`` and ``/readyz`` over plain HTTP for orchestrator probes (Kubernetes ``httpGet``,
-Compose ``healthcheck``). Two routes do not need a web framework: the standard library's asyncio
-streams serve them, so a service process carries no HTTP stack it does not otherwise use.
+"""``/healthz``, ``/readyz`` and ``/metrics`` over plain HTTP for orchestrator probes (Kubernetes
+``httpGet``, Compose ``healthcheck``) and Prometheus. Three routes do not need a web framework: the
+standard library's asyncio streams serve them, so a service process carries no HTTP stack it does
+not otherwise use.
 
 - ``/healthz`` (liveness) answers 200 while the event loop turns. It checks no dependency on
   purpose: a Postgres restart must not make an orchestrator restart every service.
 - ``/readyz`` (readiness) answers 200 only when every check passes (started, connected, not
   draining), else 503; the body names each check, so ``curl`` shows what is missing.
+- ``/metrics`` answers the Prometheus text format (``shared.metrics.exposition``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+
+from shared.metrics import exposition
 
 __all__ = ["HealthServer", "ReadinessCheck"]
 
@@ -81,10 +85,13 @@ class HealthServer:
                 del line
             method, _, rest = request.decode("latin-1").partition(" ")
             path = rest.split(" ", 1)[0].split("?", 1)[0]
-            status, body = await self._answer(method, path)
-            payload = json.dumps(body).encode()
+            if path == "/metrics" and method in ("GET", "HEAD"):
+                status, (payload, content_type) = 200, await exposition()
+            else:
+                status, body = await self._answer(method, path)
+                payload, content_type = json.dumps(body).encode(), "application/json"
             writer.write(
-                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: application/json\r\n"
+                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
                 + (payload if method != "HEAD" else b"")
             )

@@ -17,7 +17,7 @@ from uuid import UUID
 
 from nats.js import JetStreamContext
 from pydantic import BaseModel
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
@@ -25,6 +25,7 @@ from sqlmodel import col
 from shared.background import cancel
 from shared.db.engine import Database
 from shared.db.models import INBOX, OUTBOX, OutboxMessage
+from shared.metrics import OUTBOX_BACKLOG, OUTBOX_PUBLISHED
 from shared.telemetry import inject_trace_headers
 from shared.time import utcnow
 
@@ -216,4 +217,11 @@ class OutboxRelay:
                 delete(OutboxMessage).where(col(OutboxMessage.id).in_([r.id for r in rows]))
             )
         self.published += len(rows)
+        OUTBOX_PUBLISHED.inc(len(rows))
         return len(rows)
+
+    async def refresh_backlog(self) -> None:
+        """Set ``engram_outbox_backlog_messages`` to the rows waiting now (a metrics refresher)."""
+        async with self._db.read() as session:
+            waiting = (await session.execute(select(func.count()).select_from(OUTBOX))).scalar_one()
+        OUTBOX_BACKLOG.set(waiting)

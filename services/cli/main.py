@@ -58,6 +58,14 @@ def _root(debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP)) -> None
     # ErrorReportingGroup reads --debug from the root context's params.
 
 
+#: ``engram up``'s metrics and health port (the OpenTelemetry Prometheus exporter's default).
+METRICS_PORT = 9464
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 @app.command()
 def up(
     data_dir: Path = DATA_DIR,
@@ -70,11 +78,15 @@ def up(
         "--http-port",
         help="Port of the HTTP API (default ENGRAM_HTTP_PORT or 8080; a free port when taken; 0 = any).",
     ),
+    metrics_port: int = typer.Option(
+        METRICS_PORT, help="Port for /metrics, /healthz and /readyz on 127.0.0.1 (taken: any free port)."
+    ),
 ) -> None:
     """Start NATS, Postgres, every service and the HTTP gateway in one process, until Ctrl-C."""
     from services.gateway.server import running_gateway
     from services.runtime import running_services
     from shared.embedded.nats_server import port_in_use
+    from shared.health import HealthServer
 
     base = EngramSettings()
     if http_port is not None:
@@ -99,11 +111,19 @@ def up(
                 database_url=database_url or base.database_url,
                 base=base,
             ) as settings,
-            running_services(settings),
+            running_services(settings) as infra,
             running_gateway(settings, settings.gateway_nkey_seed.get_secret_value(), fall_back=True) as http,
         ):
+            probes = HealthServer("127.0.0.1", metrics_port)
+            probes.add_check("nats", lambda: _true(infra.nc.is_connected))
+            try:
+                await probes.start()
+            except RuntimeError:  # taken since we looked (another stack): any free port will do
+                probes.port = 0
+                await probes.start()
+            metrics_url = f"http://127.0.0.1:{probes.port}/metrics"
             identity = load_dev_identity(settings.data_dir)
-            info = connection_info(settings, http_url=http.url)
+            info = {**connection_info(settings, http_url=http.url), "metrics_url": metrics_url}
             path = write_connection_file(settings.data_dir, info)
             console.print(
                 f"[bold green]Engram is up[/] — NATS at [bold]{settings.nats_url}[/], "
@@ -112,6 +132,7 @@ def up(
             console.print(
                 f"web console at [bold]{http.url}/console[/] (`engram console` prints a sign-in link)"
             )
+            console.print(f"Prometheus metrics: {metrics_url} (health: /healthz, /readyz)")
             console.print(f"connection details (URL, NATS identity, dev token, org, agent config): {path}")
             if demo:
                 from services.cli.demo import run_demo
@@ -126,6 +147,7 @@ def up(
                 console.print("[bold]Still serving.[/] Publish your own sessions (see README); Ctrl-C stops.")
             await wait_for_signal()
             console.print("stopping…")
+            await probes.stop()
 
     try:
         asyncio.run(main())

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from faststream import AckPolicy, Context
-from faststream.nats import ConsumerConfig, JStream, NatsRouter, PullSub
+from faststream.nats import JStream, NatsRouter, PullSub
 from faststream.nats.annotations import NatsMessage
 from faststream.nats.message import NatsBatchMessage
 from nats.aio.msg import Msg
 
 from contracts.subjects import MEMORY_SAVE_ACCEPTED, SESSION_VALIDATED
 from services.distill import saves, sessions
+from shared.bus import durable_config, heartbeat
 from shared.infra import Infra
 from shared.ports import Distiller
 from shared.provenance import refuse_forged
@@ -24,7 +25,8 @@ def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
     stream = JStream("ENGRAM_SESSIONS", declare=False)
     # Model failures are counted in code (settings.max_deliver, then dead-letter); outages of
     # NATS or Postgres are retried without limit, so they never drop a session.
-    consumer = ConsumerConfig(ack_wait=infra.settings.ack_wait_s, max_deliver=-1)
+    consumer = durable_config(infra.settings.ack_wait_s)
+    ack_wait_s = infra.settings.ack_wait_s
 
     @router.subscriber(
         SESSION_VALIDATED,
@@ -42,8 +44,10 @@ def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
         """Distill lessons from verified sessions and save them, a batch per transaction."""
         raw: list[Msg] = msg.raw_message
         try:
-            genuine = await refuse_forged(infra, raw, consumer=sessions.CONSUMER)
-            await sessions.handle_validated_sessions(infra, distiller, genuine)
+            # A model call per session can outlast ack_wait: the heartbeat keeps the batch ours.
+            async with heartbeat(raw, ack_wait_s):
+                genuine = await refuse_forged(infra, raw, consumer=sessions.CONSUMER)
+                await sessions.handle_validated_sessions(infra, distiller, genuine)
         except Exception:
             # An outage (Postgres, NATS) mid-batch: everything not yet acked comes back later.
             for m in raw:
@@ -64,8 +68,9 @@ def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
     async def on_save(msg: NatsMessage) -> None:
         """Run an accepted elective save through the save path."""
         try:
-            if await refuse_forged(infra, [msg.raw_message], consumer=saves.CONSUMER):
-                await saves.handle_accepted_save(infra, msg.raw_message)
+            async with heartbeat([msg.raw_message], ack_wait_s):
+                if await refuse_forged(infra, [msg.raw_message], consumer=saves.CONSUMER):
+                    await saves.handle_accepted_save(infra, msg.raw_message)
         except Exception:
             await msg.nack(delay=infra.backoff(msg.raw_message.metadata.num_delivered))
             raise

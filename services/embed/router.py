@@ -4,7 +4,8 @@ Written entries go through a two-stage pipeline so that the embedding model neve
 Postgres or NATS: the subscriber fetches a batch and loads its rows, then hands it to a worker
 that embeds, upserts and marks it, and only then acknowledges. The hand-over queue holds one
 batch, so while the model embeds batch N the subscriber already has batch N+1 loaded — and no
-more than two batches are ever unacknowledged.
+more than two batches are ever unacknowledged. Both are kept from redelivery by a heartbeat from
+the moment they are fetched until they are settled: embedding can outlast the short ack_wait.
 """
 
 from __future__ import annotations
@@ -13,17 +14,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Sequence
+from contextlib import AsyncExitStack
 from typing import Annotated, Any
 
 from faststream import AckPolicy, Context
-from faststream.nats import ConsumerConfig, JStream, NatsRouter, PullSub
+from faststream.nats import JStream, NatsRouter, PullSub
 from faststream.nats.message import NatsBatchMessage
 from nats.aio.msg import Msg
 from nats.errors import MsgAlreadyAckdError
 
 from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
 from services.embed.indexer import index_rows, load_pending, parse_purged, parse_written
+from shared.bus import durable_config, heartbeat
 from shared.infra import Infra
+from shared.metrics import EMBED_BACKLOG, EMBEDDED
 from shared.ports import Embedder, VectorIndex
 from shared.provenance import refuse_forged
 from shared.vectors.coverage import foreign_vectors
@@ -38,7 +42,9 @@ class EmbedPipeline:
         self._infra = infra
         self._embedder = embedder
         self._index = index
-        self._queue: asyncio.Queue[tuple[list[Msg], Sequence[Any]] | None] = asyncio.Queue(maxsize=1)
+        self._queue: asyncio.Queue[tuple[list[Msg], Sequence[Any], AsyncExitStack] | None] = asyncio.Queue(
+            maxsize=1
+        )
         self._task: asyncio.Task[None] | None = None
 
     async def settle(self, raw: list[Msg], work: Awaitable[object]) -> bool:
@@ -61,13 +67,17 @@ class EmbedPipeline:
     async def submit(self, raw: list[Msg]) -> None:
         """Load the batch's rows (nak on failure) and queue it; waits while one is queued."""
         ids = parse_written([m.data for m in raw])
+        beating = AsyncExitStack()  # closed by the worker once the batch is settled
+        await beating.enter_async_context(heartbeat(raw, self._infra.settings.ack_wait_s))
         try:
             todo, _ = await load_pending(self._infra.db, self._embedder, ids)
         except Exception:  # Postgres away: the batch comes back after the backoff
+            await beating.aclose()
             log.warning("loading a batch of %d failed; it will be redelivered", len(raw), exc_info=True)
             await self._retry_later(raw)
             return
-        await self._queue.put((raw, todo))
+        EMBED_BACKLOG.inc(len(todo))
+        await self._queue.put((raw, todo, beating))
 
     async def start(self) -> None:
         await self._warn_about_foreign_vectors()
@@ -108,15 +118,23 @@ class EmbedPipeline:
 
     async def _run(self) -> None:
         while (item := await self._queue.get()) is not None:
-            raw, todo = item
-            await self.settle(raw, index_rows(self._infra.db, self._embedder, self._index, todo))
+            raw, todo, beating = item
+            try:
+                await self.settle(raw, self._index_rows(todo))
+            finally:
+                await beating.aclose()
+                EMBED_BACKLOG.dec(len(todo))
+
+    async def _index_rows(self, todo: Sequence[Any]) -> None:
+        outcome = await index_rows(self._infra.db, self._embedder, self._index, todo)
+        EMBEDDED.inc(outcome.indexed)
 
 
 def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> NatsRouter:
     router = NatsRouter()
     stream = JStream("ENGRAM_MEMORY", declare=False)
     # An embedder or vector store outage is retried until it ends; nothing here is bad input.
-    consumer = ConsumerConfig(ack_wait=infra.settings.ack_wait_s, max_deliver=-1)
+    consumer = durable_config(infra.settings.ack_wait_s)
 
     @router.subscriber(
         MEMORY_WRITTEN,

@@ -19,6 +19,7 @@ from shared.background import cancel
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.erasure import Erased, erase
+from shared.metrics import RETENTION_SWEEPS, RETENTION_SWEPT
 from shared.time import utcnow
 
 __all__ = ["RetentionSweeper"]
@@ -74,6 +75,8 @@ class RetentionSweeper:
             if len(rows) < self._batch:
                 break
         self.swept += total
+        RETENTION_SWEEPS.inc()
+        RETENTION_SWEPT.inc(total)
         return total
 
     async def start(self) -> None:

@@ -6,7 +6,7 @@ import contextlib
 from typing import Annotated, Any
 
 from faststream import AckPolicy, Context
-from faststream.nats import ConsumerConfig, JStream, NatsRouter, PullSub
+from faststream.nats import JStream, NatsRouter, PullSub
 from faststream.nats.annotations import NatsMessage
 from faststream.nats.message import NatsBatchMessage
 from nats.aio.msg import Msg
@@ -16,6 +16,7 @@ from contracts.requests import SaveRequest
 from contracts.subjects import MEMORY_SAVE, SESSION_ENDED
 from services.ingest.saves import handle_save
 from services.ingest.sessions import CONSUMER, handle_sessions_ended
+from shared.bus import durable_config, heartbeat
 from shared.handlers import answer
 from shared.infra import Infra
 
@@ -36,14 +37,15 @@ def build_router(infra: Infra) -> NatsRouter:
         ack_policy=AckPolicy.MANUAL,
         # Bad input is dead-lettered on its first delivery; what is redelivered failed on an
         # outage (NATS, Postgres), so it is retried until the outage ends rather than dropped.
-        config=ConsumerConfig(ack_wait=settings.ack_wait_s, max_deliver=-1),
+        config=durable_config(settings.ack_wait_s),
         title="ingest:session.ended",
     )
     async def on_sessions_ended(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
         """Verify, validate and dedupe platforms' sessions, then hand them to distill."""
         raw: list[Msg] = msg.raw_message
         try:
-            await handle_sessions_ended(infra, raw)
+            async with heartbeat(raw, settings.ack_wait_s):
+                await handle_sessions_ended(infra, raw)
         except Exception:
             # Postgres or NATS away: try again later; the steps before the ack are idempotent.
             for m in raw:
@@ -55,7 +57,12 @@ def build_router(infra: Infra) -> NatsRouter:
     async def on_save(msg: NatsMessage) -> dict[str, Any]:
         """Elective save: answered 202 once durably accepted."""
         return await answer(
-            infra.tokens, msg.headers, msg.body, SaveRequest, lambda cred, req: handle_save(infra, cred, req)
+            infra.tokens,
+            msg.headers,
+            msg.body,
+            SaveRequest,
+            lambda cred, req: handle_save(infra, cred, req),
+            operation=MEMORY_SAVE,
         )
 
     return router

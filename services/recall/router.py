@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 from uuid import UUID
 
@@ -19,6 +20,7 @@ from shared.auth import Credential
 from shared.cache import ResultCache
 from shared.handlers import answer
 from shared.infra import Infra
+from shared.metrics import RECALL_SECONDS
 
 __all__ = ["build_router"]
 
@@ -33,14 +35,26 @@ def build_router(infra: Infra, recall: Recall, results: ResultCache | None = Non
     @router.subscriber(RECALL, queue=QUEUE, title="recall:recall")
     async def on_recall(msg: NatsMessage) -> dict[str, Any]:
         """What should this agent remember right now?"""
-        return await answer(
-            infra.tokens, msg.headers, msg.body, RecallRequest, recall.recall, exclude_unset=True
+        started = time.perf_counter()
+        reply = await answer(
+            infra.tokens,
+            msg.headers,
+            msg.body,
+            RecallRequest,
+            recall.recall,
+            operation=RECALL,
+            exclude_unset=True,
         )
+        if "error" not in reply:  # the strategy that ran (a bounded set), after any fallback
+            RECALL_SECONDS.labels(reply["strategy"]).observe(time.perf_counter() - started)
+        return reply
 
     @router.subscriber(RECALL_EXPAND, queue=QUEUE, title="recall:recall.expand")
     async def on_expand(msg: NatsMessage) -> dict[str, Any]:
         """Full stored content for up to 20 accessible ids."""
-        return await answer(infra.tokens, msg.headers, msg.body, ExpandRequest, recall.expand)
+        return await answer(
+            infra.tokens, msg.headers, msg.body, ExpandRequest, recall.expand, operation=RECALL_EXPAND
+        )
 
     async def feedback(credential: Credential, request: FeedbackRequest) -> FeedbackReply:
         reply = await give_feedback(infra.db, credential, request)
@@ -51,7 +65,9 @@ def build_router(infra: Infra, recall: Recall, results: ResultCache | None = Non
     @router.subscriber(MEMORY_FEEDBACK, queue=QUEUE, title="recall:memory.feedback")
     async def on_feedback(msg: NatsMessage) -> dict[str, Any]:
         """How a recalled memory (or a whole session) worked out."""
-        return await answer(infra.tokens, msg.headers, msg.body, FeedbackRequest, feedback)
+        return await answer(
+            infra.tokens, msg.headers, msg.body, FeedbackRequest, feedback, operation=MEMORY_FEEDBACK
+        )
 
     if results is not None and results.enabled:
         # Core NATS (the relay's JetStream publishes reach core subscribers too), one instance per

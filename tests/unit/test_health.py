@@ -59,11 +59,11 @@ async def test_readiness_follows_the_checks_and_draining() -> None:
 
 
 async def test_unknown_paths_and_methods_are_refused() -> None:
-    """Anything but GET/HEAD of the two probes answers 404 or 405, never a crash."""
+    """Anything but GET/HEAD of the probes and /metrics answers 404 or 405, never a crash."""
     server = HealthServer("127.0.0.1", 0)
     await server.start()
     try:
-        assert (await _get(server.port, "/metrics"))[0] == 404
+        assert (await _get(server.port, "/nowhere"))[0] == 404
         assert (await _get(server.port, "/healthz", "POST"))[0] == 405
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(b"\xff\xfe garbage\r\n\r\n")
@@ -84,3 +84,31 @@ async def test_a_taken_port_is_reported_with_what_to_set() -> None:
             await second.start()
     finally:
         await first.stop()
+
+
+async def test_metrics_answer_the_prometheus_text_format() -> None:
+    """/metrics answers 200 in the Prometheus text format with Engram's metrics, refreshed first."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shared.metrics import OUTBOX_BACKLOG, refreshing
+
+    async def refresh() -> None:
+        OUTBOX_BACKLOG.set(42)
+
+    server = HealthServer("127.0.0.1", 0)
+    await server.start()
+    try:
+        with refreshing(refresh):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            raw = await reader.read()
+            writer.close()
+    finally:
+        await server.stop()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"Content-Type: text/plain; version=" in head
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert families["engram_outbox_backlog_messages"].samples[0].value == 42
+    assert "engram_requests" in families
