@@ -8,10 +8,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+from opentelemetry import trace
 from pydantic import BaseModel
 
 from shared.auth import Credential, TokenService, bearer_from_headers
 from shared.metrics import REQUEST_SECONDS, REQUESTS
+from shared.telemetry import annotate_consumer, annotate_memory_operation
 from shared.wire import error_reply, parse_model
 
 __all__ = ["answer"]
@@ -27,14 +29,19 @@ async def answer(
     handler: Callable[[Credential, M], Awaitable[BaseModel | dict[str, Any]]],
     *,
     operation: str,
+    group: str,
     exclude_unset: bool = False,
 ) -> dict[str, Any]:
     """Authenticate before parsing: an anonymous caller learns nothing about the schema.
-    ``operation`` (the subject) labels the request metrics."""
+    ``operation`` (the subject) labels the request metrics and, with the queue ``group``, the
+    current span (FastStream's consume span)."""
     started = time.perf_counter()
+    span = trace.get_current_span()
+    annotate_consumer(span, operation, group)
     try:
         credential = tokens.verify(bearer_from_headers(headers))
         request = parse_model(model, body)
+        annotate_memory_operation(span, operation, request)
         result = await handler(credential, request)
     except Exception as exc:
         reply = error_reply(exc)

@@ -89,7 +89,7 @@ class EngramSettings(BaseSettings):
     redeliver_backoff_s: tuple[float, ...] = (1.0, 5.0, 15.0, 30.0)
     #: Short, so what a crashed worker held is redelivered within seconds of a restart; a live
     #: worker keeps its messages with in-progress heartbeats (shared/bus.py: heartbeat).
-    ack_wait_s: float = Field(default=10.0, gt=0)
+    ack_wait_s: float = Field(default=5.0, gt=0)
 
     #: The deployment's embedder: ``all-MiniLM-L6-v2`` (the default: in-process, numpy, from the
     #: packaged weights), ``hashing-384`` (lexical feature hashing, not semantic; for tests that

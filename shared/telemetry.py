@@ -1,12 +1,18 @@
 """OpenTelemetry tracing for every service: one process-wide tracer provider, the FastStream
 middleware that carries ``traceparent`` through NATS headers, and helpers for code that
-publishes with raw nats-py (the outbox relay) and so must inject the context itself."""
+publishes with raw nats-py (the outbox relay) and so must inject the context itself.
+
+Spans carry the semantic conventions' messaging attributes (``messaging.system="nats"``, the
+destination subject, the consumer group) and GenAI memory attributes (``gen_ai.operation.name``
+``search_memory`` / ``update_memory`` / ``delete_memory``, ``gen_ai.memory.store.id`` = the agent
+config, ``gen_ai.memory.record.id`` = the entry) — ids only, never memory text."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
@@ -15,9 +21,13 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, Tracer
+
+from contracts import subjects as s
 
 __all__ = [
+    "annotate_consumer",
+    "annotate_memory_operation",
     "extract_context",
     "inject_trace_headers",
     "nats_telemetry_middleware",
@@ -110,3 +120,43 @@ def tracer(name: str) -> Tracer:
     """A tracer from the global provider; safe to call before :func:`setup_telemetry` (the
     proxy it returns starts recording once a provider is installed)."""
     return trace.get_tracer(name)
+
+
+#: The GenAI memory operation of each request-reply subject that reads or changes memories.
+MEMORY_OPERATIONS = {
+    s.RECALL: "search_memory",
+    s.RECALL_EXPAND: "search_memory",
+    s.MEMORY_LIST: "search_memory",
+    s.MEMORY_GET: "search_memory",
+    s.MEMORY_SAVE: "update_memory",
+    s.MEMORY_MANAGE: "update_memory",
+    s.MEMORY_FEEDBACK: "update_memory",
+    s.SESSION_VALIDATED: "update_memory",
+    s.MEMORY_DELETE: "delete_memory",
+    s.MEMORY_PURGE: "delete_memory",
+    s.MEMORY_PRUNE: "delete_memory",
+}
+
+
+def annotate_consumer(span: Span, subject: str, group: str) -> None:
+    """The messaging attributes of a span that consumes ``subject`` as (queue group or durable)
+    ``group``."""
+    span.set_attribute("messaging.system", "nats")
+    span.set_attribute("messaging.destination.name", subject)
+    span.set_attribute("messaging.consumer.group.name", group)
+    span.set_attribute("messaging.operation.type", "process")
+
+
+def annotate_memory_operation(span: Span, subject: str, request: Any) -> None:
+    """The GenAI memory attributes of a span handling ``subject`` for ``request`` (a parsed wire
+    model): which operation, which store (agent config), which record (entry), when it names one."""
+    operation = MEMORY_OPERATIONS.get(subject)
+    if operation is None:
+        return
+    span.set_attribute("gen_ai.operation.name", operation)
+    store = getattr(request, "agent_config_id", None)
+    if store is not None:
+        span.set_attribute("gen_ai.memory.store.id", str(store))
+    record = getattr(request, "entry_id", None)
+    if record is not None:
+        span.set_attribute("gen_ai.memory.record.id", str(record))

@@ -107,8 +107,10 @@ def accepts(url: str) -> bool:
 class EngramUp:
     """One ``engram up`` subprocess, its output in a log file, everything it started killed at the end."""
 
-    def __init__(self, data_dir: Path, log: Path, *extra: str) -> None:
+    def __init__(self, data_dir: Path, log: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
+        #: ENGRAM_* settings for this run (the caller's own are never inherited).
+        self.env = {**clean_env(), **(env or {})}
         self.log = log
         # Free ports: other test runs on this machine may hold the defaults.
         self.args = [
@@ -123,7 +125,7 @@ class EngramUp:
                 self.args,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=clean_env(),
+                env=self.env,
                 cwd=self.log.parent,  # no stray .env from the repo
                 start_new_session=True,
             )

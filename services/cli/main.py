@@ -24,6 +24,7 @@ from services.cli.errors import DEBUG_HELP, ErrorReportingGroup
 from services.cli.output import print_recall
 from services.cli.streams import read_stream, wait_for_signal
 from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.embedded.postgres import PostgresWontStart
 from shared.embedded.stack import (
     connection_file,
     connection_info,
@@ -153,6 +154,9 @@ def up(
         asyncio.run(main())
     except asyncio.CancelledError:  # SIGTERM before _wait_for_signal: cleaned up, a normal stop
         console.print("stopped before startup finished")
+    except PostgresWontStart as exc:  # one line saying what is wrong and what to do, no traceback
+        console.print(f"[red]engram up: {exc}[/]", soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 @app.command("console")

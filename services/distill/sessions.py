@@ -34,7 +34,13 @@ from shared.deadletter import dead_letter
 from shared.infra import Infra
 from shared.outbox import claim_inbox_many, processed_of
 from shared.ports import Distiller, Lesson
-from shared.telemetry import extract_context, inject_trace_headers, tracer
+from shared.telemetry import (
+    annotate_consumer,
+    annotate_memory_operation,
+    extract_context,
+    inject_trace_headers,
+    tracer,
+)
 
 __all__ = ["CONSUMER", "handle_validated_sessions"]
 
@@ -74,6 +80,8 @@ async def handle_validated_sessions(infra: Infra, distiller: Distiller, msgs: li
             continue
         # One span per session, parented on the trace the platform started (via ingest).
         span = _tracer.start_span("engram.distill.session", context=extract_context(msg.headers))
+        annotate_consumer(span, msg.subject, CONSUMER)
+        annotate_memory_operation(span, msg.subject, session)
         work.append(_Work(msg, session, span))
     try:
         await _process(infra, distiller, work)

@@ -89,7 +89,9 @@ def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None =
     def serve(subject: str, model: type[M], handler: Callable[[Credential, M], Awaitable[Any]]) -> None:
         @router.subscriber(subject, queue=QUEUE, title=f"governance:{subject.removeprefix('engram.')}")
         async def on_request(msg: NatsMessage) -> dict[str, Any]:
-            return await answer(infra.tokens, msg.headers, msg.body, model, handler, operation=subject)
+            return await answer(
+                infra.tokens, msg.headers, msg.body, model, handler, operation=subject, group=QUEUE
+            )
 
     async def manage(caller: Caller, request: ManageRequest) -> ManageReply:
         async with infra.db.transaction() as session:

@@ -63,6 +63,7 @@ def build_router(infra: Infra) -> NatsRouter:
             SaveRequest,
             lambda cred, req: handle_save(infra, cred, req),
             operation=MEMORY_SAVE,
+            group="ingest",
         )
 
     return router

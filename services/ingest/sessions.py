@@ -22,7 +22,7 @@ from shared.db.models import RECALLS
 from shared.deadletter import dead_letter
 from shared.infra import Infra
 from shared.outbox import claim_inbox_many, processed_of
-from shared.telemetry import extract_context, inject_trace_headers, tracer
+from shared.telemetry import annotate_consumer, extract_context, inject_trace_headers, tracer
 from shared.wire import parse_model
 
 __all__ = ["CONSUMER", "handle_sessions_ended", "inbox_key"]
@@ -57,7 +57,10 @@ async def handle_sessions_ended(infra: Infra, msgs: list[Msg]) -> None:
     for msg in msgs:
         # Each message keeps its own trace: a span parented on what its publisher sent, whose
         # context travels on with the forwarded session.
-        with _tracer.start_as_current_span("engram.ingest.session", context=extract_context(msg.headers)):
+        with _tracer.start_as_current_span(
+            "engram.ingest.session", context=extract_context(msg.headers)
+        ) as span:
+            annotate_consumer(span, msg.subject, CONSUMER)
             checked = await _check(infra, msg)
             if checked is not None:
                 key = inbox_key(checked)

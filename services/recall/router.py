@@ -43,6 +43,7 @@ def build_router(infra: Infra, recall: Recall, results: ResultCache | None = Non
             RecallRequest,
             recall.recall,
             operation=RECALL,
+            group=QUEUE,
             exclude_unset=True,
         )
         if "error" not in reply:  # the strategy that ran (a bounded set), after any fallback
@@ -53,7 +54,13 @@ def build_router(infra: Infra, recall: Recall, results: ResultCache | None = Non
     async def on_expand(msg: NatsMessage) -> dict[str, Any]:
         """Full stored content for up to 20 accessible ids."""
         return await answer(
-            infra.tokens, msg.headers, msg.body, ExpandRequest, recall.expand, operation=RECALL_EXPAND
+            infra.tokens,
+            msg.headers,
+            msg.body,
+            ExpandRequest,
+            recall.expand,
+            operation=RECALL_EXPAND,
+            group=QUEUE,
         )
 
     async def feedback(credential: Credential, request: FeedbackRequest) -> FeedbackReply:
@@ -66,7 +73,13 @@ def build_router(infra: Infra, recall: Recall, results: ResultCache | None = Non
     async def on_feedback(msg: NatsMessage) -> dict[str, Any]:
         """How a recalled memory (or a whole session) worked out."""
         return await answer(
-            infra.tokens, msg.headers, msg.body, FeedbackRequest, feedback, operation=MEMORY_FEEDBACK
+            infra.tokens,
+            msg.headers,
+            msg.body,
+            FeedbackRequest,
+            feedback,
+            operation=MEMORY_FEEDBACK,
+            group=QUEUE,
         )
 
     if results is not None and results.enabled:

@@ -1,0 +1,143 @@
+"""The request edge annotates FastStream's consume span with OpenTelemetry's messaging attributes
+and the GenAI memory conventions — ids only, never memory text. A real nats-server, FastStream's
+own NATS telemetry middleware, the SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import nats
+import pytest
+from faststream.nats import NatsBroker
+from faststream.nats.annotations import NatsMessage
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from contracts.governance import DeleteRequest
+from contracts.recall import RecallRequest
+from contracts.subjects import MEMORY_DELETE, RECALL
+from shared.auth import Credential, TokenService
+from shared.embedded.nats_server import NatsServerProcess
+from shared.handlers import answer
+from shared.telemetry import nats_telemetry_middleware
+from shared.testing.servers import nats_server
+from tests.platform import eventually, request
+
+pytestmark = pytest.mark.integration
+
+SECRET_TEXT = "my card number is in the drawer"
+
+
+@pytest.fixture
+def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+@pytest.fixture
+async def open_nats(tmp_path: Path) -> AsyncIterator[NatsServerProcess]:
+    async with nats_server(tmp_path / "nats") as server:
+        yield server
+
+
+async def _reply(_: Credential, __: Any) -> dict[str, Any]:
+    # The edge is under test, not an operation: any reply will do.
+    return {"ok": True}
+
+
+async def test_request_spans_carry_messaging_and_memory_attributes_without_text(
+    open_nats: NatsServerProcess,
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+    tokens: TokenService,
+    service_token: str,
+) -> None:
+    """A recall span says search_memory on the agent config's store, a delete span names the
+    record, both say nats / subject / queue group, and no attribute holds the cue's text."""
+    provider, exporter = spans
+    broker = NatsBroker(open_nats.url, middlewares=[nats_telemetry_middleware(provider)])
+
+    @broker.subscriber(RECALL, queue="recall")
+    async def on_recall(msg: NatsMessage) -> dict[str, Any]:
+        return await answer(
+            tokens, msg.headers, msg.body, RecallRequest, _reply, operation=RECALL, group="recall"
+        )
+
+    @broker.subscriber(MEMORY_DELETE, queue="governance-audit")
+    async def on_delete(msg: NatsMessage) -> dict[str, Any]:
+        return await answer(
+            tokens,
+            msg.headers,
+            msg.body,
+            DeleteRequest,
+            _reply,
+            operation=MEMORY_DELETE,
+            group="governance-audit",
+        )
+
+    agent, entry = uuid4(), uuid4()
+    async with broker:
+        await broker.start()
+        nc = await nats.connect(open_nats.url)
+        try:
+            recalled = await request(
+                nc,
+                RECALL,
+                {"agent_config_id": str(agent), "cue": SECRET_TEXT, "strategy": "semantic"},
+                service_token,
+            )
+            deleted = await request(
+                nc,
+                MEMORY_DELETE,
+                {
+                    "agent_config_id": str(agent),
+                    "entry_id": str(entry),
+                    "principal": {"kind": "end_user", "id": "a"},
+                },
+                service_token,
+            )
+        finally:
+            await nc.close()
+    assert recalled == {"ok": True}
+    assert deleted == {"ok": True}, deleted
+
+    def consumed(subject: str) -> ReadableSpan | None:
+        for span in exporter.get_finished_spans():
+            attributes = span.attributes or {}
+            if (
+                attributes.get("messaging.destination.name") == subject
+                and "gen_ai.operation.name" in attributes
+            ):
+                return span
+        return None
+
+    async def both_exported() -> bool:
+        return consumed(RECALL) is not None and consumed(MEMORY_DELETE) is not None
+
+    await eventually(both_exported, timeout=10, what="the consume spans exported")
+    recall_span, delete_span = consumed(RECALL), consumed(MEMORY_DELETE)
+    assert recall_span is not None
+    assert delete_span is not None
+    recall_attributes, delete_attributes = (
+        dict(recall_span.attributes or {}),
+        dict(delete_span.attributes or {}),
+    )
+    assert recall_attributes["messaging.system"] == "nats"
+    assert recall_attributes["messaging.consumer.group.name"] == "recall"
+    assert recall_attributes["gen_ai.operation.name"] == "search_memory"
+    assert recall_attributes["gen_ai.memory.store.id"] == str(agent)
+    assert "gen_ai.memory.record.id" not in recall_attributes
+    assert delete_attributes["messaging.consumer.group.name"] == "governance-audit"
+    assert delete_attributes["gen_ai.operation.name"] == "delete_memory"
+    assert delete_attributes["gen_ai.memory.record.id"] == str(entry)
+    everything = json.dumps([dict(s.attributes or {}) for s in exporter.get_finished_spans()], default=str)
+    assert SECRET_TEXT not in everything
+    assert "drawer" not in everything
+    assert isinstance(UUID(str(delete_attributes["gen_ai.memory.store.id"])), UUID)
