@@ -137,7 +137,11 @@ async def test_sigkill_of_engram_up_mid_batch_then_restart_processes_every_sessi
             await before.abandon()
         assert at_kill < SESSIONS, f"kill came too late to test anything ({at_kill}/{SESSIONS})"
         assert postmaster is not None
-        assert not alive(postmaster)
+
+        async def postmaster_gone() -> bool:  # SIGKILL is delivered, not necessarily done yet
+            return not alive(postmaster)
+
+        await eventually(postmaster_gone, timeout=30, what="the SIGKILLed postmaster gone")
         assert postmaster_pid(data_dir) == postmaster, "a SIGKILLed Postgres leaves its postmaster.pid"
 
         # The crash left the first run's connection.json; the restart rewrites it once ready.
