@@ -26,6 +26,8 @@ __all__ = ["give_feedback"]
 async def give_feedback(db: Database, credential: Credential, request: FeedbackRequest) -> FeedbackReply:
     credential.require(WRITE)
     credential.require_agent_config(request.agent_config_id)
+    # A session-restricted token rates (and gives feedback within) its own session only.
+    credential.require_session(request.session_id)
     caller = act_as(credential, request.principal)
     if request.entry_id is None and request.session_id is None:
         raise InvalidRequest("give an entry_id (entry feedback) or a session_id (session rating)")
@@ -74,12 +76,20 @@ async def give_feedback(db: Database, credential: Credential, request: FeedbackR
                 )
             )
         elif request.session_id is not None:
+            mine = (
+                # The platform (a service token) and operators rate any session; an end user or
+                # an actor relabels only the recalls it made itself, never another's session.
+                []
+                if credential.principal.kind == "service" or credential.is_operator
+                else [RECALLS.c.caller_ref == caller.ref]
+            )
             result = await session.execute(
                 update(RECALLS)
                 .where(
                     RECALLS.c.org_id == credential.org_id,
                     RECALLS.c.agent_config_id == request.agent_config_id,
                     RECALLS.c.session_id == request.session_id,
+                    *mine,
                 )
                 .values(label="success" if request.success else "failed", label_source="rating")
             )

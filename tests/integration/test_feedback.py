@@ -9,10 +9,12 @@ import pytest
 from nats.aio.client import Client
 from sqlalchemy import select, text
 
+from contracts.common import Principal
+from shared.auth import TokenService
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.infra import Infra
-from tests.platform import request
+from tests.platform import eventually, request
 
 pytestmark = pytest.mark.integration
 
@@ -89,3 +91,55 @@ async def test_mark_incorrect_suppresses_and_decays_then_erases(
     assert second["entry"] is None
     assert second["affected"] == [entry]
     assert await _reliability(db, entry) is None
+
+
+async def _labels(db: Database, org: UUID, session_id: str) -> list[str | None]:
+    async with db.read() as s:
+        rows = await s.execute(
+            text("SELECT label FROM recall_records WHERE org_id = :o AND session_id = :s"),
+            {"o": org, "s": session_id},
+        )
+        return list(rows.scalars().all())
+
+
+async def test_a_session_rating_touches_only_what_the_caller_may_rate(
+    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, tokens: TokenService, service_token: str
+) -> None:
+    """A session-restricted token cannot rate another session, and an end user cannot relabel the
+    recalls another end user made in a session; the platform's service token rates any session."""
+    await _save(nc, service_token, agent, ["Deploys go out on Tuesdays."])
+
+    def token(user: str, session_id: str | None = None) -> str:
+        return tokens.mint(
+            org_id=org,
+            principal=Principal(kind="end_user", id=user),
+            permissions={"memory.read", "memory.write"},
+            session_id=session_id,
+        )
+
+    alice_s1, bob = token("alice", "s-alice"), token("bob")
+    for who, session_id in ((alice_s1, "s-alice"), (bob, "s-bob")):
+        body = {"agent_config_id": str(agent), "session_id": session_id, "strategy": "last_k"}
+        await request(nc, "engram.recall", body, who)
+
+    async def recorded() -> bool:  # recall records are written off the hot path
+        return await _labels(db, org, "s-alice") == [None] and await _labels(db, org, "s-bob") == [None]
+
+    await eventually(recorded, what="both recalls recorded")
+
+    def rate(session_id: str, success: bool) -> dict[str, object]:
+        return {"agent_config_id": str(agent), "session_id": session_id, "success": success}
+
+    refused = await request(nc, "engram.memory.feedback", rate("s-bob", False), alice_s1)
+    assert refused["error"]["code"] == "FORBIDDEN"
+    assert await request(nc, "engram.memory.feedback", rate("s-alice", False), bob) == {
+        "updated": 0,
+        "deleted": 0,
+        "labelled": 0,
+    }
+    assert await _labels(db, org, "s-alice") == [None]
+    assert await _labels(db, org, "s-bob") == [None]
+    assert (await request(nc, "engram.memory.feedback", rate("s-alice", True), alice_s1))["labelled"] == 1
+    assert (await request(nc, "engram.memory.feedback", rate("s-bob", False), service_token))["labelled"] == 1
+    assert await _labels(db, org, "s-alice") == ["success"]
+    assert await _labels(db, org, "s-bob") == ["failed"]
