@@ -1,5 +1,6 @@
 """Prometheus metrics for every Engram process: the instruments, in one place, and the exposition
-any HTTP server calls (the health server of ``engram serve`` and ``engram up``; the gateway later).
+any HTTP server calls (the health server of ``engram serve`` and ``engram up``, and the gateway's
+``/metrics``).
 
 Names follow Prometheus conventions (``engram_*``, base units, ``_total`` on counters). Labels
 stay bounded: operations, codes, strategies, consumers, sources, cache names — never an
@@ -32,6 +33,8 @@ __all__ = [
     "DEAD_LETTERS",
     "EMBEDDED",
     "EMBED_BACKLOG",
+    "HTTP_REQUESTS",
+    "HTTP_SECONDS",
     "OUTBOX_BACKLOG",
     "OUTBOX_PUBLISHED",
     "RECALL_SECONDS",
@@ -67,6 +70,18 @@ REQUEST_SECONDS = Histogram(
     "engram_request_duration_seconds",
     "Time to answer a request-reply operation, errors included.",
     ["operation"],
+    buckets=_LATENCY_BUCKETS,
+)
+HTTP_REQUESTS = Counter(
+    "engram_http_requests",
+    "HTTP requests the gateway answered, by route (the operation's name, or the path of a "
+    "probe) and status code.",
+    ["route", "status"],
+)
+HTTP_SECONDS = Histogram(
+    "engram_http_request_duration_seconds",
+    "Time the gateway took to answer an HTTP request (the NATS round trip included).",
+    ["route"],
     buckets=_LATENCY_BUCKETS,
 )
 RECALL_SECONDS = Histogram(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,6 +30,7 @@ from services.gateway.bridge import Bridge
 from services.gateway.console import console_mount
 from services.gateway.payloads import Shape, decode_object, read_limited
 from services.mcp import streamable_http_app
+from shared.metrics import HTTP_REQUESTS, HTTP_SECONDS, exposition
 from shared.wire import MAX_REQUEST_BYTES, error_reply, validation_details
 
 __all__ = ["JSONL", "build_app"]
@@ -180,7 +182,33 @@ def _probes(bridge: Bridge) -> list[Route]:
         body = {"status": "ready" if ready else "not ready", "checks": checks}
         return JSONResponse(body, status_code=200 if ready else 503)
 
-    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+    async def metrics(request: Request) -> Response:
+        body, content_type = await exposition()
+        return Response(body, media_type=content_type)
+
+    return [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+
+
+def _counted(route: str, endpoint: Endpoint) -> Endpoint:
+    """The endpoint, with its answers counted and timed per route (bounded labels: a route name,
+    a status code — never a path with ids in it)."""
+
+    async def counted(request: Request) -> Response:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await endpoint(request)
+            status = response.status_code
+            return response
+        finally:
+            HTTP_SECONDS.labels(route).observe(time.perf_counter() - started)
+            HTTP_REQUESTS.labels(route, str(status)).inc()
+
+    return counted
 
 
 def routes(bridge: Bridge) -> list[Route]:
@@ -188,11 +216,15 @@ def routes(bridge: Bridge) -> list[Route]:
     table: list[Route] = []
     for op in OPERATIONS:
         endpoint = _export_endpoint(bridge) if op is MEMORY_EXPORT else _operation_endpoint(bridge, op)
-        table.append(Route(op.http_path, endpoint, methods=[op.http_method], name=op.name))
+        table.append(Route(op.http_path, _counted(op.name, endpoint), methods=[op.http_method], name=op.name))
     assert SESSION_ENDED.http_path is not None
     assert SESSION_ENDED.http_method is not None
     table.append(
-        Route(SESSION_ENDED.http_path, _sessions_endpoint(bridge), methods=[SESSION_ENDED.http_method])
+        Route(
+            SESSION_ENDED.http_path,
+            _counted("session.ended", _sessions_endpoint(bridge)),
+            methods=[SESSION_ENDED.http_method],
+        )
     )
     return table + _probes(bridge)
 

@@ -189,6 +189,11 @@ def build_document() -> dict[str, Any]:
         "Readiness: NATS reachable and every service answering.",
         {"200": "Ready; each check true.", "503": "Not ready; the checks say what is missing."},
     )
+    paths["/metrics"] = _probe(
+        "Prometheus metrics of the gateway process (text exposition format): HTTP requests by route "
+        "and status, their latency, the process's resources.",
+        {"200": "The metrics, as text/plain; version=0.0.4."},
+    )
     return {
         "openapi": "3.1.0",
         "info": {

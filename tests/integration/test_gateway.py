@@ -247,6 +247,34 @@ async def test_probes(http: httpx.AsyncClient) -> None:
     assert ready.json()["checks"] == {"nats": True, "ingest": True, "recall": True, "governance-audit": True}
 
 
+def _sample(text: str, name: str, labels: str) -> float:
+    """A sample's value from a Prometheus text exposition (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{labels}}} "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_metrics_count_requests_by_route_and_status(
+    http: httpx.AsyncClient, service_token: str, agent: UUID
+) -> None:
+    """``GET /metrics`` on the gateway: its recalls are counted by route and status, a refused
+    one under its own status; no label carries an id."""
+    ok, refused = 'route="recall",status="200"', 'route="recall",status="401"'
+    before = (await http.get("/metrics")).text
+    body = {"agent_config_id": str(agent), "strategy": "last_k"}
+    for _ in range(3):
+        assert (await http.post("/v1/recall", json=body, headers=bearer(service_token))).status_code == 200
+    assert (await http.post("/v1/recall", json=body)).status_code == 401
+    after = await http.get("/metrics")
+    assert after.status_code == 200
+    assert after.headers["content-type"].startswith("text/plain")
+    count = "engram_http_requests_total"
+    assert _sample(after.text, count, ok) - _sample(before, count, ok) == 3
+    assert _sample(after.text, count, refused) - _sample(before, count, refused) == 1
+    assert str(agent) not in after.text
+
+
 async def test_readyz_fails_while_no_service_answers(
     settings: EngramSettings, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
