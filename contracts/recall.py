@@ -58,6 +58,11 @@ class RecallRequest(Inbound):
     strategy: Strategy | None = None
     cue: str | None = Field(default=None, max_length=8_000)
     top_k: int | None = Field(default=None, ge=1, le=1000)
+    #: A relevance floor for ``semantic`` and ``hybrid``: only entries whose cosine similarity to
+    #: the cue is at least this (-1 to 1) are returned, so a cue nothing fits gets no results.
+    #: Refused with any other strategy; a vector store that cannot answer is then an error, not
+    #: a fallback (docs/decisions.md, "A relevance floor").
+    min_score: float | None = Field(default=None, ge=-1.0, le=1.0, allow_inf_nan=False)
     format: Format = "text"
     token_budget: int | None = Field(default=None, ge=1, le=1_000_000)
     target_layer: TargetLayer = "all"

@@ -3,8 +3,8 @@ them (``shared/distillers/…``) and are chosen at the composition root."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
@@ -83,6 +83,9 @@ class VectorPoint:
     memory_type: str
     session_id: str | None
     created_at: float  # epoch seconds
+    #: The entry's lexical (BM25) sparse vector beside the dense one: dimension → weight
+    #: (``shared.lexical.document_weights``); empty for a text without lexemes.
+    lexical: Mapping[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,8 @@ class VectorHit:
 
 @runtime_checkable
 class VectorIndex(Protocol):
-    """Nearest-neighbour search over entry vectors, always within one tenant's scope.
+    """Nearest-neighbour search over entry vectors (dense, and the lexical sparse vector beside
+    each), always within one tenant's scope. Deleting an id removes both.
 
     ``search`` refuses (``ValueError``) a filter without organization, agent config or owner
     scopes; an empty ``owner_keys`` means "sees nothing" and returns nothing.
@@ -106,6 +110,13 @@ class VectorIndex(Protocol):
     async def delete(self, ids: Sequence[UUID]) -> None: ...
 
     async def search(self, vector: Sequence[float], tenant: TenantFilter, limit: int) -> list[VectorHit]: ...
+
+    async def search_lexical(
+        self, terms: Mapping[int, float], tenant: TenantFilter, limit: int
+    ) -> list[VectorHit]:
+        """The entries whose lexical vectors score highest against ``terms`` (dot product), within
+        the same tenant filter as :meth:`search`; entries sharing no term are not returned."""
+        ...
 
     async def count(self) -> int: ...
 

@@ -12,17 +12,38 @@ from typing import Any
 from uuid import UUID
 
 from pydantic import ValidationError
-from sqlalchemy import select, update
+from sqlalchemy import JSON, Float, and_, func, literal_column, select, update
 
 from contracts.errors import EmbeddingDimensionMismatch
 from contracts.events import MemoryPurged, MemoryWritten
 from shared.db.engine import Database
-from shared.db.models import ENTRIES
+from shared.db.models import ENTRIES, LEXICAL_SCOPES
+from shared.lexical import document_weights
 from shared.ports import Embedder, VectorIndex, VectorPoint
 
 __all__ = ["IndexOutcome", "index_entries", "index_rows", "load_pending", "parse_purged", "parse_written"]
 
 log = logging.getLogger(__name__)
+
+#: Each entry's lexemes and their frequencies, as the Postgres BM25 leg counts them.
+_TERMS = literal_column(
+    "(SELECT json_object_agg(u.lexeme, coalesce(cardinality(u.positions), 1)) "
+    "FROM unnest(memory_entries.search) u)",
+    JSON,
+).label("terms")
+#: The average entry length (distinct lexemes) in the entry's owner scope, now.
+_AVG_LEN = (
+    select(func.cast(LEXICAL_SCOPES.c.lexemes, Float) / func.greatest(LEXICAL_SCOPES.c.docs, 1))
+    .where(
+        and_(
+            LEXICAL_SCOPES.c.org_id == ENTRIES.c.org_id,
+            LEXICAL_SCOPES.c.agent_config_id == ENTRIES.c.agent_config_id,
+            LEXICAL_SCOPES.c.owner_key == ENTRIES.c.owner_key,
+        )
+    )
+    .scalar_subquery()
+    .label("avg_len")
+)
 
 _LOAD = select(
     ENTRIES.c.id,
@@ -37,6 +58,8 @@ _LOAD = select(
     ENTRIES.c.embedding_status,
     ENTRIES.c.embedding_model,
     ENTRIES.c.embedding_dimension,
+    _TERMS,
+    _AVG_LEN,
 )
 
 
@@ -145,6 +168,11 @@ def _point(row: object, vector: list[float]) -> VectorPoint:
         memory_type=row.memory_type,  # type: ignore[attr-defined]
         session_id=row.session_id,  # type: ignore[attr-defined]
         created_at=created.timestamp(),
+        lexical=document_weights(
+            row.terms or {},  # type: ignore[attr-defined]
+            # an inactive entry is not counted in its scope: its own length then
+            row.avg_len or len(row.terms or {}) or 1.0,  # type: ignore[attr-defined]
+        ),
     )
 
 

@@ -29,9 +29,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.recall import RecallFilters
 from services.recall.candidates import Candidate
-from shared.db.models import ENTRIES
+from shared.db.models import ENTRIES, LEXICAL_SCOPES, LEXICAL_TERMS
+from shared.lexical import BM25_B as _BM25_B
+from shared.lexical import BM25_K1 as _BM25_K1
 
-__all__ = ["Scope", "by_ids", "lexical_ids", "newest", "pack_candidates", "top_importance"]
+__all__ = [
+    "Scope",
+    "by_ids",
+    "cue_statistics",
+    "lexical_ids",
+    "lexical_scores",
+    "newest",
+    "pack_candidates",
+    "top_importance",
+]
 
 _COLUMNS = (
     ENTRIES.c.id,
@@ -182,14 +193,45 @@ async def by_ids(session: AsyncSession, scope: Scope, ids: Sequence[UUID]) -> li
     return await _fetch(session, stmt)
 
 
-#: BM25's usual constants (Robertson & Zaragoza).
-_BM25_K1, _BM25_B = 1.2, 0.75
 #: At most this many matching entries are scored per query; beyond it the best by Postgres's
 #: own rank are taken (document frequencies then count within them: an approximation that only
 #: applies to cues whose words occur in thousands of entries).
 _BM25_MAX_DOCS = 2000
 _CORPUS_TTL_S = 30.0
 _corpus_stats: dict[tuple[Any, ...], tuple[float, int, float]] = {}
+
+
+async def cue_statistics(session: AsyncSession, scope: Scope, cue: str) -> tuple[int, dict[str, int]]:
+    """For hybrid's lexical leg in the vector store (shared/lexical.py): how many active entries
+    the scope's owners hold, and for each of the cue's lexemes how many of them contain it — from
+    the per-owner statistics, one index lookup per lexeme whatever the corpus size."""
+    cue_terms = select(
+        func.unnest(func.tsvector_to_array(func.to_tsvector("english", cue))).label("lexeme")
+    ).cte("cue")
+    owned = and_(
+        LEXICAL_TERMS.c.org_id == scope.org_id,
+        LEXICAL_TERMS.c.agent_config_id == scope.agent_config_id,
+        LEXICAL_TERMS.c.owner_key.in_(scope.owner_keys),
+        LEXICAL_TERMS.c.lexeme == cue_terms.c.lexeme,
+    )
+    documents = (
+        select(func.coalesce(func.sum(LEXICAL_SCOPES.c.docs), 0))
+        .where(
+            LEXICAL_SCOPES.c.org_id == scope.org_id,
+            LEXICAL_SCOPES.c.agent_config_id == scope.agent_config_id,
+            LEXICAL_SCOPES.c.owner_key.in_(scope.owner_keys),
+        )
+        .scalar_subquery()
+    )
+    stmt = (
+        select(cue_terms.c.lexeme, func.coalesce(func.sum(LEXICAL_TERMS.c.docs), 0), documents)
+        .select_from(cue_terms.outerjoin(LEXICAL_TERMS, owned))
+        .group_by(cue_terms.c.lexeme)
+    )
+    rows = (await session.execute(stmt)).all()
+    if not rows:
+        return 0, {}
+    return int(rows[0][2]), {row[0]: int(row[1]) for row in rows}
 
 
 async def lexical_ids(session: AsyncSession, scope: Scope, cue: str, limit: int) -> list[UUID]:
@@ -200,7 +242,9 @@ async def lexical_scores(
     session: AsyncSession, scope: Scope, cue: str, limit: int
 ) -> list[tuple[UUID, float]]:
     """Okapi BM25 over Postgres full-text lexemes (English stemming, stop words removed): ids
-    whose text shares a cue term, best first.
+    whose text shares a cue term, best first. hybrid's lexical leg was this until it moved into
+    the vector store (shared/lexical.py); it stays as the reference the index's rankings are
+    tested against, and for benchmarks.
 
     Postgres finds the entries that contain any cue lexeme (GIN index), unnests their lexemes and
     scores them in the same statement: only ``(id, score)`` pairs come back. Every entry of the

@@ -46,6 +46,7 @@ from shared.auth import READ, Credential, act_as
 from shared.cache import CueVectorCache, ResultCache
 from shared.config_store import load_config, org_memory_enabled
 from shared.db.engine import Database
+from shared.lexical import query_weights
 from shared.ports import Embedder, TenantFilter, VectorIndex
 from shared.time import utcnow
 from shared.vectors.coverage import VectorCoverage
@@ -129,9 +130,14 @@ class Recall:
         credential.require_session(request.session_id)
         caller = act_as(credential, request.principal)
         config, enabled, known = await self._config(credential.org_id, request.agent_config_id)
-        explicit = request.strategy is not None
+        # A relevance floor needs relevance: with min_score the strategy cannot quietly fall back.
+        explicit = request.strategy is not None or request.min_score is not None
         cue = (request.cue or "").strip()
         strategy: Strategy = request.strategy or self._default_strategy(config, cue)
+        if request.min_score is not None and strategy not in _VECTOR_STRATEGIES:
+            raise InvalidRequest(
+                f"min_score applies to the semantic and hybrid strategies (with a cue), not {strategy!r}"
+            )
         # Where a vector strategy cannot run and was not asked for by name (SPEC 5.1).
         fallback: Strategy = config.memory_strategy
         if fallback in _VECTOR_STRATEGIES:
@@ -193,15 +199,17 @@ class Recall:
         )
         diagnostics: dict[str, Any] = {}
         try:
-            ranked = await self._rank(strategy, scope, cue, top_k, diagnostics, config.semantic_recall.fusion)
+            ranked = await self._rank(
+                strategy, scope, cue, top_k, diagnostics, config.semantic_recall.fusion, request.min_score
+            )
         except VectorUnavailable:
             if explicit:
                 raise
             strategy, warnings = fallback, [*warnings, "semantic_unavailable_fallback"]
             ranked = await self._rank(strategy, scope, cue, top_k, diagnostics, config.semantic_recall.fusion)
         if strategy in _VECTOR_STRATEGIES and not await self._index_complete():
-            # Some entries' vectors are another embedder's: the vector leg cannot find them until
-            # `engram reindex` (the lexical leg of hybrid still can). Answer, but say so.
+            # Some entries' vectors are another embedder's: neither leg (the lexical vectors live
+            # beside the dense ones) can find them until `engram reindex`. Answer, but say so.
             warnings.append("semantic_index_incomplete")
 
         outcome = fit_budget(ranked, request.format, request.token_budget)
@@ -329,6 +337,7 @@ class Recall:
         top_k: int,
         diag: dict[str, Any],
         fusion: str = "convex",
+        min_score: float | None = None,
     ) -> list[Ranked]:
         async with self._db.read() as session:
             if strategy == "last_k":
@@ -349,21 +358,31 @@ class Recall:
                 return rank_pack(cands, cue or None, top_k, scope.now)
             if not cue:
                 raise InvalidRequest(f"strategy {strategy!r} needs a cue")
-            hits = await self._vector_search(cue, scope, top_k if strategy == "semantic" else HYBRID_DEPTH)
+            depth = top_k if strategy == "semantic" else HYBRID_DEPTH
+            hits = await self._vector_search(cue, scope, depth)
             diag["vector_rank"] = len(hits)
             if strategy == "semantic":
-                scores = {h.id: h.score for h in hits}
+                scores = {h.id: h.score for h in hits if min_score is None or h.score >= min_score}
                 cands = await queries.by_ids(session, scope, list(scores))
                 diag["scope_query"] = len(cands)
                 return rank_semantic(cands, scores, top_k)
-            lexical = dict(await queries.lexical_scores(session, scope, cue, HYBRID_DEPTH))
+            documents, containing = await queries.cue_statistics(session, scope, cue)
+            lexical = await self._lexical_search(query_weights(documents, containing), scope, HYBRID_DEPTH)
             diag["lexical_rank"] = len(lexical)
             vector = {h.id: h.score for h in hits}
             cands = await queries.by_ids(session, scope, list({*lexical, *vector}))
             diag["scope_query"] = len(cands)
+            # Fused over both legs whole, then floored: the floor changes which entries are
+            # returned, never how the others score.
+            every = len(cands)
             if fusion == "rrf":
-                return fuse_hybrid(cands, list(lexical), list(vector), top_k, scope.now)
-            return fuse_convex(cands, lexical, vector, top_k, scope.now)
+                fused = fuse_hybrid(cands, list(lexical), list(vector), every, scope.now)
+            else:
+                fused = fuse_convex(cands, lexical, vector, every, scope.now)
+            if min_score is not None:
+                fits = above_floor(vector, lexical, min_score, complete=len(hits) < depth * 2)
+                fused = [r for r in fused if r.candidate.id in fits]
+            return fused[:top_k]
 
     async def _vector_search(self, cue: str, scope: queries.Scope, limit: int) -> list[Any]:
         if self._index is None or self._embedder is None:
@@ -372,22 +391,30 @@ class Recall:
         if vector is None:
             (vector,) = await self._embedder.embed([cue])
             await self._cue_vectors.put(cue, vector)
-        tenant = TenantFilter(
-            org_id=scope.org_id,
-            agent_config_id=scope.agent_config_id,
-            owner_keys=scope.owner_keys,
-            layer=scope.layer,
-            session_id=scope.session_only,
-            memory_types=scope.memory_types,
-        )
         try:
             # Over-fetch: Postgres re-checks each hit (expiry, lifecycle, filters) and may drop some.
-            return list(await self._index.search(vector, tenant, limit * 2))
+            return list(await self._index.search(vector, _tenant(scope), limit * 2))
         except VectorUnavailable:
             raise
         except Exception as exc:
             log.warning("vector search failed", exc_info=True)
             raise VectorUnavailable("vector search failed") from exc
+
+    async def _lexical_search(
+        self, terms: dict[int, float], scope: queries.Scope, limit: int
+    ) -> dict[UUID, float]:
+        """hybrid's BM25 leg: the cue's IDF-weighted terms against the entries' lexical vectors,
+        with the dense leg's tenant filter (shared/lexical.py)."""
+        if self._index is None:
+            raise VectorUnavailable("the vector index is not available")
+        try:
+            hits = await self._index.search_lexical(terms, _tenant(scope), limit * 2)
+        except VectorUnavailable:
+            raise
+        except Exception as exc:
+            log.warning("lexical search failed", exc_info=True)
+            raise VectorUnavailable("lexical search failed") from exc
+        return {hit.id: hit.score for hit in hits}
 
     async def expand(self, credential: Credential, request: ExpandRequest) -> ExpandReply:
         credential.require(READ)
@@ -438,6 +465,36 @@ class Recall:
 def has_content(cue: str) -> bool:
     """Whether a cue has a letter or digit to search by (punctuation alone finds nothing)."""
     return any(c.isalnum() for c in cue)
+
+
+def above_floor(
+    vector: dict[UUID, float], lexical: dict[UUID, float], min_score: float, *, complete: bool
+) -> set[UUID]:
+    """hybrid's entries whose cosine similarity to the cue is at least ``min_score``.
+
+    The dense leg scored its hits. An entry only the lexical leg found is not among the dense
+    leg's nearest, so its cosine is at most the weakest dense hit's: below the floor when that one
+    is. When the dense leg returned fewer than it asked for (``complete``), it returned every
+    entry with a vector, so a lexical-only one has none yet and cannot be shown to fit. Otherwise
+    (many entries above the floor already) it is kept: its similarity is unknown, not low.
+    """
+    fits = {i for i, score in vector.items() if score >= min_score}
+    weakest = min(vector.values(), default=-1.0)
+    if not complete and weakest >= min_score:
+        fits |= {i for i in lexical if i not in vector}
+    return fits
+
+
+def _tenant(scope: queries.Scope) -> TenantFilter:
+    """The vector store's filter for a recall scope: one for both of hybrid's legs."""
+    return TenantFilter(
+        org_id=scope.org_id,
+        agent_config_id=scope.agent_config_id,
+        owner_keys=scope.owner_keys,
+        layer=scope.layer,
+        session_id=scope.session_only,
+        memory_types=scope.memory_types,
+    )
 
 
 def _full_result(c: Candidate) -> RecallResult:

@@ -21,6 +21,8 @@ __all__ = [
     "ENTRIES",
     "ERASURES",
     "INBOX",
+    "LEXICAL_SCOPES",
+    "LEXICAL_TERMS",
     "OUTBOX",
     "RECALLS",
     "AuditHead",
@@ -273,3 +275,24 @@ AUDIT_LOG = cast(sa.Table, AuditRecord.__table__)  # type: ignore[attr-defined]
 AUDIT_HEADS = cast(sa.Table, AuditHead.__table__)  # type: ignore[attr-defined]
 RECALLS = cast(sa.Table, RecallRecord.__table__)  # type: ignore[attr-defined]
 ERASURES = cast(sa.Table, Erasure.__table__)  # type: ignore[attr-defined]
+
+# hybrid's lexical statistics per owner scope (shared/lexical.py). Triggers keep them in step with
+# memory_entries (migration 0006, which owns their definition); only read from Python.
+LEXICAL_SCOPES = sa.Table(
+    "lexical_scopes",
+    SQLModel.metadata,
+    sa.Column("org_id", sa.Uuid, primary_key=True),
+    sa.Column("agent_config_id", sa.Uuid, primary_key=True),
+    sa.Column("owner_key", sa.String(256), primary_key=True),
+    sa.Column("docs", sa.BigInteger, nullable=False),
+    sa.Column("lexemes", sa.BigInteger, nullable=False),
+)
+LEXICAL_TERMS = sa.Table(
+    "lexical_terms",
+    SQLModel.metadata,
+    sa.Column("org_id", sa.Uuid, primary_key=True),
+    sa.Column("agent_config_id", sa.Uuid, primary_key=True),
+    sa.Column("lexeme", sa.Text, primary_key=True),
+    sa.Column("owner_key", sa.String(256), primary_key=True),
+    sa.Column("docs", sa.BigInteger, nullable=False),
+)

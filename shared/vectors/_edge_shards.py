@@ -21,6 +21,7 @@ from qdrant_edge import (
     EdgeConfig,
     EdgeOptimizersConfig,
     EdgeShard,
+    EdgeSparseVectorParams,
     EdgeVectorParams,
     FieldCondition,
     Filter,
@@ -31,9 +32,11 @@ from qdrant_edge import (
     Point,
     ScoredPoint,
     ScrollRequest,
+    SparseVector,
     UpdateOperation,
 )
 
+from shared.lexical import LEXICAL_VECTOR
 from shared.ports import TenantFilter, VectorHit
 from shared.vectors._tenancy import KEYWORD_FIELDS, TENANT_FIELD
 
@@ -51,10 +54,12 @@ __all__ = [
     "Manifest",
     "create_shard",
     "edge_filter",
+    "edge_point",
     "export_points",
     "live_config",
     "read_points",
     "sealed_config",
+    "sparse_query",
     "to_hits",
 ]
 
@@ -62,7 +67,8 @@ LIVE_PREFIX = "live-"
 SEALED_PREFIX = "sealed-"
 BUILD_PREFIX = "build-"
 MANIFEST = "manifest.json"
-_FORMAT = 1
+#: 2: every shard has the ``lexical`` sparse vector beside the dense one (format 1 had none).
+_FORMAT = 2
 _VECTORS_FILE = "vectors.f32"
 _POINTS_FILE = "points.jsonl"
 _SPEC_FILE = "spec.json"
@@ -97,16 +103,27 @@ def _vectors(dimension: int) -> EdgeVectorParams:
     return EdgeVectorParams(size=dimension, distance=Distance.Cosine)
 
 
+def _sparse() -> dict[str, EdgeSparseVectorParams]:
+    """The lexical sparse vector: plain dot product (the cue carries the IDF, shared/lexical.py),
+    so scores do not depend on which shard holds a point."""
+    return {LEXICAL_VECTOR: EdgeSparseVectorParams()}
+
+
 def live_config(dimension: int) -> EdgeConfig:
     """The appendable shard that takes every write: never indexed here (an ``indexing_threshold``
     of 0 turns HNSW off), so searching it is exact; the builder process indexes it once sealed."""
-    return EdgeConfig(vectors=_vectors(dimension), optimizers=EdgeOptimizersConfig(indexing_threshold=0))
+    return EdgeConfig(
+        vectors=_vectors(dimension),
+        sparse_vectors=_sparse(),
+        optimizers=EdgeOptimizersConfig(indexing_threshold=0),
+    )
 
 
 def sealed_config(spec: BuildSpec) -> EdgeConfig:
     """A shard built once by the builder process: one HNSW segment (one graph to search)."""
     return EdgeConfig(
         vectors=_vectors(spec.dimension),
+        sparse_vectors=_sparse(),
         hnsw_config=HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=spec.full_scan_threshold_kb),
         optimizers=EdgeOptimizersConfig(
             default_segment_number=1, indexing_threshold=spec.indexing_threshold_kb
@@ -148,6 +165,22 @@ def _equals(key: str, value: str) -> FieldCondition:
 
 def _one_of(key: str, values: Sequence[str]) -> FieldCondition:
     return FieldCondition(key, match=MatchAny(list(values)))
+
+
+def edge_point(
+    point_id: UUID, dense: list[float], lexical: dict[int, float], payload: dict[str, Any]
+) -> Point:
+    """A point with its dense vector (the unnamed one) and, when it has lexemes, its lexical one."""
+    if not lexical:
+        return Point(point_id, dense, payload)
+    indices = sorted(lexical)
+    sparse = SparseVector(indices, [lexical[i] for i in indices])
+    return Point(point_id, {"": dense, LEXICAL_VECTOR: sparse}, payload)
+
+
+def sparse_query(terms: dict[int, float]) -> SparseVector:
+    indices = sorted(terms)
+    return SparseVector(indices, [terms[i] for i in indices])
 
 
 def to_hits(points: Sequence[ScoredPoint]) -> list[VectorHit]:
@@ -198,7 +231,9 @@ class Manifest:
             return None
         if raw.get("format") != _FORMAT:
             raise ValueError(
-                f"{root / MANIFEST} has format {raw.get('format')!r}, this Engram reads {_FORMAT}"
+                f"{root / MANIFEST} has format {raw.get('format')!r}, this Engram reads {_FORMAT} "
+                "(format 2 added the lexical vectors): point the index at a new directory and run "
+                "`engram reindex`"
             )
         return cls(
             dimension=raw["dimension"],
@@ -245,8 +280,10 @@ async def export_points(shards: Sequence[EdgeShard], build_dir: Path, stop: Call
                 records, offset = shard.scroll(request)
                 chunk = array("f")
                 for record in records:
-                    chunk.extend(_plain_vector(record.vector))
-                    points.write(json.dumps({"id": str(record.id), "payload": record.payload}) + "\n")
+                    dense, lexical = _split_vector(record.vector)
+                    chunk.extend(dense)
+                    row = {"id": str(record.id), "payload": record.payload, "lexical": lexical}
+                    points.write(json.dumps(row) + "\n")
                 chunk.tofile(vectors)
                 written += len(records)
                 if offset is None:
@@ -263,7 +300,8 @@ def read_points(build_dir: Path, dimension: int, batch: int) -> Iterator[list[Po
             row = json.loads(line)
             vector = array("f")
             vector.fromfile(vectors, dimension)
-            points.append(Point(UUID(row["id"]), vector.tolist(), row["payload"]))
+            lexical = {int(i): float(w) for i, w in row.get("lexical", [])}
+            points.append(edge_point(UUID(row["id"]), vector.tolist(), lexical, row["payload"]))
             if len(points) == batch:
                 yield points
                 points = []
@@ -271,7 +309,12 @@ def read_points(build_dir: Path, dimension: int, batch: int) -> Iterator[list[Po
             yield points
 
 
-def _plain_vector(vector: object) -> list[float]:
-    if not isinstance(vector, list):
-        raise TypeError(f"expected one unnamed dense vector per point, got {type(vector).__name__}")
-    return vector
+def _split_vector(vector: object) -> tuple[list[float], list[tuple[int, float]]]:
+    """A scrolled point's dense vector and its lexical (index, weight) pairs."""
+    if isinstance(vector, list):
+        return vector, []
+    if isinstance(vector, dict) and isinstance(vector.get(""), list):
+        sparse = vector.get(LEXICAL_VECTOR)
+        pairs = list(zip(sparse.indices, sparse.values, strict=True)) if sparse is not None else []
+        return vector[""], pairs
+    raise TypeError(f"expected a dense vector and an optional lexical one, got {type(vector).__name__}")

@@ -31,14 +31,15 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from uuid import UUID
 
-from qdrant_edge import EdgeShard, Point, Query, QueryRequest, ScoredPoint, UpdateOperation
+from qdrant_edge import EdgeShard, Query, QueryRequest, ScoredPoint, UpdateOperation
 
 from contracts.errors import EmbeddingDimensionMismatch
+from shared.lexical import LEXICAL_VECTOR
 from shared.ports import TenantFilter, VectorHit, VectorPoint
 from shared.vectors._edge_build import SHARD_DIR
 from shared.vectors._edge_shards import (
@@ -52,8 +53,10 @@ from shared.vectors._edge_shards import (
     Manifest,
     create_shard,
     edge_filter,
+    edge_point,
     export_points,
     live_config,
+    sparse_query,
     to_hits,
 )
 from shared.vectors._tenancy import check_dimension, check_limit, payload_of, sees_anything, top_hits
@@ -175,8 +178,22 @@ class QdrantEdgeIndex:
         # p99 6.7 ms vs 9.0 ms.
         return self._search_now(vector, tenant, limit)
 
+    async def search_lexical(
+        self, terms: Mapping[int, float], tenant: TenantFilter, limit: int
+    ) -> list[VectorHit]:
+        check_limit(limit)
+        if not sees_anything(tenant) or not terms:
+            return []
+        await self._open()
+        # Directly, like search(): Edge holds the GIL either way.
+        query = Query.Nearest(sparse_query(dict(terms)), using=LEXICAL_VECTOR)
+        return self._query_now(QueryRequest(limit=limit, query=query, filter=edge_filter(tenant)), limit)
+
     def _search_now(self, vector: Sequence[float], tenant: TenantFilter, limit: int) -> list[VectorHit]:
         request = QueryRequest(limit=limit, query=Query.Nearest(list(vector)), filter=edge_filter(tenant))
+        return self._query_now(request, limit)
+
+    def _query_now(self, request: QueryRequest, limit: int) -> list[VectorHit]:
         found: list[ScoredPoint] = []
         for shard in self._shards():
             found.extend(shard.query(request))
@@ -234,7 +251,10 @@ class QdrantEdgeIndex:
             self._live_writes += len(chunk)
             live.update(
                 UpdateOperation.upsert_points(
-                    [Point(point.id, list(point.vector), payload_of(point)) for point in chunk]
+                    [
+                        edge_point(point.id, list(point.vector), dict(point.lexical), payload_of(point))
+                        for point in chunk
+                    ]
                 )
             )
             self._flush_now_and_then(len(chunk))

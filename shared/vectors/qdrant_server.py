@@ -9,7 +9,7 @@ beyond ~20k points. Failures to reach the server surface as
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from uuid import UUID
 
@@ -20,6 +20,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from contracts.errors import EmbeddingDimensionMismatch, VectorUnavailable
+from shared.lexical import LEXICAL_VECTOR
 from shared.ports import TenantFilter, VectorHit, VectorPoint
 from shared.vectors._tenancy import (
     KEYWORD_FIELDS,
@@ -84,7 +85,7 @@ class QdrantServerIndex:
             return
         await self.ensure_collection()
         structs = [
-            models.PointStruct(id=str(point.id), vector=list(point.vector), payload=payload_of(point))
+            models.PointStruct(id=str(point.id), vector=_vectors_of(point), payload=payload_of(point))
             for point in points
         ]
         async with self._reaching_qdrant():
@@ -115,6 +116,25 @@ class QdrantServerIndex:
             )
         return top_hits((VectorHit(UUID(str(hit.id)), hit.score) for hit in response.points), limit)
 
+    async def search_lexical(
+        self, terms: Mapping[int, float], tenant: TenantFilter, limit: int
+    ) -> list[VectorHit]:
+        check_limit(limit)
+        if not sees_anything(tenant) or not terms:
+            return []
+        await self.ensure_collection()
+        async with self._reaching_qdrant():
+            response = await self._client.query_points(
+                self._collection,
+                query=_sparse(terms),
+                using=LEXICAL_VECTOR,
+                query_filter=_filter_for(tenant),
+                limit=limit,
+                with_payload=False,
+                with_vectors=False,
+            )
+        return top_hits((VectorHit(UUID(str(hit.id)), hit.score) for hit in response.points), limit)
+
     async def count(self) -> int:
         await self.ensure_collection()
         async with self._reaching_qdrant():
@@ -129,6 +149,8 @@ class QdrantServerIndex:
             await self._client.create_collection(
                 self._collection,
                 vectors_config=models.VectorParams(size=self.dimension, distance=models.Distance.COSINE),
+                # Plain dot product: the cue carries the IDF (shared/lexical.py), per tenant scope.
+                sparse_vectors_config={LEXICAL_VECTOR: models.SparseVectorParams()},
             )
         except UnexpectedResponse as exc:
             if exc.status_code != 409:  # another instance created it first: fine
@@ -142,6 +164,12 @@ class QdrantServerIndex:
                 f"collection {self._collection!r} holds vectors of size {size}, the embedder makes "
                 f"{self.dimension}: set ENGRAM_QDRANT_COLLECTION to a new collection and reindex",
                 {"collection": self._collection, "expected": self.dimension, "got": size},
+            )
+        if LEXICAL_VECTOR not in (info.config.params.sparse_vectors or {}):
+            raise ValueError(
+                f"collection {self._collection!r} has no {LEXICAL_VECTOR!r} sparse vectors (made before "
+                "hybrid's lexical leg moved into the vector store): set ENGRAM_QDRANT_COLLECTION to a "
+                "new collection and run `engram reindex`"
             )
 
     @asynccontextmanager
@@ -168,6 +196,18 @@ class QdrantServerIndex:
         return VectorUnavailable(
             f"Qdrant collection {self._collection!r} is unreachable: {exc}", {"collection": self._collection}
         )
+
+
+def _vectors_of(point: VectorPoint) -> models.VectorStruct:
+    """The unnamed dense vector and, when the entry has lexemes, the lexical sparse one."""
+    if not point.lexical:
+        return {"": list(point.vector)}
+    return {"": list(point.vector), LEXICAL_VECTOR: _sparse(point.lexical)}
+
+
+def _sparse(terms: Mapping[int, float]) -> models.SparseVector:
+    indices = sorted(terms)
+    return models.SparseVector(indices=indices, values=[terms[i] for i in indices])
 
 
 def _filter_for(tenant: TenantFilter) -> models.Filter:

@@ -51,6 +51,7 @@ def point(
     memory_type: str = "lesson",
     session_id: str | None = None,
     point_id: UUID | None = None,
+    lexical: dict[int, float] | None = None,
 ) -> VectorPoint:
     return VectorPoint(
         id=point_id or uuid4(),
@@ -62,6 +63,7 @@ def point(
         memory_type=memory_type,
         session_id=session_id,
         created_at=time.time(),
+        lexical=lexical or {},
     )
 
 
@@ -234,6 +236,43 @@ class VectorIndexSuite:
         with pytest.raises(EmbeddingDimensionMismatch):
             await index.search(unit(1, DIM - 1), tenant, limit=10)
         assert await index.count() == 0
+
+    async def test_lexical_search_scores_by_dot_product_within_the_tenant(self, index: VectorIndex) -> None:
+        """search_lexical ranks by the dot product of the sparse vectors, leaves out points sharing
+        no term, and keeps to the same tenant filter as the dense search."""
+        home = scope(owner_keys=("alice",))
+        strong = point(unit(1), home, owner="alice", lexical={7: 2.0, 11: 1.0})
+        weak = point(unit(2), home, owner="alice", lexical={11: 0.5, 99: 3.0})
+        unrelated = point(unit(3), home, owner="alice", lexical={99: 3.0})
+        no_terms = point(unit(4), home, owner="alice")
+        other_owner = point(unit(5), home, owner="bob", lexical={7: 5.0})
+        other_org = point(
+            unit(6), TenantFilter(uuid4(), home.agent_config_id, ("alice",)), owner="alice", lexical={7: 5.0}
+        )
+        await index.upsert([strong, weak, unrelated, no_terms, other_owner, other_org])
+        hits = await index.search_lexical({7: 1.5, 11: 1.0}, home, limit=10)
+        assert ids(hits) == [strong.id, weak.id]
+        assert [hit.score for hit in hits] == pytest.approx([2.0 * 1.5 + 1.0, 0.5])
+        assert await index.search_lexical({}, home, limit=10) == []
+        assert (
+            await index.search_lexical(
+                {7: 1.0}, TenantFilter(home.org_id, home.agent_config_id, ()), limit=10
+            )
+            == []
+        )
+        narrowed = TenantFilter(home.org_id, home.agent_config_id, ("alice",), layer="episodic")
+        assert await index.search_lexical({7: 1.0}, narrowed, limit=10) == []
+
+    async def test_delete_removes_the_lexical_vector_too(self, index: VectorIndex) -> None:
+        """A deleted point is gone from the lexical search as well; a rewrite without terms
+        leaves no lexical vector behind."""
+        tenant = scope()
+        gone = point(unit(1), tenant, lexical={3: 1.0})
+        rewritten = point(unit(2), tenant, lexical={3: 2.0})
+        await index.upsert([gone, rewritten])
+        await index.delete([gone.id])
+        await index.upsert([point(unit(2), tenant, point_id=rewritten.id)])
+        assert await index.search_lexical({3: 1.0}, tenant, limit=10) == []
 
     async def test_a_reopened_index_finds_its_points(self, open_index: OpenIndex) -> None:
         """After close, a new index on the same storage has every point, searchable as before."""
@@ -540,5 +579,33 @@ async def test_edge_storage_stays_bounded_under_churn_below_the_cap(tmp_path: Pa
         assert len(live_now()) == 1, live_now()
         hits = await index.search(window[-1].vector, tenant, limit=1)
         assert ids(hits) == [window[-1].id]
+    finally:
+        await index.close()
+
+
+async def test_edge_lexical_vectors_survive_the_build(tmp_path: Path) -> None:
+    """The builder process carries each point's lexical vector into the indexed shard: lexical
+    scores are the same before and after, and a delete afterwards removes it there too."""
+    tenant = scope()
+    points = [
+        point(
+            unit(seed), tenant, owner=OWNERS[seed % 4], lexical={seed % 7: 1.0 + seed / 100, 1000 + seed: 2.0}
+        )
+        for seed in range(300)
+    ]
+    index = _small_edge_index(tmp_path / "edge", DIM)
+    try:
+        await index.upsert(points)
+        query = {3: 1.0, 1003: 10.0}
+        before = await index.search_lexical(query, tenant, limit=50)
+        await index.build_index()
+        assert (await index.stats()).pending_points == 0
+        after = await index.search_lexical(query, tenant, limit=50)
+        assert [(hit.id, round(hit.score, 5)) for hit in after] == [
+            (hit.id, round(hit.score, 5)) for hit in before
+        ]
+        assert after[0].id == points[3].id  # the only one with term 1003
+        await index.delete([points[3].id])
+        assert points[3].id not in ids(await index.search_lexical(query, tenant, limit=50))
     finally:
         await index.close()

@@ -30,7 +30,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,6 +201,11 @@ class RecordingIndex:
 
     async def search(self, vector: Sequence[float], tenant: TenantFilter, limit: int) -> list[VectorHit]:
         return await self.inner.search(vector, tenant, limit)
+
+    async def search_lexical(
+        self, terms: Mapping[int, float], tenant: TenantFilter, limit: int
+    ) -> list[VectorHit]:
+        return await self.inner.search_lexical(terms, tenant, limit)
 
     async def count(self) -> int:
         return await self.inner.count()
@@ -661,12 +666,14 @@ async def test_allow_stores_pii_as_given_and_nowhere_else(
     )
     assert [r["text"] for r in recalled["results"]] == [given]
 
-    # The entry's own text, the full-text index computed from it, and recall's cached replies (a
-    # copy of what recall answers, deleted with the entry) are where it was allowed to go.
+    # The entry's own text, the full-text index computed from it and the per-owner term statistics
+    # counted from that index (erased with the entry), and recall's cached replies (a copy of what
+    # recall answers, deleted with the entry) are where it was allowed to go.
     def allowed(where: str) -> bool:
         return where in {
             "postgres public.memory_entries.text",
             "postgres public.memory_entries.search",
+            "postgres public.lexical_terms.lexeme",
         } or where.startswith("redis value b'engram:recall:")
 
     scan = Scan(list(ALLOW_VALUES.values()), allowed)

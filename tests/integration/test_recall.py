@@ -209,6 +209,7 @@ async def test_a_cue_without_a_strategy_recalls_with_hybrid(
     (``importance``) gives way to ``hybrid``; with semantic recall disabled the config's strategy
     answers, with no warning (nothing the caller asked for fell back)."""
     await _save(nc, service_token, agent, None, "The office closes at 6pm.", "Backups run at 2am nightly.")
+    await _indexed(nc, service_token, agent, {"kind": "none"}, 2, "backups")
 
     async def strategy_for(**fields: object) -> dict[str, object]:
         return await _recall(nc, service_token, agent, **fields)
@@ -239,3 +240,43 @@ async def test_a_cue_without_a_strategy_recalls_with_hybrid(
         {"memory_strategy": "last_k", "semantic_recall": {"enabled": False}}, "backups", "last_k"
     )
     assert disabled["warnings"] == []
+
+
+async def test_min_score_lets_nothing_through_when_nothing_fits(
+    engram: Infra, nc: Client, agent: UUID, service_token: str
+) -> None:
+    """min_score floors semantic and hybrid by the cue's cosine similarity: an exact match passes a
+    0.99 floor alone, a cue nothing fits gets no results (where without the floor top_k is
+    filled); bad values and strategies without relevance are a typed INVALID_REQUEST."""
+    texts = (
+        "The VPN is required for staging deploys.",
+        "Alice prefers e-mail over phone calls.",
+        "Invoices are sent on the first Monday of the month.",
+    )
+    ids = await _save(nc, service_token, agent, None, *texts)
+    none = {"kind": "none"}
+    await _indexed(nc, service_token, agent, none, 3, "staging VPN")
+    for strategy in ("semantic", "hybrid"):
+        exact = await _recall(
+            nc, service_token, agent, principal=none, strategy=strategy, cue=texts[0], min_score=0.99
+        )
+        assert [r["id"] for r in exact["results"]] == [ids[0]], (strategy, exact)
+        unrelated = "zebra quantum marmalade"
+        loose = await _recall(nc, service_token, agent, principal=none, strategy=strategy, cue=unrelated)
+        assert loose["count"] > 0, (strategy, loose)
+        floored = await _recall(
+            nc, service_token, agent, principal=none, strategy=strategy, cue=unrelated, min_score=0.5
+        )
+        assert (floored["count"], floored["results"]) == (0, []), (strategy, floored)
+    # No strategy named, a cue: the default (hybrid here) takes the floor too.
+    default = await _recall(nc, service_token, agent, principal=none, cue=texts[0], min_score=0.99)
+    assert [r["id"] for r in default["results"]] == [ids[0]], default
+    for bad in (1.5, -2, "high", None):
+        reply = await _recall(nc, service_token, agent, strategy="hybrid", cue="VPN", min_score=bad)
+        if bad is None:
+            assert "error" not in reply, reply
+            continue
+        assert reply["error"]["code"] == "INVALID_REQUEST", (bad, reply)
+    for fields in ({"strategy": "last_k"}, {"strategy": "pack", "cue": "VPN"}, {}):
+        reply = await _recall(nc, service_token, agent, min_score=0.2, **fields)
+        assert reply["error"]["code"] == "INVALID_REQUEST", (fields, reply)

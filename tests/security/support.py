@@ -153,11 +153,9 @@ async def save(
     return [str(i) for i in reply["ids"]]
 
 
-async def count_rows(db: Database, *conditions: Any) -> int:
+async def count_rows(db: Database, *conditions: Any, table: Any = ENTRIES) -> int:
     async with db.read() as s:
-        return int(
-            (await s.execute(select(func.count()).select_from(ENTRIES).where(*conditions))).scalar_one()
-        )
+        return int((await s.execute(select(func.count()).select_from(table).where(*conditions))).scalar_one())
 
 
 async def org_snapshot(db: Database, org: UUID) -> dict[str, Any]:

@@ -15,13 +15,14 @@ import pytest
 import redis.asyncio as redis_asyncio
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from services.reindex import reindex_all
 from shared.auth import TokenService
 from shared.db.engine import Database
-from shared.db.models import ENTRIES
+from shared.db.models import ENTRIES, LEXICAL_TERMS
 from shared.infra import Infra
+from shared.lexical import term_index
 from shared.ports import Embedder, TenantFilter, VectorIndex
 from tests.platform import eventually, request
 from tests.security.support import Tally, count_rows, error_code, mint, report, save
@@ -162,6 +163,24 @@ async def test_purged_memory_stays_gone_after_replay_and_reindex(
                 hits |= {str(h.id) for h in await vector_index.search(v, t, 500)}
         return hits
 
+    # Every lexeme of alice's texts, each weighted 1: any entry sharing one is a lexical hit.
+    async with db.read() as session:
+        lexemes = {
+            lexeme
+            for t in alice_texts
+            for lexeme in (
+                await session.execute(select(func.tsvector_to_array(func.to_tsvector("english", t))))
+            ).scalar_one()
+        }
+    lexical_query = {term_index(lexeme): 1.0 for lexeme in lexemes}
+    assert lexical_query
+
+    async def lexical_hits() -> set[str]:
+        hits: set[str] = set()
+        for t in (tenant, tenant2):
+            hits |= {str(h.id) for h in await vector_index.search_lexical(lexical_query, t, 1000)}
+        return hits
+
     async def recall_all(who: str) -> list[dict[str, Any]]:
         replies = []
         for agent_id in (a, str(second)):
@@ -184,6 +203,7 @@ async def test_purged_memory_stays_gone_after_replay_and_reindex(
     # Before: alice is everywhere (so "absent" below is the purge's doing), and her last_k,
     # importance and full replies are in Redis.
     assert set(alice_ids) <= await vector_hits()
+    assert set(alice_ids) <= await lexical_hits()
     before = await recall_all("service") + await recall_all("alice")
     assert all(error_code(r) is None for r in before)
     found_before = {r["id"] for reply in before for r in reply["results"]}
@@ -197,12 +217,28 @@ async def test_purged_memory_stays_gone_after_replay_and_reindex(
     assert set(alice_ids) <= purged
 
     async def check(stage: str) -> dict[str, int]:
-        counts = {"rows": 0, "vectors": 0, "cached": 0, "recalled": 0, "expanded": 0, "listed": 0}
+        counts = {
+            "rows": 0,
+            "vectors": 0,
+            "lexical_vectors": 0,
+            "lexical_statistics": 0,
+            "cached": 0,
+            "recalled": 0,
+            "expanded": 0,
+            "listed": 0,
+        }
         counts["rows"] = await count_rows(
             db, ENTRIES.c.org_id == org, ENTRIES.c.owner_key == "end_user:alice"
         )
         counts["rows"] += await count_rows(db, ENTRIES.c.id.in_([UUID(i) for i in purged]))
         counts["vectors"] = len(await vector_hits() & purged)
+        counts["lexical_vectors"] = len(await lexical_hits() & purged)
+        counts["lexical_statistics"] = await count_rows(
+            db,
+            LEXICAL_TERMS.c.org_id == org,
+            LEXICAL_TERMS.c.owner_key == "end_user:alice",
+            table=LEXICAL_TERMS,
+        )
         for value in await _cached(redis, org):
             text = value.decode("utf-8", "replace")
             counts["cached"] += int(any(i in text for i in purged) or any(t in text for t in alice_texts))

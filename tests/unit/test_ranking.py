@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
+from uuid import uuid4
 
 import pytest
 
@@ -22,6 +23,7 @@ from services.recall.ranking import (
     relevance,
     tokens,
 )
+from services.recall.service import above_floor
 from tests.unit.recall_support import NOW, cand, ids, uid
 
 # --- ordered strategies -------------------------------------------------------------------------
@@ -283,3 +285,15 @@ def test_convex_fusion_ignores_entries_the_caller_cannot_see() -> None:
     out = fuse_convex([a, b], {hidden: 100.0, a.id: 2.0, b.id: 1.0}, {}, top_k=10, now=NOW)
     assert ids(out) == [a.id, b.id]
     assert out[0].score - out[1].score == pytest.approx(0.5, abs=0.01)
+
+
+def test_hybrid_floor_judges_lexical_only_hits_by_the_weakest_dense_hit() -> None:
+    """above_floor keeps dense hits at or above the floor; an entry only the lexical leg found is
+    kept only when the dense leg was cut off (not complete) with its weakest hit still above."""
+    near, far, lexical_only = uuid4(), uuid4(), uuid4()
+    vector = {near: 0.8, far: 0.3}
+    lexical = {lexical_only: 5.0, far: 1.0}
+    assert above_floor(vector, lexical, 0.5, complete=False) == {near}
+    assert above_floor(vector, lexical, 0.2, complete=False) == {near, far, lexical_only}
+    assert above_floor(vector, lexical, 0.2, complete=True) == {near, far}
+    assert above_floor({}, lexical, -1.0, complete=True) == set()
