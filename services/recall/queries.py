@@ -32,6 +32,7 @@ from services.recall.candidates import Candidate
 from shared.db.models import ENTRIES, LEXICAL_SCOPES, LEXICAL_TERMS
 from shared.lexical import BM25_B as _BM25_B
 from shared.lexical import BM25_K1 as _BM25_K1
+from shared.ports import TenantFilter
 
 __all__ = [
     "Scope",
@@ -78,6 +79,17 @@ class Scope:
     layer: str | None = None
     memory_types: tuple[str, ...] | None = None
     filters: RecallFilters | None = None
+
+    def tenant(self) -> TenantFilter:
+        """The vector store's filter for this scope: one for both of hybrid's legs."""
+        return TenantFilter(
+            org_id=self.org_id,
+            agent_config_id=self.agent_config_id,
+            owner_keys=self.owner_keys,
+            layer=self.layer,
+            session_id=self.session_only,
+            memory_types=self.memory_types,
+        )
 
     def predicate(self) -> ColumnElement[bool]:
         if not self.owner_keys:

@@ -47,7 +47,7 @@ from shared.cache import CueVectorCache, ResultCache
 from shared.config_store import load_config, org_memory_enabled
 from shared.db.engine import Database
 from shared.lexical import query_weights
-from shared.ports import Embedder, TenantFilter, VectorIndex
+from shared.ports import Embedder, VectorIndex
 from shared.time import utcnow
 from shared.vectors.coverage import VectorCoverage
 
@@ -393,7 +393,7 @@ class Recall:
             await self._cue_vectors.put(cue, vector)
         try:
             # Over-fetch: Postgres re-checks each hit (expiry, lifecycle, filters) and may drop some.
-            return list(await self._index.search(vector, _tenant(scope), limit * 2))
+            return list(await self._index.search(vector, scope.tenant(), limit * 2))
         except VectorUnavailable:
             raise
         except Exception as exc:
@@ -408,7 +408,7 @@ class Recall:
         if self._index is None:
             raise VectorUnavailable("the vector index is not available")
         try:
-            hits = await self._index.search_lexical(terms, _tenant(scope), limit * 2)
+            hits = await self._index.search_lexical(terms, scope.tenant(), limit * 2)
         except VectorUnavailable:
             raise
         except Exception as exc:
@@ -483,18 +483,6 @@ def above_floor(
     if not complete and weakest >= min_score:
         fits |= {i for i in lexical if i not in vector}
     return fits
-
-
-def _tenant(scope: queries.Scope) -> TenantFilter:
-    """The vector store's filter for a recall scope: one for both of hybrid's legs."""
-    return TenantFilter(
-        org_id=scope.org_id,
-        agent_config_id=scope.agent_config_id,
-        owner_keys=scope.owner_keys,
-        layer=scope.layer,
-        session_id=scope.session_only,
-        memory_types=scope.memory_types,
-    )
 
 
 def _full_result(c: Candidate) -> RecallResult:

@@ -67,6 +67,7 @@ from services.runtime import running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedders.hashing import HashingEmbedder
 from shared.embedders.minilm import MiniLMEmbedder
+from shared.lexical import query_weights
 from shared.logging import setup_logging
 from shared.ports import Embedder, TenantFilter
 from shared.provenance import MessageSigner
@@ -322,11 +323,20 @@ async def stage_timings(
     for cue, vector in sample:
         hits_for[cue] = [h.id for h in await index.search(vector, tenant, 200)]
 
+    async def lexical_leg(cue: str, _: list[float]) -> Any:
+        async with infra_db.read() as session:
+            documents, containing = await queries.cue_statistics(session, scope(), cue)
+        return await index.search_lexical(query_weights(documents, containing), tenant, 200)
+
     stages: dict[str, Callable[[str, list[float]], Awaitable[Any]]] = {
         "sql newest (last_k)": sql(lambda s, c: queries.newest(s, scope(), TOP_K)),
         "sql top_importance": sql(lambda s, c: queries.top_importance(s, scope(), TOP_K)),
         "sql pack_candidates (500 rows)": sql(lambda s, c: queries.pack_candidates(s, scope())),
-        "sql+BM25 lexical_ids (hybrid, 100)": sql(lambda s, c: queries.lexical_ids(s, scope(), c, 100)),
+        "sql+BM25 lexical_ids (former hybrid leg, 100)": sql(
+            lambda s, c: queries.lexical_ids(s, scope(), c, 100)
+        ),
+        "sql cue_statistics (hybrid's IDF)": sql(lambda s, c: queries.cue_statistics(s, scope(), c)),
+        "cue_statistics + edge search_lexical 200 (hybrid's lexical leg)": lexical_leg,
         "sql by_ids 20 (semantic)": sql(lambda s, c: queries.by_ids(s, scope(), hits_for[c][:20])),
         "sql by_ids 200 (hybrid-sized)": sql(lambda s, c: queries.by_ids(s, scope(), hits_for[c][:200])),
         "edge search limit 20": lambda c, v: index.search(v, tenant, 20),

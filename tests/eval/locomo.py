@@ -78,6 +78,8 @@ TOP_K = 10
 SAVE_BATCH = 100
 MAX_ENTRIES = 5000
 CATEGORIES = (1, 2, 3, 4)
+#: LoCoMo's category numbers (Maharana et al. 2024; category 5, adversarial, has no evidence).
+CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 REFERENCE = (
     ("BM25 (rank_bm25)", 0.446, 0.525),
     ("dense (all-MiniLM-L6-v2, cosine)", 0.390, 0.502),
@@ -510,6 +512,17 @@ def render(results: dict[str, Any]) -> str:
         rows.append(f"| {name} | skipped: {reason[:120]} | | | | |")
     for label, r5, r10 in REFERENCE:
         rows.append(f"| reference | {label} | {r5:.3f} | {r10:.3f} | | |")
+    rows += ["", "Per LoCoMo category, R@5 / R@10:", ""]
+    rows.append("| embedder | strategy | " + " | ".join(CATEGORY_NAMES.values()) + " |")
+    rows.append("|---|---|" + "---|" * len(CATEGORY_NAMES))
+    for run in results["runs"]:
+        for strategy, s in run.get("strategies", {}).items():
+            cats = s.get("by_category", {})
+            cells = [
+                f"{cats[str(c)]['r@5']:.3f} / {cats[str(c)]['r@10']:.3f}" if str(c) in cats else ""
+                for c in CATEGORY_NAMES
+            ]
+            rows.append(f"| {run['embedder']} | {strategy} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 

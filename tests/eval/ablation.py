@@ -1,0 +1,375 @@
+"""Which recall-quality methods help hybrid on LoCoMo, each measured on its own (``python -m
+tests.eval.ablation``): evidence recall@5/@10 per LoCoMo category and overall, on a tune split and
+a held-out split of the dev data.
+
+The conversations are stored once through Engram's real write path, as ``make eval`` does
+(:mod:`tests.eval.locomo`: all-MiniLM-L6-v2, one agent config per conversation, the shared pool),
+and embedded by the embed service. Then the services stop and, per question, hybrid's two legs are
+run once in-process exactly as recall runs them (the dense search, ``cue_statistics`` + the
+lexical sparse search, both 200 deep, candidates re-read through ``queries.by_ids``); every method
+re-ranks those same legs, so differences are the methods', not the retrievers' or the machine's.
+
+Split: conversations 26 and 30 are the tune split (where a method's one constant, if any, was
+chosen); 41, 42 and 43 are held out. A method is kept only if it helps on both.
+
+Methods (``VARIANTS``):
+
+- ``convex``: the product's fusion (``fuse_convex``: min-max normalized scores, equal weights).
+- ``rrf``: reciprocal rank fusion (k=60), SPEC 5.1's reference.
+- ``dbsf``: distribution-based score fusion (each leg's scores scaled by its own mean ± 3 standard deviations,
+  Qdrant's DBSF): uses the score distribution, no constant beyond that convention.
+- ``entities x2``: query-side question handling: lexemes of capitalized words (names, places)
+  count twice in the lexical query. Stop words and question words are already gone (Postgres's
+  English stop list), so that part of question handling is the baseline.
+- ``neighbourhood``: a turn's score gains half its best same-session neighbour's (turns ±1), and
+  neighbours of hits join as candidates: a hit that is a fragment brings its adjacent context.
+- ``mmr``: maximal marginal relevance (λ = 0.5, Carbonell & Goldstein's balanced setting) over the
+  fused top 50 by cosine between entry vectors: near-duplicate turns give way to others.
+
+Time grounding is not a re-ranking of these legs (LoCoMo's temporal questions ask *when* something
+happened; the evidence is the turn about it, which the date does not help find), so it is not here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import asyncpg
+import nats
+import numpy as np
+from pydantic import SecretStr
+from sqlalchemy import func, select
+
+from contracts.common import Principal
+from services.recall import queries
+from services.recall.candidates import Candidate
+from services.recall.ranking import fuse_convex, fuse_hybrid
+from services.runtime import build_embedder, build_vector_index, running_services
+from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.db.engine import Database
+from shared.lexical import query_weights, term_index
+from shared.settings import EngramSettings
+from shared.testing.servers import nats_server, throwaway_database
+from shared.time import utcnow
+from tests.eval.locomo import (
+    CATEGORY_NAMES,
+    KID,
+    SECRET,
+    Conversation,
+    Question,
+    default_data_dir,
+    load_conversation,
+    settle_rows,
+    store,
+    wait_indexed,
+)
+
+EMBEDDER = "all-MiniLM-L6-v2"
+TUNE = ("26", "30")
+DEPTH = 200  # what recall asks each leg for (HYBRID_DEPTH x 2)
+TOP_K = 10
+KS = (5, 10)
+
+
+@dataclass
+class Legs:
+    """One question's retrieval, as recall computes it."""
+
+    question: Question
+    conversation: str
+    dense: dict[UUID, float]
+    lexical: dict[UUID, float]
+    lexical_entities: dict[UUID, float]
+    candidates: dict[UUID, Candidate]
+    #: (session, turn) -> candidate id, for every stored turn of the conversation
+    positions: dict[tuple[int, int], UUID]
+
+
+Ranker = Callable[[Legs, dict[UUID, np.ndarray]], list[UUID]]
+
+
+def _position(candidate: Candidate) -> tuple[int, int] | None:
+    m = re.fullmatch(r"D(\d+):(\d+)", str(candidate.metadata.get("dia_id", "")))
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def _ids(ranked: Sequence[Any]) -> list[UUID]:
+    return [r.candidate.id for r in ranked]
+
+
+def convex(legs: Legs, _: dict[UUID, np.ndarray], lexical: dict[UUID, float] | None = None) -> list[UUID]:
+    cands = list(legs.candidates.values())
+    lex = legs.lexical if lexical is None else lexical
+    return _ids(fuse_convex(cands, lex, legs.dense, len(cands), utcnow()))
+
+
+def rrf(legs: Legs, _: dict[UUID, np.ndarray]) -> list[UUID]:
+    cands = list(legs.candidates.values())
+    return _ids(fuse_hybrid(cands, list(legs.lexical), list(legs.dense), len(cands), utcnow()))
+
+
+def _dbsf_scale(scores: dict[UUID, float]) -> dict[UUID, float]:
+    if len(scores) < 2:
+        return dict.fromkeys(scores, 1.0)
+    mean, sd = statistics.fmean(scores.values()), statistics.pstdev(scores.values())
+    if sd <= 1e-12:
+        return dict.fromkeys(scores, 1.0)
+    low, high = mean - 3 * sd, mean + 3 * sd
+    return {i: min(1.0, max(0.0, (s - low) / (high - low))) for i, s in scores.items()}
+
+
+def _fused_scores(legs: Legs) -> dict[UUID, float]:
+    """convex's fused scores (without priors: equal for every LoCoMo turn)."""
+    lex, vec = _min_max(legs.lexical), _min_max(legs.dense)
+    return {i: 0.5 * vec.get(i, 0.0) + 0.5 * lex.get(i, 0.0) for i in {*lex, *vec} if i in legs.candidates}
+
+
+def _min_max(scores: dict[UUID, float]) -> dict[UUID, float]:
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    if high - low <= 1e-12:
+        return dict.fromkeys(scores, 1.0)
+    return {i: (s - low) / (high - low) for i, s in scores.items()}
+
+
+def _ordered(scores: dict[UUID, float]) -> list[UUID]:
+    return sorted(scores, key=lambda i: (-scores[i], str(i)))
+
+
+def dbsf(legs: Legs, _: dict[UUID, np.ndarray]) -> list[UUID]:
+    lex = _dbsf_scale({i: s for i, s in legs.lexical.items() if i in legs.candidates})
+    vec = _dbsf_scale({i: s for i, s in legs.dense.items() if i in legs.candidates})
+    return _ordered({i: vec.get(i, 0.0) + lex.get(i, 0.0) for i in {*lex, *vec}})
+
+
+def entities(legs: Legs, vectors: dict[UUID, np.ndarray]) -> list[UUID]:
+    return convex(legs, vectors, legs.lexical_entities)
+
+
+def neighbourhood(legs: Legs, _: dict[UUID, np.ndarray]) -> list[UUID]:
+    fused = _fused_scores(legs)
+    where = {i: _position(c) for i, c in legs.candidates.items()}
+    smoothed: dict[UUID, float] = defaultdict(float)
+    smoothed.update(fused)
+    for i, score in fused.items():
+        pos = where.get(i)
+        if pos is None:
+            continue
+        for turn in (pos[1] - 1, pos[1] + 1):
+            neighbour = legs.positions.get((pos[0], turn))
+            if neighbour is not None and neighbour != i:
+                smoothed[neighbour] = max(smoothed[neighbour], fused.get(neighbour, 0.0) + 0.5 * score)
+    return _ordered(dict(smoothed))
+
+
+def mmr(legs: Legs, vectors: dict[UUID, np.ndarray], lam: float = 0.5, pool: int = 50) -> list[UUID]:
+    fused = _fused_scores(legs)
+    ranked = _ordered(fused)[:pool]
+    chosen: list[UUID] = []
+    while ranked and len(chosen) < TOP_K:
+        best, best_value = ranked[0], -math.inf
+        for i in ranked:
+            redundancy = max((float(vectors[i] @ vectors[j]) for j in chosen), default=0.0)
+            value = lam * fused[i] - (1 - lam) * redundancy
+            if value > best_value:
+                best, best_value = i, value
+        chosen.append(best)
+        ranked.remove(best)
+    return chosen
+
+
+VARIANTS: dict[str, Ranker] = {
+    "convex (product)": convex,
+    "rrf": rrf,
+    "dbsf": dbsf,
+    "entities x2": entities,
+    "neighbourhood": neighbourhood,
+    "mmr": mmr,
+}
+
+
+def _score(all_legs: list[Legs], ranker: Ranker, vectors: dict[UUID, np.ndarray]) -> dict[str, Any]:
+    per_cat: dict[str, dict[int, list[float]]] = defaultdict(lambda: {k: [] for k in KS})
+    for legs in all_legs:
+        ranked = ranker(legs, vectors)
+        dia = [
+            legs.candidates[i].metadata.get("dia_id") if i in legs.candidates else _dia(legs, i)
+            for i in ranked
+        ]
+        evidence = set(legs.question.evidence)
+        for k in KS:
+            r = len({d for d in dia[:k] if d} & evidence) / len(evidence)
+            per_cat["overall"][k].append(r)
+            per_cat[CATEGORY_NAMES[legs.question.category]][k].append(r)
+    return {
+        name: {"n": len(v[KS[0]]), **{f"r@{k}": round(statistics.fmean(v[k]), 4) for k in KS}}
+        for name, v in per_cat.items()
+    }
+
+
+def _dia(legs: Legs, entry: UUID) -> str | None:
+    for (session, turn), i in legs.positions.items():
+        if i == entry:
+            return f"D{session}:{turn}"
+    return None
+
+
+async def _retrieve(
+    settings: EngramSettings, org: UUID, agents: dict[str, UUID], convs: list[Conversation]
+) -> tuple[list[Legs], dict[UUID, np.ndarray]]:
+    embedder = build_embedder(settings)
+    index = build_vector_index(settings, embedder)
+    assert index is not None
+    db = Database(settings.database_url, pool_size=2)
+    out: list[Legs] = []
+    vectors: dict[UUID, np.ndarray] = {}
+    try:
+        for conv in convs:
+            agent = agents[conv.name]
+            scope = queries.Scope(org_id=org, agent_config_id=agent, owner_keys=("",), now=utcnow())
+            tenant = scope.tenant()
+            async with db.read() as session:
+                everything = await queries.newest(session, scope, 5000)
+            positions = {pos: c.id for c in everything if (pos := _position(c)) is not None}
+            texts = [c.text for c in everything]
+            for c, v in zip(everything, await embedder.embed(texts), strict=True):
+                vectors[c.id] = np.asarray(v, dtype=np.float32)
+            cue_vectors = await embedder.embed([q.question for q in conv.questions])
+            for q, cue_vector in zip(conv.questions, cue_vectors, strict=True):
+                dense = {h.id: h.score for h in await index.search(cue_vector, tenant, DEPTH)}
+                async with db.read() as session:
+                    documents, containing = await queries.cue_statistics(session, scope, q.question)
+                    capitalized = " ".join(re.findall(r"\b[A-Z][\w'-]*", q.question))
+                    entity_lexemes = set(
+                        (
+                            await session.execute(
+                                select(func.tsvector_to_array(func.to_tsvector("english", capitalized)))
+                            )
+                        ).scalar_one()
+                    )
+                weights = query_weights(documents, containing)
+                boosted = dict(weights)
+                for lexeme in entity_lexemes:
+                    if term_index(lexeme) in boosted:
+                        boosted[term_index(lexeme)] *= 2
+                lexical = {h.id: h.score for h in await index.search_lexical(weights, tenant, DEPTH)}
+                lexical_e = {h.id: h.score for h in await index.search_lexical(boosted, tenant, DEPTH)}
+                async with db.read() as session:
+                    cands = await queries.by_ids(session, scope, list({*dense, *lexical, *lexical_e}))
+                by_id = {c.id: c for c in everything}
+                out.append(
+                    Legs(
+                        q,
+                        conv.name,
+                        dense,
+                        lexical,
+                        lexical_e,
+                        {c.id: by_id.get(c.id, c) for c in cands},
+                        positions,
+                    )
+                )
+            # Neighbours outside the legs are candidates too (neighbourhood brings them in).
+            for legs in out:
+                if legs.conversation == conv.name:
+                    legs.candidates = {**{c.id: c for c in everything}, **legs.candidates}
+    finally:
+        await index.close()
+        await db.close()
+    return out, vectors
+
+
+async def main(args: argparse.Namespace) -> int:
+    files = sorted(args.data.glob("*.json")) if args.data.is_dir() else []
+    if not files:
+        print(f"LoCoMo data not found at {args.data}; skipping the ablation.")
+        return 0
+    convs = [load_conversation(p) for p in files]
+    with tempfile.TemporaryDirectory(prefix="engram-ablation-") as tmp:
+        async with (
+            nats_server(Path(tmp) / "nats") as server,
+            throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url,
+        ):
+            settings = EngramSettings(
+                nats_url=server.url,
+                database_url=db_url,
+                data_dir=Path(tmp) / "data",
+                token_keys=SecretStr(f"{KID}={SECRET}"),
+                embedder=EMBEDDER,
+                _env_file=None,
+            )  # type: ignore[call-arg]
+            nc = await nats.connect(server.url)
+            pg = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+            org = uuid4()
+            agents = {c.name: uuid4() for c in convs}
+            try:
+                async with running_services(settings):
+                    token = TokenService({KID: SECRET}).mint(
+                        org_id=org,
+                        principal=Principal(kind="service", id="locomo-ablation"),
+                        permissions=ALL_PERMISSIONS,
+                        ttl_seconds=12 * 3600,
+                    )
+                    t0 = time.perf_counter()
+                    await asyncio.gather(*(store(nc, token, agents[c.name], c) for c in convs))
+                    total = sum(len(c.turns) for c in convs)
+                    await settle_rows(pg, agents, total, timeout=120)
+                    stored = await pg.fetchval("SELECT count(*) FROM memory_entries WHERE org_id = $1", org)
+                    await wait_indexed(pg, org, stored, 900)
+                    print(f"stored and indexed {stored} turns in {time.perf_counter() - t0:.0f}s", flush=True)
+            finally:
+                await pg.close()
+                await nc.drain()
+            t0 = time.perf_counter()
+            legs, vectors = await _retrieve(settings, org, agents, convs)
+            print(f"retrieved {len(legs)} questions' legs in {time.perf_counter() - t0:.0f}s", flush=True)
+    splits = {
+        "tune": [x for x in legs if x.conversation in TUNE],
+        "held-out": [x for x in legs if x.conversation not in TUNE],
+        "all": legs,
+    }
+    results = {
+        split: {name: _score(chosen, ranker, vectors) for name, ranker in VARIANTS.items()}
+        for split, chosen in splits.items()
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(render(results))
+    return 0
+
+
+def render(results: dict[str, Any]) -> str:
+    cats = ["overall", *CATEGORY_NAMES.values()]
+    rows = []
+    for split, by_variant in results.items():
+        rows.append(f"\n{split} (R@5 / R@10)\n")
+        rows.append("| method | " + " | ".join(cats) + " |")
+        rows.append("|---|" + "---|" * len(cats))
+        for name, scored in by_variant.items():
+            cells = [f"{scored[c]['r@5']:.3f} / {scored[c]['r@10']:.3f}" if c in scored else "" for c in cats]
+            rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", type=Path, default=default_data_dir())
+    parser.add_argument("--out", type=Path, default=Path("bench-results/ablation.json"))
+    sys.exit(asyncio.run(main(parser.parse_args())))
