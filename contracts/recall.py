@@ -62,7 +62,13 @@ class RecallRequest(Inbound):
     #: the cue is at least this (-1 to 1) are returned, so a cue nothing fits gets no results.
     #: Refused with any other strategy; a vector store that cannot answer is then an error, not
     #: a fallback (docs/decisions.md, "A relevance floor").
-    min_score: float | None = Field(default=None, ge=-1.0, le=1.0, allow_inf_nan=False)
+    min_score: float | None = Field(
+        default=None,
+        ge=-1.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="semantic/hybrid only: the least cosine similarity to the cue an entry needs",
+    )
     format: Format = "text"
     token_budget: int | None = Field(default=None, ge=1, le=1_000_000)
     target_layer: TargetLayer = "all"

@@ -293,6 +293,9 @@ def recall(
     ),
     strategy: str = typer.Option(None, help="last_k | importance | full | pack | semantic | hybrid"),
     top_k: int = typer.Option(None, "--top-k"),
+    min_score: float = typer.Option(
+        None, "--min-score", help="semantic/hybrid: only entries this similar to the cue (-1 to 1)."
+    ),
     format: str = typer.Option(
         "text", "--format", help="text | full (a table) | compact | narrative (the context block)"
     ),
@@ -310,6 +313,7 @@ def recall(
         "cue": cue or None,
         "strategy": strategy,
         "top_k": top_k,
+        "min_score": min_score,
         "format": format,
         "token_budget": token_budget,
         "session_id": session,
