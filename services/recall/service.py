@@ -368,10 +368,14 @@ class Recall:
                 return rank_semantic(cands, scores, top_k)
             documents, containing = await queries.cue_statistics(session, scope, cue)
             lexical = await self._lexical_search(query_weights(documents, containing), scope, HYBRID_DEPTH)
-            diag["lexical_rank"] = len(lexical)
             vector = {h.id: h.score for h in hits}
             cands = await queries.by_ids(session, scope, list({*lexical, *vector}))
             diag["scope_query"] = len(cands)
+            # The lexical leg's best HYBRID_DEPTH that the scope allows, as when it ran in Postgres
+            # under the scope's predicate (min-max normalization sees the same list).
+            known = {c.id for c in cands}
+            lexical = dict([(i, s) for i, s in lexical.items() if i in known][:HYBRID_DEPTH])
+            diag["lexical_rank"] = len(lexical)
             # Fused over both legs whole, then floored: the floor changes which entries are
             # returned, never how the others score.
             every = len(cands)
