@@ -42,6 +42,7 @@ __all__ = [
     "lexical_scores",
     "newest",
     "pack_candidates",
+    "ranking_inputs",
     "top_importance",
 ]
 
@@ -195,6 +196,39 @@ async def pack_candidates(session: AsyncSession, scope: Scope, each: int = 250) 
     ids = union(ids_newest, ids_important).subquery()
     stmt = select(*_COLUMNS).where(ENTRIES.c.id.in_(select(ids.c.id)))
     return await _fetch(session, stmt)
+
+
+async def ranking_inputs(session: AsyncSession, scope: Scope, ids: Sequence[UUID]) -> list[Candidate]:
+    """The given entries that the scope allows, with only what fusion reads (id, importance,
+    created_at, pinned): hybrid re-checks a few hundred hits, and reading their text and
+    metadata cost more than the rest of the call. Text and the other fields are empty — rank
+    with these, then read the winners with :func:`by_ids`; never return them."""
+    if not ids:
+        return []
+    stmt = select(ENTRIES.c.id, ENTRIES.c.importance, ENTRIES.c.created_at, ENTRIES.c.pinned).where(
+        scope.predicate(), ENTRIES.c.id.in_(list(ids))
+    )
+    return [
+        Candidate(
+            id=r.id,
+            text="",
+            importance=r.importance,
+            created_at=r.created_at,
+            updated_at=r.created_at,
+            memory_type="",
+            layer="",
+            session_id=None,
+            metadata={},
+            pinned=r.pinned,
+            quarantined=False,
+            source="",
+            reinforcement_count=0,
+            confidence=0.0,
+            reliability=0.0,
+            owner_key="",
+        )
+        for r in (await session.execute(stmt)).all()
+    ]
 
 
 async def by_ids(session: AsyncSession, scope: Scope, ids: Sequence[UUID]) -> list[Candidate]:

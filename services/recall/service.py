@@ -369,7 +369,7 @@ class Recall:
             documents, containing = await queries.cue_statistics(session, scope, cue)
             lexical = await self._lexical_search(query_weights(documents, containing), scope, HYBRID_DEPTH)
             vector = {h.id: h.score for h in hits}
-            cands = await queries.by_ids(session, scope, list({*lexical, *vector}))
+            cands = await queries.ranking_inputs(session, scope, list({*lexical, *vector}))
             diag["scope_query"] = len(cands)
             # The lexical leg's best HYBRID_DEPTH that the scope allows, as when it ran in Postgres
             # under the scope's predicate (min-max normalization sees the same list).
@@ -386,7 +386,11 @@ class Recall:
             if min_score is not None:
                 fits = above_floor(vector, lexical, min_score, complete=len(hits) < depth * 2)
                 fused = [r for r in fused if r.candidate.id in fits]
-            return fused[:top_k]
+            # Ranked on ranking_inputs' partial rows: read the winners whole (an entry erased in
+            # between is left out).
+            winners = fused[:top_k]
+            whole = {c.id: c for c in await queries.by_ids(session, scope, [r.candidate.id for r in winners])}
+            return [Ranked(whole[r.candidate.id], r.score) for r in winners if r.candidate.id in whole]
 
     async def _vector_search(self, cue: str, scope: queries.Scope, limit: int) -> list[Any]:
         if self._index is None or self._embedder is None:
