@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import time
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from qdrant_client import AsyncQdrantClient
+from qdrant_client import AsyncQdrantClient, models
 
 from contracts.errors import EmbeddingDimensionMismatch, VectorUnavailable
 from shared.ports import TenantFilter, VectorHit, VectorIndex, VectorPoint
@@ -609,3 +610,27 @@ async def test_edge_lexical_vectors_survive_the_build(tmp_path: Path) -> None:
         assert points[3].id not in ids(await index.search_lexical(query, tenant, limit=50))
     finally:
         await index.close()
+
+
+async def test_stores_without_lexical_vectors_are_refused_with_what_to_do(tmp_path: Path) -> None:
+    """A Qdrant Edge store of manifest format 1 and a server collection without the lexical sparse
+    vectors (both made before hybrid's lexical leg moved into the store) are refused, naming
+    ``engram reindex``, instead of failing on the first write."""
+    old = tmp_path / "edge"
+    old.mkdir()
+    (old / "manifest.json").write_text(
+        json.dumps(
+            {"format": 1, "dimension": DIM, "live": "live-000001", "generations": [], "next_number": 2}
+        )
+    )
+    edge = QdrantEdgeIndex(old, DIM)
+    with pytest.raises(ValueError, match="engram reindex"):
+        await edge.count()
+
+    client = AsyncQdrantClient(location=":memory:")
+    await client.create_collection(
+        "before", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+    )
+    with pytest.raises(ValueError, match="engram reindex"):
+        await QdrantServerIndex(client, "before", DIM).ensure_collection()
+    await client.close()
