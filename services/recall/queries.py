@@ -251,8 +251,13 @@ async def cue_statistics(session: AsyncSession, scope: Scope, cue: str) -> tuple
     """For hybrid's lexical leg in the vector store (shared/lexical.py): how many active entries
     the scope's owners hold, and for each of the cue's lexemes how many of them contain it — from
     the per-owner statistics, one index lookup per lexeme whatever the corpus size."""
+    words = _words(cue)
+    if not words:  # nothing to look up ("x", "C++", "?"), as in the Postgres leg
+        return 0, {}
+    # The cue's words, not the cue: what Postgres cannot store (NUL) never reaches it, and the
+    # terms are those the Postgres leg scores.
     cue_terms = select(
-        func.unnest(func.tsvector_to_array(func.to_tsvector("english", cue))).label("lexeme")
+        func.unnest(func.tsvector_to_array(func.to_tsvector("english", " ".join(words)))).label("lexeme")
     ).subquery("cue")
     # One primary-key range per lexeme (a correlated subquery): a join let the planner scan the
     # whole table when its statistics were stale (77 ms at 100k entries in the bench).

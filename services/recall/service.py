@@ -156,6 +156,8 @@ class Recall:
             if explicit:
                 raise VectorUnavailable("the vector index is not available")
             strategy, warnings = fallback, ["semantic_unavailable_fallback"]
+        if strategy in _VECTOR_STRATEGIES and cue and not has_content(cue) and request.min_score is not None:
+            return _empty(strategy, warnings)  # nothing can be similar to a cue of punctuation
         if strategy in _VECTOR_STRATEGIES and cue and not has_content(cue):
             # Nothing to search by ("?", "!!!"): answer as the config would without a cue, and say so.
             strategy, warnings = fallback, [*warnings, "cue_without_content_fallback"]

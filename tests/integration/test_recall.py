@@ -268,6 +268,11 @@ async def test_min_score_lets_nothing_through_when_nothing_fits(
             nc, service_token, agent, principal=none, strategy=strategy, cue=unrelated, min_score=0.5
         )
         assert (floored["count"], floored["results"]) == (0, []), (strategy, floored)
+    # A cue of punctuation: nothing can be similar to it (without a floor it falls back instead).
+    blank = await _recall(
+        nc, service_token, agent, principal=none, strategy="hybrid", cue="?!", min_score=0.1
+    )
+    assert (blank["count"], blank["results"]) == (0, []), blank
     # No strategy named, a cue: the default (hybrid here) takes the floor too.
     default = await _recall(nc, service_token, agent, principal=none, cue=texts[0], min_score=0.99)
     assert [r["id"] for r in default["results"]] == [ids[0]], default
