@@ -110,6 +110,12 @@ async def test_remember_recall_expand_list_feedback_forget(session: Client) -> N
         assert saved["saved"] == 1
         memory_id = saved["ids"][0]
 
+        # hybrid finds an entry once it is embedded (both legs are in the vector store).
+        async def recalled_it() -> bool:
+            found = ok(await session.call_tool("recall", {"cue": "refund approval", "strategy": "hybrid"}))
+            return bool(found["results"])
+
+        await eventually(recalled_it, what="the lesson embedded")
         recalled = await session.call_tool("recall", {"cue": "refund approval", "strategy": "hybrid"})
         data = ok(recalled)
         text = text_of(recalled)
