@@ -32,6 +32,7 @@ from services.recall.candidates import Candidate
 from shared.db.models import ENTRIES, LEXICAL_SCOPES, LEXICAL_TERMS
 from shared.lexical import BM25_B as _BM25_B
 from shared.lexical import BM25_K1 as _BM25_K1
+from shared.lexical import idf
 from shared.ports import TenantFilter
 
 __all__ = [
@@ -285,6 +286,55 @@ async def cue_statistics(session: AsyncSession, scope: Scope, cue: str) -> tuple
     if not rows:
         return 0, {}
     return int(rows[0][2]), {row[0]: int(row[1]) for row in rows}
+
+
+async def unindexed_lexical_scores(
+    session: AsyncSession, scope: Scope, cue: str, documents: int, containing: dict[str, int]
+) -> dict[UUID, float]:
+    """BM25 scores, with the index leg's IDF, of the scope's entries that match the cue but whose
+    lexical vector is not in the vector store yet (``embedding_status`` pending or failed: just
+    saved, or edited and waiting to be re-indexed). Without this leg a memory saved a moment ago
+    would be missing from hybrid until the embed service caught up, where the Postgres leg found
+    it at once. Cheap: the ``(embedding_status, created_at)`` index narrows it to the backlog."""
+    words = _words(cue)
+    if not words or not any(containing.values()):
+        return {}
+    query = func.to_tsquery("english", " | ".join(f"'{w}'" for w in words))
+    waiting = (
+        select(ENTRIES.c.id, ENTRIES.c.search)
+        .where(
+            ENTRIES.c.embedding_status.in_(("pending", "failed")),
+            scope.predicate(),
+            ENTRIES.c.search.op("@@")(query),
+        )
+        .limit(_BM25_MAX_DOCS)
+        .cte("waiting")
+    )
+    lexemes = func.unnest(waiting.c.search).table_valued("lexeme", "positions", "weights").alias("u")
+    cue_terms = func.tsvector_to_array(func.to_tsvector("english", " ".join(words)))
+    stmt = (
+        select(
+            waiting.c.id,
+            lexemes.c.lexeme,
+            func.coalesce(func.cardinality(lexemes.c.positions), 1),
+            func.greatest(func.length(waiting.c.search), 1),
+        )
+        .select_from(waiting.join(lexemes, true()))
+        .where(lexemes.c.lexeme == any_(cue_terms))
+    )
+    rows = (await session.execute(stmt)).all()
+    if not rows:
+        return {}
+    _, avg_len = await _corpus(session, scope)
+    scores: dict[UUID, float] = {}
+    for entry_id, lexeme, tf, length in rows:
+        count = containing.get(lexeme, 0)
+        if count <= 0:
+            continue
+        norm = _BM25_K1 * (1 - _BM25_B + _BM25_B * length / max(avg_len, 1.0))
+        weight = idf(max(documents, count), count) * tf * (_BM25_K1 + 1) / (tf + norm)
+        scores[entry_id] = scores.get(entry_id, 0.0) + weight
+    return scores
 
 
 async def lexical_ids(session: AsyncSession, scope: Scope, cue: str, limit: int) -> list[UUID]:

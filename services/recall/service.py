@@ -370,6 +370,10 @@ class Recall:
                 return rank_semantic(cands, scores, top_k)
             documents, containing = await queries.cue_statistics(session, scope, cue)
             lexical = await self._lexical_search(query_weights(documents, containing), scope, HYBRID_DEPTH)
+            fresh = await queries.unindexed_lexical_scores(session, scope, cue, documents, containing)
+            if fresh:  # read-your-writes: what the embed service has not indexed yet
+                merged = {**lexical, **fresh}
+                lexical = dict(sorted(merged.items(), key=lambda item: (-item[1], str(item[0]))))
             vector = {h.id: h.score for h in hits}
             cands = await queries.ranking_inputs(session, scope, list({*lexical, *vector}))
             diag["scope_query"] = len(cands)

@@ -177,6 +177,37 @@ async def test_rankings_equal_postgres_bm25(db: Database, tmp_path: Path) -> Non
         await index.close()
 
 
+async def test_entries_not_indexed_yet_score_as_the_postgres_leg(db: Database) -> None:
+    """Read-your-writes: entries the embed service has not indexed (``pending``) have no lexical
+    vector yet; hybrid scores them in Postgres with the index leg's IDF — the same scores as the
+    Postgres BM25 leg. Once indexed they leave this leg (the vector store has them)."""
+    org, agent = uuid4(), uuid4()
+    rows = await _seed(db, org, agent, 120, seed=5)
+    compared = 0
+    for owner in OWNERS:
+        scope = queries.Scope(org_id=org, agent_config_id=agent, owner_keys=(owner,), now=utcnow())
+        for cue in CUES:
+            async with db.read() as session:
+                expected = dict(await queries.lexical_scores(session, scope, cue, 1000))
+                documents, containing = await queries.cue_statistics(session, scope, cue)
+                fresh = await queries.unindexed_lexical_scores(session, scope, cue, documents, containing)
+            assert set(fresh) == set(expected), cue
+            for entry_id, score in fresh.items():
+                assert score == pytest.approx(expected[entry_id], rel=1e-4), cue
+            compared += len(fresh)
+    assert compared > 200
+    async with db.transaction() as session:
+        await session.execute(
+            update(ENTRIES)
+            .where(ENTRIES.c.id.in_([r["id"] for r in rows]))
+            .values(embedding_status="indexed")
+        )
+    scope = queries.Scope(org_id=org, agent_config_id=agent, owner_keys=OWNERS, now=utcnow())
+    async with db.read() as session:
+        documents, containing = await queries.cue_statistics(session, scope, CUES[0])
+        assert await queries.unindexed_lexical_scores(session, scope, CUES[0], documents, containing) == {}
+
+
 async def test_statistics_follow_every_change(db: Database) -> None:
     """After inserts, a supersede, an owner move, a text edit, deletes and a bulk erase, the kept
     statistics equal a recount; an erased word leaves no row behind."""
