@@ -137,7 +137,7 @@ async def test_kill_9_distill_worker_mid_stream_loses_and_doubles_nothing(
     service_token: str,
     tmp_path: Path,
 ) -> None:
-    """kill -9 of the distill worker mid-stream, then a new worker: every lesson exactly once."""
+    """kill -9 of the distill worker mid-backlog, then a new worker: every lesson exactly once."""
     settings = _settings(fresh_nats.url, database_url)
     payloads = sessions(org, agent, range(600))
     expected = expected_lessons(payloads)
@@ -146,17 +146,30 @@ async def test_kill_9_distill_worker_mid_stream_loses_and_doubles_nothing(
     nc = await nats.connect(fresh_nats.url)
     try:
         async with running_services(settings, ["ingest", "governance-audit"]):
+            # Every session is validated before the worker starts, so the worker has a backlog of
+            # 600 to distill in batches and this process has nothing else to do while it watches
+            # for the kill: when publishing and ingest ran alongside, a busy machine starved this
+            # watcher until every session was distilled, and the crash tested nothing.
+            await publish_all(nc, payloads, service_token)
+
+            async def validated() -> bool:
+                return await _drained(nc, "ingest")
+
+            await eventually(validated, timeout=120, what="ingest validated every session")
             worker.start()
-            # Publishing goes on while the worker is killed: the crash lands mid-stream however
-            # fast this machine distills.
-            publishing = asyncio.create_task(publish_all(nc, payloads, service_token))
-            await _wait_some_distilled(db, org, "the first worker distilled some sessions")
+
+            async def mid_batch() -> bool:  # some distilled, and a fetched batch not acked yet
+                if await audit_count(db, org, "distill.completed") < KILL_AFTER:
+                    return False
+                info = await nc.jetstream().consumer_info("ENGRAM_SESSIONS", "distill")
+                return bool(info.num_ack_pending)
+
+            await eventually(mid_batch, timeout=60, interval=0.02, what="the worker holding a batch")
             worker.kill9()
             at_kill = await audit_count(db, org, "distill.completed")
             assert KILL_AFTER <= at_kill < len(payloads), f"kill came too late to test anything ({at_kill})"
 
             worker.start()
-            await publishing
 
             async def all_distilled() -> bool:
                 return await audit_count(db, org, "distill.completed") >= len(payloads)
