@@ -1,6 +1,9 @@
 """The cluster fault scenario: the deployment of ``harness.py`` under the workload of
 ``workload.py``, one fault per phase, everything counted.
 
+Part of the workload goes through the two HTTP gateway replicas (recalls, every few sessions), with
+failover between them on the client's side, counted apart in the table.
+
 Faults, in order, each while the workload runs: SIGKILL the node leading ``ENGRAM_SESSIONS`` (and
 restart it), SIGKILL one replica of each service in turn (restarted as an orchestrator would), a
 rolling restart of every process by SIGTERM, a Postgres restart, Redis stopped (and started).
@@ -34,6 +37,7 @@ from contracts.common import Principal
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
 from shared.db.models import MemoryEntry
+from shared.nats_auth.permissions import GATEWAY
 from shared.policy import normalize
 from tests.cluster.harness import PLATFORM_INBOX, Cluster, ServiceProcess, running_cluster
 from tests.cluster.workload import Workload, session_for, tag, until, victim
@@ -49,16 +53,23 @@ from tests.faults.workload import (
 @dataclass(frozen=True)
 class Pace:
     """How hard and how long: sessions/s, recalls/s, governance requests/s, and the seconds of
-    steady workload before each fault and after each recovery."""
+    steady workload before each fault and after each recovery; over the HTTP gateways, recalls/s
+    and every n-th session."""
 
     session_rate: float
     recall_rate: float
     governance_rate: float
     steady_s: float
+    http_recall_rate: float
+    http_session_every: int
 
 
-SHORT = Pace(session_rate=5, recall_rate=4, governance_rate=1, steady_s=6)
-LONG = Pace(session_rate=10, recall_rate=6, governance_rate=2, steady_s=20)
+SHORT = Pace(
+    session_rate=5, recall_rate=4, governance_rate=1, steady_s=6, http_recall_rate=2, http_session_every=3
+)
+LONG = Pace(
+    session_rate=10, recall_rate=6, governance_rate=2, steady_s=20, http_recall_rate=3, http_session_every=3
+)
 
 
 @dataclass
@@ -68,6 +79,7 @@ class FaultRow:
     fault: str
     phase: int
     sessions: int = 0
+    #: Requests (over NATS and HTTP) issued during the fault, and how many failed.
     requests: int = 0
     failed_during: int = 0
     #: First to last failed request of the fault (0 when none failed).
@@ -84,6 +96,12 @@ class FaultRow:
     #: First to last unacknowledged publish attempt during the fault (0 when none).
     publish_outage_s: float = 0.0
     purged_left: int = 0
+    #: The HTTP share of ``requests``/``failed_during``/``failed_after_recovery`` (recalls and
+    #: session publishes through the gateways), and the requests sent on to the other replica.
+    http_requests: int = 0
+    http_failed_during: int = 0
+    http_failed_after: int = 0
+    http_failovers: int = 0
     note: str = ""
     errors: dict[str, int] = field(default_factory=dict)
     errors_after: dict[str, int] = field(default_factory=dict)
@@ -101,6 +119,8 @@ class Report:
     distill_completed: int = 0
     audit_chain_ok: bool = False
     publish_retries: int = 0
+    http_requests: int = 0
+    http_failovers: int = 0
     duration_s: float = 0.0
     load_average: list[float] = field(default_factory=list)
 
@@ -119,7 +139,8 @@ class Report:
         head = (
             f"{'fault':<24} {'sessions':>8} {'requests':>8} {'failed':>6} {'outage s':>8} {'recover s':>9} "
             f"{'after':>5} {'lost':>4} {'dup':>3} {'miscount':>8} {'redeliv':>7} {'retries':>7} "
-            f"{'pub outage s':>12} {'purged left':>11}"
+            f"{'pub outage s':>12} {'purged left':>11} {'http':>5} {'http fail':>9} {'http after':>10} "
+            f"{'failover':>8}"
         )
         lines = [head, "-" * len(head)]
         for r in self.rows:
@@ -127,13 +148,15 @@ class Report:
                 f"{r.fault:<24} {r.sessions:>8} {r.requests:>8} {r.failed_during:>6} {r.outage_s:>8.1f} "
                 f"{r.recover_s:>9.1f} {r.failed_after_recovery:>5} {r.lost:>4} {r.duplicated:>3} "
                 f"{r.miscounted:>8} {r.redelivered:>7} {r.publish_retries:>7} "
-                f"{r.publish_outage_s:>12.1f} {r.purged_left:>11}"
+                f"{r.publish_outage_s:>12.1f} {r.purged_left:>11} {r.http_requests:>5} "
+                f"{r.http_failed_during:>9} {r.http_failed_after:>10} {r.http_failovers:>8}"
             )
         lines.append(
             f"sessions {self.sessions}, lessons {self.lessons}, memory.written {self.memory_written} "
             f"(unique {self.memory_written_unique}; saved+reinforced {self.saved_and_reinforced}), "
             f"distill.completed {self.distill_completed}, audit chain ok {self.audit_chain_ok}, "
-            f"publish retries {self.publish_retries}, {self.duration_s:.0f} s, load {self.load_average}"
+            f"publish retries {self.publish_retries}, HTTP requests {self.http_requests} "
+            f"(failovers {self.http_failovers}), {self.duration_s:.0f} s, load {self.load_average}"
         )
         return "\n".join(lines)
 
@@ -156,15 +179,20 @@ class Scenario:
 
     # -- conditions ---------------------------------------------------------------------------
 
-    def _recall_ok_since(self, since: float) -> bool:
-        return any(o.ok and o.kind == "recall" and o.at >= since for o in self.work.outcomes)
+    def _recall_ok_since(self, since: float, kind: str = "recall") -> bool:
+        return any(o.ok and o.kind == kind and o.at >= since for o in self.work.outcomes)
 
     async def _restored(self, since: float) -> None:
-        """Every process ready, a recall answered and a session acknowledged, all after ``since``."""
+        """Every process ready, and a recall answered over NATS and one over HTTP, all issued
+        after ``since``."""
 
         async def check() -> bool:
             codes = await asyncio.gather(*(asyncio.to_thread(p.readyz) for p in self.cluster.processes))
-            return all(c[0] == 200 for c in codes) and self._recall_ok_since(since)
+            return (
+                all(c[0] == 200 for c in codes)
+                and self._recall_ok_since(since)
+                and self._recall_ok_since(since, "http-recall")
+            )
 
         await until(check, "the deployment serving again", timeout_s=240)
 
@@ -204,6 +232,7 @@ class Scenario:
         start = time.monotonic()
         acked_before = sum(len(v) for v in self.work.acked.values())
         retries_before = self.work.publish_retries
+        failovers_before = self.work.http_failovers
         deliveries_before = await self._deliveries()
         # The victim's sessions, distilled before the fault; their memory is purged during it.
         owner = victim(number)
@@ -237,6 +266,10 @@ class Scenario:
         row.recover_s = t_rec - t_fault
         after = self.work.failures(t_rec, end)
         row.failed_after_recovery = len(after)
+        row.http_requests = self.work.count(t_fault, t_rec, http=True)
+        row.http_failed_during = len(self.work.failures(t_fault, t_rec, http=True))
+        row.http_failed_after = len(self.work.failures(t_rec, end, http=True))
+        row.http_failovers = self.work.http_failovers - failovers_before
         row.errors_after = dict(Counter(f"{o.kind}:{o.error}" for o in after))
         row.errors = dict(Counter(f"{o.kind}:{o.error}" for o in failed))
         row.note = "; ".join(n for n in notes if n)
@@ -288,6 +321,9 @@ class Scenario:
             pace.session_rate,
             pace.recall_rate,
             pace.governance_rate,
+            gateways=[f"http://127.0.0.1:{p.health_port}" for p in cluster.of((GATEWAY,))],
+            http_recall_rate=pace.http_recall_rate,
+            http_session_every=pace.http_session_every,
         )
         self.work.start()
         try:
@@ -420,6 +456,8 @@ class Scenario:
             distill_completed=await audit_count(self.db, self.org, "distill.completed"),
             audit_chain_ok=bool(verify and verify.get("ok")),
             publish_retries=self.work.publish_retries,
+            http_requests=sum(1 for o in self.work.outcomes if o.http),
+            http_failovers=self.work.http_failovers,
             duration_s=time.monotonic() - started,
             load_average=[round(x, 2) for x in os.getloadavg()],
         )

@@ -1,7 +1,8 @@
 """The distributed deployment under faults: a 3-node JetStream cluster (R3 streams), Postgres,
-Redis, and every service as its own processes with replicas under their own NATS identities;
-every fault is counted — 0 lost, 0 duplicated, purged stays purged, the audit chain verifies,
-and no request fails once the deployment has recovered. Run by ``make cluster-test``."""
+Redis, and every service as its own processes with replicas under their own NATS identities,
+part of the workload through the two HTTP gateway replicas; every fault is counted — 0 lost,
+0 duplicated, purged stays purged, the audit chain verifies, and no request (over NATS or HTTP)
+fails once the deployment has recovered. Run by ``make cluster-test``."""
 
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ async def test_faults_on_the_cluster_lose_and_double_nothing(root: Path) -> None
         assert (row.lost, row.duplicated, row.miscounted) == (0, 0, 0), f"{row.fault}: {row}"
         assert row.purged_left == 0, f"{row.fault}: purged memory came back"
         assert row.failed_after_recovery == 0, f"{row.fault}: requests failed after recovery"
+        assert row.http_requests > 0, f"{row.fault}: no HTTP request during the fault"
+        assert row.http_failed_after == 0, f"{row.fault}: HTTP requests failed after recovery"
     assert report.distill_completed == report.sessions, "a session distilled twice or never"
     assert report.memory_written == report.memory_written_unique, "memory.written published twice"
     assert report.memory_written == report.saved_and_reinforced
@@ -62,3 +65,6 @@ async def test_faults_on_the_cluster_lose_and_double_nothing(root: Path) -> None
     # The replicated services lose no request to one replica's death (its queue group answers);
     # the Edge vector process is a single replica, so recall fails until it is back (reported).
     assert report.rows[3].failed_during <= 2, report.rows[3]
+    # A gateway replica's death: its clients go to the other one.
+    assert report.rows[5].http_failovers > 0, report.rows[5]
+    assert report.rows[5].http_failed_during <= 2, report.rows[5]

@@ -4,6 +4,10 @@
   ``Nats-Msg-Id`` on every retry, as a platform must);
 - recalls and governance requests at steady rates, each outcome recorded with its time, so the
   failures during a fault (how many, for how long) and after recovery (must be none) are counted;
+- part of it over the HTTP gateway, as a platform behind no load balancer would: recalls
+  (``POST /v1/recall``) and every few sessions (``POST /v1/sessions``, retried until 202 with the
+  same ``event_id``), each request to one gateway replica in turn and to the other on a connection
+  error or a 503;
 - sessions carry their phase's tag in every lesson they produce, so each fault's effects are
   counted apart: lessons lost, stored twice or reinforced wrongly, against what the deterministic
   built-in distiller derives from the acknowledged sessions (the fault-free reference).
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+import httpx
 import nats.errors
 from nats.aio.client import Client
 
@@ -33,6 +38,8 @@ OWNERS = [
 #: A request unanswered after this long counts as failed (generous: CI machines are shared and busy;
 #: a fault shows as errors and no-responders, which come at once).
 REQUEST_TIMEOUT_S = 5.0
+#: An HTTP request's bound: above the gateway's own NATS timeout (10 s), so its 503 arrives first.
+HTTP_TIMEOUT_S = 15.0
 #: A session is retried until acknowledged for at most this long (then the run fails).
 PUBLISH_DEADLINE_S = 300.0
 
@@ -78,10 +85,15 @@ class Outcome:
     ok: bool
     error: str = ""
 
+    @property
+    def http(self) -> bool:
+        return self.kind.startswith("http-")
+
 
 @dataclass
 class Workload:
-    """Publishers, recallers and governance callers on one platform connection."""
+    """Publishers, recallers and governance callers on one platform connection, and HTTP clients
+    of the ``gateways`` (base URLs)."""
 
     nc: Client
     token: str
@@ -96,6 +108,13 @@ class Workload:
     publish_retries: int = 0
     #: When each unacknowledged publish attempt was made (to time the publish outage of a fault).
     publish_failures: list[float] = field(default_factory=list)
+    gateways: list[str] = field(default_factory=list)
+    http_recall_rate: float = 0.0
+    #: Every n-th session goes through a gateway (0: none).
+    http_session_every: int = 0
+    #: HTTP requests sent to the other gateway replica after the first failed to answer.
+    http_failovers: int = 0
+    _http: httpx.AsyncClient | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
     _sent: int = 0
@@ -124,6 +143,22 @@ class Workload:
                     raise AssertionError(f"a session was not acknowledged in {PUBLISH_DEADLINE_S}s") from exc
                 await asyncio.sleep(0.25)
 
+    async def publish_http(self, payload: dict[str, Any], phase: int, n: int) -> None:
+        """Until a gateway answers 202: retried with the same ``event_id`` (a 202 may have been
+        lost with a killed replica; JetStream deduplicates the second publish)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PUBLISH_DEADLINE_S
+        while True:
+            at = time.monotonic()
+            if await self.http("http-session", "/v1/sessions", payload, n) is not None:
+                self.acked.setdefault(phase, []).append(payload)
+                return
+            self.publish_retries += 1
+            self.publish_failures.append(at)
+            if loop.time() > deadline:
+                raise AssertionError(f"a session was not accepted over HTTP in {PUBLISH_DEADLINE_S}s")
+            await asyncio.sleep(0.25)
+
     def spawn(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
@@ -135,7 +170,10 @@ class Workload:
             i = self._sent
             self._sent += 1
             payload = session_for(self.org, self.agent, i, self.phase, OWNERS[i % len(OWNERS)])
-            self.spawn(self.publish(payload, self.phase))
+            if self.http_session_every and i % self.http_session_every == 0:
+                self.spawn(self.publish_http(payload, self.phase, i))
+            else:
+                self.spawn(self.publish(payload, self.phase))
             await asyncio.sleep(1 / self.session_rate)
 
     # -- requests -----------------------------------------------------------------------------
@@ -160,6 +198,34 @@ class Workload:
         self.outcomes.append(Outcome(at, kind, True))
         return data
 
+    async def http(self, kind: str, path: str, body: dict[str, Any], n: int) -> dict[str, Any] | None:
+        """One HTTP request, to gateway ``n mod replicas`` first and to the next on a connection
+        error or a 503 (client-side failover); its outcome is recorded. Returns the body when 2xx.
+        Any other status is the service's answer, recorded as a failure (the envelope's code)."""
+        assert self._http is not None, "the workload is not started"
+        at = time.monotonic()
+        error = ""
+        for attempt in range(len(self.gateways)):
+            if attempt:
+                self.http_failovers += 1
+            base = self.gateways[(n + attempt) % len(self.gateways)]
+            try:
+                response = await self._http.post(
+                    base + path, json=body, headers={"Authorization": f"Bearer {self.token}"}
+                )
+            except httpx.TransportError as exc:
+                error = type(exc).__name__
+                continue
+            if response.is_success:
+                self.outcomes.append(Outcome(at, kind, True))
+                data: dict[str, Any] = response.json()
+                return data
+            error = f"{response.status_code}:{_code(response)}"
+            if response.status_code != 503:
+                break
+        self.outcomes.append(Outcome(at, kind, False, error))
+        return None
+
     def recall_body(self, owner: dict[str, str], n: int) -> dict[str, Any]:
         strategy = ("last_k", "hybrid", "semantic")[n % 3]
         body: dict[str, Any] = {"agent_config_id": str(self.agent), "principal": owner, "strategy": strategy}
@@ -173,6 +239,13 @@ class Workload:
             n += 1
             self.spawn(self.request("recall", "engram.recall", self.recall_body(OWNERS[n % 3], n)))
             await asyncio.sleep(1 / self.recall_rate)
+
+    async def _http_recalls(self) -> None:
+        n = 0
+        while True:
+            n += 1
+            self.spawn(self.http("http-recall", "/v1/recall", self.recall_body(OWNERS[n % 3], n), n))
+            await asyncio.sleep(1 / self.http_recall_rate)
 
     async def _governance(self) -> None:
         n = 0
@@ -200,6 +273,10 @@ class Workload:
             asyncio.create_task(self._recalls()),
             asyncio.create_task(self._governance()),
         ]
+        if self.gateways:
+            self._http = httpx.AsyncClient(timeout=HTTP_TIMEOUT_S)
+            if self.http_recall_rate:
+                self._loops.append(asyncio.create_task(self._http_recalls()))
 
     async def stop(self) -> None:
         """Stop producing; wait for every session in flight to be acknowledged."""
@@ -208,14 +285,23 @@ class Workload:
         await asyncio.gather(*self._loops, return_exceptions=True)
         while self._tasks:
             await asyncio.gather(*list(self._tasks))
+        if self._http is not None:
+            await self._http.aclose()
 
-    def failures(self, start: float, end: float, kind: str | None = None) -> list[Outcome]:
-        return [
-            o for o in self.outcomes if start <= o.at < end and not o.ok and (kind is None or o.kind == kind)
-        ]
+    def failures(self, start: float, end: float, *, http: bool = False) -> list[Outcome]:
+        """The failed requests (only the HTTP ones with ``http``) between ``start`` and ``end``."""
+        return [o for o in self.outcomes if start <= o.at < end and not o.ok and (o.http or not http)]
 
-    def count(self, start: float, end: float) -> int:
-        return sum(1 for o in self.outcomes if start <= o.at < end)
+    def count(self, start: float, end: float, *, http: bool = False) -> int:
+        return sum(1 for o in self.outcomes if start <= o.at < end and (o.http or not http))
+
+
+def _code(response: httpx.Response) -> str:
+    """The SPEC 9 code of an error answer (the status alone when the body is no envelope)."""
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return "?"
 
 
 async def until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 180.0) -> None:
