@@ -33,8 +33,9 @@ lint: install
 	$(BIN)/mypy
 
 ## The distributed deployment under faults: a 3-node JetStream cluster (R3), Postgres, Redis and
-## every service as its own processes (2 replicas), with a NATS leader-node kill, a SIGKILL per
-## service, a rolling restart, a Postgres restart and a Redis stop; prints the fault table.
+## every service as its own processes (2 replicas; HTTP clients on both gateways), with a NATS
+## leader-node kill, a SIGKILL per service, a rolling restart, a Postgres restart and a Redis stop;
+## prints the fault table.
 ## CI runs this short form (~4 min); `cluster-bench` runs the long one.
 cluster-test: install
 	$(BIN)/pytest -m cluster tests/cluster -s

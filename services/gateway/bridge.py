@@ -13,7 +13,7 @@ import nats
 from nats.aio.client import Client
 from nats.errors import ConnectionClosedError, NoRespondersError, OutboundBufferLimitError
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NoStreamResponseError
 
 from contracts.errors import Unavailable
 from contracts.operations import OPERATIONS, SESSION_ENDED, Operation
@@ -102,7 +102,9 @@ class Bridge:
                 timeout=self._timeout_s,
                 headers={"Authorization": authorization, "Nats-Msg-Id": event_id},
             )
-        except (*_UNREACHABLE, APIError) as exc:
+        # NoStreamResponseError: no stream answered (e.g. while the stream elects a new leader
+        # after its node died) — not an APIError in nats-py, and no less retryable.
+        except (*_UNREACHABLE, APIError, NoStreamResponseError) as exc:
             log.warning("session not stored in JetStream: %s", type(exc).__name__)
             raise Unavailable("the session could not be stored; retry") from exc
         return Published(int(ack.seq), bool(ack.duplicate))

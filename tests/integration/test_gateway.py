@@ -278,7 +278,9 @@ async def test_metrics_count_requests_by_route_and_status(
 async def test_readyz_fails_while_no_service_answers(
     settings: EngramSettings, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """A gateway whose NATS has no services behind it is live but not ready."""
+    """A gateway whose NATS has no services behind it is live but not ready, and says retry
+    (503) to a request and to a session publish (no stream answers, as while a stream elects a
+    new leader)."""
     async with secured_nats_server(tmp_path_factory.mktemp("lonely")) as server:
         assert server.gateway is not None
         lonely = settings.model_copy(update={"nats_url": server.url, "http_port": 0})
@@ -297,6 +299,9 @@ async def test_readyz_fails_while_no_service_answers(
             }
             save = await client.post("/v1/recall", json={}, headers=bearer("anything"))
             _error(save, "UNAVAILABLE", 503)
+            session = session_payload(uuid4(), uuid4())
+            published = await client.post("/v1/sessions", json=session, headers=bearer("anything"))
+            _error(published, "UNAVAILABLE", 503)
 
 
 async def _chunks(size: int) -> AsyncIterator[bytes]:
