@@ -182,9 +182,13 @@ class Scenario:
     def _recall_ok_since(self, since: float, kind: str = "recall") -> bool:
         return any(o.ok and o.kind == kind and o.at >= since for o in self.work.outcomes)
 
+    def _published_since(self, since: float, transport: str) -> bool:
+        return any(at >= since and t == transport for at, t in self.work.publish_acks)
+
     async def _restored(self, since: float) -> None:
-        """Every process ready, and a recall answered over NATS and one over HTTP, all issued
-        after ``since``."""
+        """Every process ready, and a recall answered and a session acknowledged, over NATS and
+        over HTTP, all issued after ``since`` (a stream still electing its leader after a node
+        died refuses publishes while recall answers)."""
 
         async def check() -> bool:
             codes = await asyncio.gather(*(asyncio.to_thread(p.readyz) for p in self.cluster.processes))
@@ -192,6 +196,8 @@ class Scenario:
                 all(c[0] == 200 for c in codes)
                 and self._recall_ok_since(since)
                 and self._recall_ok_since(since, "http-recall")
+                and self._published_since(since, "nats")
+                and self._published_since(since, "http")
             )
 
         await until(check, "the deployment serving again", timeout_s=240)

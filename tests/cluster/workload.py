@@ -108,6 +108,8 @@ class Workload:
     publish_retries: int = 0
     #: When each unacknowledged publish attempt was made (to time the publish outage of a fault).
     publish_failures: list[float] = field(default_factory=list)
+    #: When each acknowledged publish attempt was made, and over which transport ("nats", "http").
+    publish_acks: list[tuple[float, str]] = field(default_factory=list)
     gateways: list[str] = field(default_factory=list)
     http_recall_rate: float = 0.0
     #: Every n-th session goes through a gateway (0: none).
@@ -135,6 +137,7 @@ class Workload:
                     timeout=REQUEST_TIMEOUT_S,
                 )
                 self.acked.setdefault(phase, []).append(payload)
+                self.publish_acks.append((at, "nats"))
                 return
             except (TimeoutError, nats.errors.Error) as exc:
                 self.publish_retries += 1
@@ -152,6 +155,7 @@ class Workload:
             at = time.monotonic()
             if await self.http("http-session", "/v1/sessions", payload, n) is not None:
                 self.acked.setdefault(phase, []).append(payload)
+                self.publish_acks.append((at, "http"))
                 return
             self.publish_retries += 1
             self.publish_failures.append(at)
