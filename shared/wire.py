@@ -7,9 +7,17 @@ import logging
 import re
 from typing import Any, TypeVar
 
-from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError, PostgresConnectionError
+from asyncpg.exceptions import (
+    AdminShutdownError,
+    CannotConnectNowError,
+    CrashShutdownError,
+    PostgresConnectionError,
+    TooManyConnectionsError,
+)
+from asyncpg.exceptions import InterfaceError as AsyncpgInterfaceError
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from contracts.errors import EngramError, Internal, InvalidRequest, PayloadTooLarge, Unavailable
 
@@ -62,7 +70,20 @@ def parse_model(model: type[M], body: bytes, *, max_bytes: int = MAX_REQUEST_BYT
 
 #: What asyncpg raises while Postgres restarts: refusing connections while it starts or stops,
 #: and the connections a fast shutdown terminates.
-_POSTGRES_GOING = (AdminShutdownError, CannotConnectNowError, PostgresConnectionError)
+_POSTGRES_GOING = (
+    AdminShutdownError,
+    CannotConnectNowError,
+    CrashShutdownError,  # a backend crashed and the postmaster restarts the others
+    PostgresConnectionError,
+    TooManyConnectionsError,  # every slot taken while reconnecting after a restart
+    PoolTimeout,  # no pooled connection came back in time: the server is not answering
+)
+
+
+def _closed_connection(exc: BaseException) -> bool:
+    """asyncpg's "connection is closed" (a pooled connection the restart cut, used before the
+    pool noticed); its other interface errors are misuse, i.e. bugs."""
+    return isinstance(exc, AsyncpgInterfaceError) and "connection is closed" in str(exc)
 
 
 def dependency_down(exc: BaseException) -> bool:
@@ -72,7 +93,7 @@ def dependency_down(exc: BaseException) -> bool:
     for _ in range(8):  # the cause chain, bounded
         if seen is None:
             return False
-        if isinstance(seen, (ConnectionError, TimeoutError, *_POSTGRES_GOING)):
+        if isinstance(seen, (ConnectionError, TimeoutError, *_POSTGRES_GOING)) or _closed_connection(seen):
             return True
         if isinstance(seen, DBAPIError):
             if seen.connection_invalidated:

@@ -3,8 +3,10 @@ fault test showed requests getting while Postgres restarted."""
 
 from __future__ import annotations
 
-from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError
+from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError, CrashShutdownError
+from asyncpg.exceptions import InterfaceError as AsyncpgInterfaceError
 from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from contracts.errors import NotFound
 from shared.wire import dependency_down, error_reply
@@ -23,6 +25,9 @@ def test_postgres_going_away_is_unavailable() -> None:
         CannotConnectNowError("the database system is shutting down"),
         InterfaceError("SELECT 1", {}, Exception("connection is closed"), connection_invalidated=True),
         _caused(RuntimeError("handler failed"), OperationalError("x", {}, ConnectionResetError())),
+        CrashShutdownError("terminating connection because of crash of another server process"),
+        _caused(RuntimeError("fetch failed"), AsyncpgInterfaceError("connection is closed")),
+        PoolTimeout("QueuePool limit of size 5 overflow 0 reached, connection timed out"),
     ]
     for exc in outages:
         assert dependency_down(exc), exc
@@ -37,4 +42,7 @@ def test_bugs_stay_internal_and_typed_errors_keep_their_code() -> None:
     assert "secret" not in str(bug)
     misuse = InterfaceError("x", {}, Exception("bad parameter"), connection_invalidated=False)
     assert not dependency_down(misuse)
+    assert not dependency_down(
+        AsyncpgInterfaceError("cannot perform operation: another operation is in progress")
+    )
     assert error_reply(NotFound("no such entry"))["error"]["code"] == "NOT_FOUND"
