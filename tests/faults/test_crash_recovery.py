@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO
@@ -121,11 +122,18 @@ async def _drained(nc: Client, durable: str) -> bool:
     return bool(info.num_pending == 0 and info.num_ack_pending == 0)
 
 
-async def _wait_some_distilled(db: Database, org: UUID, what: str) -> None:
-    async def some() -> bool:
-        return await audit_count(db, org, "distill.completed") >= KILL_AFTER
-
-    await eventually(some, timeout=60, interval=0.02, what=what)
+async def _some_distilled(db: Database, org: UUID, what: str) -> int:
+    """Wait until ``KILL_AFTER`` sessions are distilled; returns the count seen. The caller kills
+    right after, with no await between: that count is what was distilled at the crash (counting
+    again after the kill also counted batches the in-process services had fetched before it and
+    finished on their own — 600 on a busy machine, as if the crash had come too late)."""
+    deadline = time.monotonic() + 60
+    while True:
+        distilled = await audit_count(db, org, "distill.completed")
+        if distilled >= KILL_AFTER:
+            return distilled
+        assert time.monotonic() < deadline, f"timed out: {what}"
+        await asyncio.sleep(0.02)
 
 
 async def test_kill_9_distill_worker_mid_stream_loses_and_doubles_nothing(
@@ -231,9 +239,8 @@ async def test_nats_kill_9_and_restart_mid_stream_loses_and_doubles_nothing(
         async with running_services(settings):
             # Publishing goes on across the crash (publish_all retries with the same Nats-Msg-Id).
             publishing = asyncio.create_task(publish_all(nc, first, service_token))
-            await _wait_some_distilled(db, org, "some sessions distilled before the crash")
+            at_kill = await _some_distilled(db, org, "some sessions distilled before the crash")
             server.kill()
-            at_kill = await audit_count(db, org, "distill.completed")
             assert KILL_AFTER <= at_kill < len(first), f"kill came too late to test anything ({at_kill})"
             await asyncio.sleep(1.0)  # everyone notices the outage
             server = NatsServerProcess(store, port=port)
