@@ -36,6 +36,7 @@ from contracts.governance import (
     PurgeRequest,
 )
 from contracts.operations import Operation
+from contracts.ops import DeadLetterPage, DeadLetterQuery, LagQuery, LagReply
 from contracts.recall import (
     ExpandReply,
     ExpandRequest,
@@ -244,6 +245,17 @@ class EngramClient:
 
     async def audit_verify(self) -> AuditVerifyReply:
         return await self._call(ops.AUDIT_VERIFY, AuditVerify())
+
+    async def dead_letters(
+        self, *, source: str | None = None, before_seq: int | None = None, limit: int = 50
+    ) -> DeadLetterPage:
+        """The organization's dead letters, newest first (operators only)."""
+        request = DeadLetterQuery(source=source, before_seq=before_seq, limit=limit)
+        return await self._call(ops.OPS_DEAD_LETTERS, request)
+
+    async def lag(self) -> LagReply:
+        """Stream message counts and each durable consumer's backlog (operators only)."""
+        return await self._call(ops.OPS_LAG, LagQuery())
 
 
 # MemoryConfig is re-exported for callers building configs with types.

@@ -158,3 +158,7 @@ class DeadLetter(Outbound):
     original_sha256: str = ""
     #: the PII kinds replaced in ``original_b64``.
     redactions: list[str] = Field(default_factory=list)
+    #: The organization whose event it was (``engram.ops.dead_letters`` shows each its own); the
+    #: all-zero system organization for one that named none (no valid token), and None on letters
+    #: written before this field, which no tenant is shown.
+    org_id: UUID | None = None

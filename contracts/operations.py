@@ -34,6 +34,7 @@ from contracts.governance import (
     PurgeRequest,
 )
 from contracts.internal import AcceptedSave
+from contracts.ops import DeadLetterPage, DeadLetterQuery, LagQuery, LagReply
 from contracts.recall import (
     ExpandReply,
     ExpandRequest,
@@ -71,6 +72,8 @@ __all__ = [
     "MEMORY_PURGE",
     "MEMORY_SAVE",
     "OPERATIONS",
+    "OPS_DEAD_LETTERS",
+    "OPS_LAG",
     "RECALL",
     "RECALL_EXPAND",
     "SESSION_ENDED",
@@ -398,6 +401,31 @@ AUDIT_VERIFY: Operation[AuditVerify, AuditVerifyReply] = Operation(
     timeout_s=60.0,
 )
 
+OPS_DEAD_LETTERS: Operation[DeadLetterQuery, DeadLetterPage] = Operation(
+    name="ops.dead_letters",
+    subject=s.OPS_DEAD_LETTERS,
+    request=DeadLetterQuery,
+    replies=(DeadLetterPage,),
+    permission="memory.admin",
+    queue_group="governance-audit",
+    http_method="GET",
+    http_path="/v1/dead-letters",
+    summary="The organization's dead letters, newest first: source, code and reason, never the payload.",
+    client_method="dead_letters",
+)
+OPS_LAG: Operation[LagQuery, LagReply] = Operation(
+    name="ops.lag",
+    subject=s.OPS_LAG,
+    request=LagQuery,
+    replies=(LagReply,),
+    permission="memory.admin",
+    queue_group="governance-audit",
+    http_method="GET",
+    http_path="/v1/lag",
+    summary="Message counts of Engram's streams and each durable consumer's pending and unacked messages.",
+    client_method="lag",
+)
+
 OPERATIONS: tuple[Operation[Any, Any], ...] = (
     MEMORY_SAVE,
     RECALL,
@@ -414,6 +442,8 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     CONFIG_PUT,
     AUDIT_QUERY,
     AUDIT_VERIFY,
+    OPS_DEAD_LETTERS,
+    OPS_LAG,
 )
 
 # -- streams ------------------------------------------------------------------------------------

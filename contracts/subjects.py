@@ -27,6 +27,8 @@ __all__ = [
     "MEMORY_SAVE",
     "MEMORY_SAVE_ACCEPTED",
     "MEMORY_WRITTEN",
+    "OPS_DEAD_LETTERS",
+    "OPS_LAG",
     "RECALL",
     "RECALL_EXPAND",
     "SAVE_RESULT_PREFIX",
@@ -72,6 +74,8 @@ CONFIG_GET = "engram.config.get"
 CONFIG_PUT = "engram.config.put"
 AUDIT_QUERY = "engram.audit.query"
 AUDIT_VERIFY = "engram.audit.verify"
+OPS_DEAD_LETTERS = "engram.ops.dead_letters"
+OPS_LAG = "engram.ops.lag"
 
 
 def audit_subject(kind: str) -> str:

@@ -83,6 +83,7 @@ async def dead_letter(
         original_b64=base64.b64encode(kept.encode()).decode(),
         original_sha256=hashlib.sha256(msg.data).hexdigest(),
         redactions=kinds,
+        org_id=org_id,
     )
     await enqueue(session, dead_letter_subject(source), letter, letter.event_id)
     # The code, not the free-text reason, labels the metric: a bounded set.

@@ -19,6 +19,7 @@ from contracts.governance import (
     PruneRequest,
     PurgeRequest,
 )
+from contracts.ops import DeadLetterQuery, LagQuery
 from contracts.requests import AuditQuery, AuditVerify, ConfigGet, ConfigPut
 from contracts.subjects import (
     AUDIT_QUERY,
@@ -32,6 +33,8 @@ from contracts.subjects import (
     MEMORY_MANAGE,
     MEMORY_PRUNE,
     MEMORY_PURGE,
+    OPS_DEAD_LETTERS,
+    OPS_LAG,
 )
 from services.governance_audit.access import Caller, resolve_caller
 from services.governance_audit.audit_api import query_audit, verify_audit
@@ -40,6 +43,7 @@ from services.governance_audit.erasure_api import Erasures
 from services.governance_audit.export import export_page
 from services.governance_audit.inspect import get_entry, list_entries
 from services.governance_audit.manage import manage_entry
+from services.governance_audit.ops_api import dead_letters, lag
 from shared.auth import Credential
 from shared.cache import ResultCache
 from shared.config_store import load_config
@@ -111,6 +115,8 @@ def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None =
     serve(CONFIG_PUT, ConfigPut, put_config)
     serve(AUDIT_QUERY, AuditQuery, lambda c, r: query_audit(infra, c, r))
     serve(AUDIT_VERIFY, AuditVerify, lambda c, r: verify_audit(infra, c, r))
+    serve(OPS_DEAD_LETTERS, DeadLetterQuery, lambda c, r: dead_letters(infra, c, r))
+    serve(OPS_LAG, LagQuery, lambda c, r: lag(infra, c, r))
 
     def serve_memory(subject: str, model: type[M], handler: Callable[[Caller, M], Awaitable[Any]]) -> None:
         """A management request: whom it acts for, then the agent config's organization, then it."""

@@ -198,6 +198,28 @@ def _service_rights(name: str) -> Permissions:
         responds = True
     elif name == "governance-audit":
         subscribe.append(_served("governance-audit"))
+        # engram.ops.dead_letters reads ENGRAM_DLQ with ephemeral consumers the server removes
+        # when idle: no DELETE, no acks (AckPolicy none). engram.ops.lag looks the durables up.
+        publish.append(
+            Grant(
+                "ephemeral readers of ENGRAM_DLQ (engram.ops.dead_letters)",
+                (
+                    "$JS.API.CONSUMER.CREATE.ENGRAM_DLQ.>",
+                    "$JS.API.CONSUMER.INFO.ENGRAM_DLQ.*",
+                    "$JS.API.CONSUMER.MSG.NEXT.ENGRAM_DLQ.*",
+                ),
+            )
+        )
+        publish.append(
+            Grant(
+                "consumer lag (engram.ops.lag)",
+                tuple(
+                    f"$JS.API.CONSUMER.INFO.{stream}.{durable}"
+                    for group in CONSUMERS.values()
+                    for stream, durable, _ in group
+                ),
+            )
+        )
         responds = True
     publish += [_RELAY, _ENSURE_STREAMS, *(_consumer(*c) for c in CONSUMERS[name])]
     return Permissions(tuple(publish), tuple(subscribe), responds)

@@ -1,0 +1,144 @@
+"""``engram.ops.dead_letters`` / ``engram.ops.lag``: what the pipeline could not process, and how
+far behind its consumers are — read from JetStream, never from the database.
+
+Both need an unrestricted operator token (``memory.admin``, not an end user's, not restricted to
+one agent config or session): dead letters belong to no agent config, and lag describes the whole
+deployment (docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+from uuid import UUID, uuid4
+
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+from pydantic import ValidationError
+
+from contracts.errors import Forbidden
+from contracts.events import DeadLetter
+from contracts.ops import (
+    ConsumerLag,
+    DeadLetterPage,
+    DeadLetterQuery,
+    DeadLetterSummary,
+    LagQuery,
+    LagReply,
+    StreamCount,
+)
+from contracts.subjects import STREAMS, dead_letter_subject
+from shared.auth import Credential
+from shared.infra import Infra
+from shared.nats_auth.permissions import CONSUMERS
+
+__all__ = ["DLQ_STREAM", "dead_letters", "lag"]
+
+DLQ_STREAM = "ENGRAM_DLQ"
+_BATCH = 256
+
+
+def _require_unrestricted_operator(credential: Credential) -> None:
+    credential.require_operator()
+    if credential.agent_config_id is not None or credential.session_id is not None:
+        raise Forbidden(
+            "dead letters and lag need an operator token not restricted to an agent config or session"
+        )
+
+
+async def dead_letters(infra: Infra, credential: Credential, request: DeadLetterQuery) -> DeadLetterPage:
+    """The caller's organization's letters, newest first. Letters carry no index by organization,
+    so this reads the stream (bounded by its 7-day retention) forward with an ephemeral consumer
+    and keeps the last ``limit`` of its own before ``before_seq``."""
+    _require_unrestricted_operator(credential)
+    # ">" is no filter (the stream holds only dead letters), and keeps wildcards out of the
+    # consumer-create subject.
+    subject = dead_letter_subject(request.source) if request.source else ">"
+    kept: list[DeadLetterSummary] = []
+    name = f"ops-{uuid4().hex}"
+    sub = await infra.js.pull_subscribe(
+        subject,
+        stream=DLQ_STREAM,
+        config=ConsumerConfig(
+            name=name,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.NONE,
+            # The server removes it once idle: a service may not delete consumers.
+            inactive_threshold=10.0,
+        ),
+    )
+    try:
+        done = False
+        while not done:
+            try:
+                batch = await sub.fetch(_BATCH, timeout=1.0)
+            except TimeoutError:
+                # Caught up is what the server says, not a quiet second on a busy machine.
+                if (await sub.consumer_info()).num_pending == 0:
+                    break
+                continue
+            for msg in batch:
+                seq = msg.metadata.sequence.stream
+                if request.before_seq is not None and seq >= request.before_seq:
+                    done = True
+                    break
+                letter = _own_letter(msg.data, credential.org_id, seq)
+                if letter is not None:
+                    kept.append(letter)
+                    del kept[: -(request.limit + 1)]  # one more than a page: is there an older one?
+    finally:
+        await sub.unsubscribe()
+    older = len(kept) > request.limit
+    page = kept[-request.limit :][::-1]
+    return DeadLetterPage(letters=page, next_before_seq=page[-1].seq if older else None)
+
+
+def _own_letter(data: bytes, org_id: UUID, seq: int) -> DeadLetterSummary | None:
+    try:
+        letter = DeadLetter.model_validate_json(data)
+    except ValidationError:
+        return None  # not a letter Engram wrote; nobody's
+    # Letters without an organization (the system one: no valid token named one) are shown to no
+    # tenant — their payload could claim to be anyone's.
+    if letter.org_id != org_id:
+        return None
+    return DeadLetterSummary(
+        seq=seq,
+        occurred_at=letter.occurred_at,
+        source_subject=letter.source_subject,
+        original_event_id=letter.original_event_id,
+        code=letter.code,
+        reason=letter.reason,
+        deliveries=letter.deliveries,
+        original_sha256=letter.original_sha256,
+    )
+
+
+async def lag(infra: Infra, credential: Credential, request: LagQuery) -> LagReply:
+    _require_unrestricted_operator(credential)
+    streams = []
+    for definition in STREAMS:
+        state = (await infra.js.stream_info(definition.name)).state
+        streams.append(
+            StreamCount(
+                stream=definition.name,
+                messages=state.messages,
+                bytes=state.bytes,
+                first_seq=state.first_seq,
+                last_seq=state.last_seq,
+            )
+        )
+    consumers = []
+    for stream, durable, _filter in (c for group in CONSUMERS.values() for c in group):
+        try:
+            info = await infra.js.consumer_info(stream, durable)
+        except NotFoundError:
+            continue
+        consumers.append(
+            ConsumerLag(
+                stream=stream,
+                durable=durable,
+                num_pending=info.num_pending or 0,
+                num_ack_pending=info.num_ack_pending or 0,
+                num_redelivered=info.num_redelivered or 0,
+            )
+        )
+    return LagReply(streams=streams, consumers=consumers)
