@@ -7,6 +7,8 @@ to another origin. Screenshots of each view go to ``bench-results/console/``."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import shutil
 import threading
 import time
@@ -315,7 +317,49 @@ def test_config_form_saves_a_new_version(
     reply = api.get("/v1/config", params={"agent_config_id": info["agent_config_id"]})
     assert reply.json()["config"]["top_k"] == 7
     _shot(browser, "config")
-    browser.get(f"{info['http_url']}/console/dead-letters")
+
+
+def test_dead_letters_page_lists_the_letter_and_the_lag(
+    signed_in: WebDriver, info: dict[str, Any], api: httpx.Client
+) -> None:
+    """A session for another organization, published with the development token, is dead-lettered
+    under the token's organization: the page lists it with its code, reason and hash, and the
+    consumers' lag."""
+    browser = signed_in
+    body = json.dumps(
+        {
+            "event_id": str(uuid4()),
+            "schema_version": 1,
+            "org_id": str(uuid4()),
+            "agent_config_id": info["agent_config_id"],
+            "session_id": "<script>window.__pwned=1</script>",
+            "status": "failed",
+            "principal": {"kind": "end_user", "id": "ada"},
+            "steps": 1,
+            "task": "t",
+            "tool_trace": [],
+            "ended_at": "2026-01-01T00:00:00+00:00",
+        }
+    ).encode()
+    reply = api.post("/v1/sessions", content=body, headers={"Content-Type": "application/json"})
+    assert reply.status_code == 202, reply.text
+    sha = hashlib.sha256(body).hexdigest()
+    row = f"#dead-letters td.sha[title='{sha}']"
+
+    def listed(driver: WebDriver) -> bool:
+        driver.get(f"{info['http_url']}/console/dead-letters")
+        return bool(driver.find_elements(By.CSS_SELECTOR, row))
+
+    _wait(browser).until(listed)  # ingest dead-letters it asynchronously
+    text = browser.find_element(By.CSS_SELECTOR, row).find_element(By.XPATH, "..").text
+    assert "FORBIDDEN" in text
+    assert "org_id does not match the token" in text
+    assert "engram.session.ended" in text
+    durables = {
+        e.get_attribute("data-durable") for e in browser.find_elements(By.CSS_SELECTOR, "#consumers tr")
+    }
+    assert {"ingest", "distill", "embed"} <= durables
+    _assert_inert(browser, info["http_url"], _Foreign.hits)
     _shot(browser, "dead-letters")
 
 

@@ -121,6 +121,6 @@ async def test_lag_counts_streams_and_durable_consumers(
     async def ingest_caught_up() -> bool:
         lag = await request(nc, OPS_LAG, {}, service_token)
         ingest = {(c["stream"], c["durable"]): c for c in lag["consumers"]}[("ENGRAM_SESSIONS", "ingest")]
-        return ingest["num_pending"] == ingest["num_ack_pending"] == 0
+        return bool(ingest["num_pending"] == ingest["num_ack_pending"] == 0)
 
     await eventually(ingest_caught_up, what="the ingest consumer's lag back to 0")

@@ -335,7 +335,32 @@ class Views:
     # -- what no operation exposes ----------------------------------------------------------
 
     async def dead_letters(self, request: Request, session: ConsoleSession) -> Response:
-        return render("dead_letters.html", session=session, active="dead_letters")
+        """The organization's dead letters (newest first, by source) and the pipeline's lag; each
+        shows the service's error on its own if the token may not read it."""
+        q = request.query_params
+        letters, lag, error, lag_error = None, None, None, None
+        try:
+            letters = await self._call(
+                session,
+                ops.OPS_DEAD_LETTERS,
+                {"source": _blank_none(q.get("source")), "before_seq": _blank_none(q.get("before_seq"))},
+            )
+        except EngramError as exc:
+            error = exc
+        try:
+            lag = await self._call(session, ops.OPS_LAG, {})
+        except EngramError as exc:
+            lag_error = exc
+        return render(
+            "dead_letters.html",
+            session=session,
+            active="dead_letters",
+            letters=letters,
+            lag=lag,
+            error=error,
+            lag_error=lag_error,
+            q=q,
+        )
 
 
 def _time(value: Any) -> datetime | None:
