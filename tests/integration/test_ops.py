@@ -9,6 +9,7 @@ import json
 import secrets
 from uuid import UUID, uuid4
 
+import httpx
 import pytest
 from nats.aio.client import Client
 
@@ -33,6 +34,7 @@ async def test_an_operator_sees_its_own_dead_letters_newest_first(
     org: UUID,
     agent: UUID,
     service_token: str,
+    http: httpx.AsyncClient,
 ) -> None:
     start = await _dlq_last_seq(observer_nc)
     not_json = b'{"<script>alert(1)</script>'
@@ -73,6 +75,14 @@ async def test_an_operator_sees_its_own_dead_letters_newest_first(
     by_source = await request(nc, OPS_DEAD_LETTERS, {"source": "session"}, service_token)
     assert by_source["letters"] == letters
     assert (await request(nc, OPS_DEAD_LETTERS, {"source": "embed"}, service_token))["letters"] == []
+
+    over_http = await http.get(
+        "/v1/dead-letters",
+        params={"source": "session", "limit": "5"},
+        headers={"Authorization": f"Bearer {service_token}"},
+    )
+    assert over_http.status_code == 200, over_http.text
+    assert over_http.json()["letters"] == letters
 
     other_operator = tokens.mint(
         org_id=uuid4(), principal=Principal(kind="service", id="ops"), permissions=ALL_PERMISSIONS
