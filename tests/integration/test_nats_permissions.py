@@ -137,6 +137,8 @@ REQUESTS = [
     "engram.config.put",
     "engram.audit.query",
     "engram.audit.verify",
+    "engram.ops.dead_letters",
+    "engram.ops.lag",
 ]
 RECALL = ["engram.recall", "engram.recall.expand", "engram.memory.feedback"]
 GOVERNANCE = [s for s in REQUESTS if s != "engram.memory.save" and s not in RECALL]
@@ -281,6 +283,22 @@ def _cases() -> dict[str, UserCase]:
         ("engram.audit.*.*", "recall-cache"),
     ]
     cases["governance-audit"].refused_pub += ["engram.session.validated", "engram.save.accepted"]
+    # engram.ops.dead_letters: ephemeral readers of ENGRAM_DLQ (no delete, no acks);
+    # engram.ops.lag: every durable's info.
+    ops_reads = [
+        "$JS.API.CONSUMER.CREATE.ENGRAM_DLQ.ops-1",
+        "$JS.API.CONSUMER.CREATE.ENGRAM_DLQ.ops-1.engram.dlq.session",
+        "$JS.API.CONSUMER.INFO.ENGRAM_DLQ.ops-1",
+        "$JS.API.CONSUMER.MSG.NEXT.ENGRAM_DLQ.ops-1",
+        *(f"$JS.API.CONSUMER.INFO.{st}.{d}" for st, d, _ in ALL_CONSUMERS),
+    ]
+    governance = cases["governance-audit"]
+    governance.allowed_pub += ops_reads
+    governance.refused_pub = [x for x in governance.refused_pub if x not in ops_reads] + [
+        "$JS.API.CONSUMER.DELETE.ENGRAM_DLQ.ops-1",
+        f"$JS.ACK.ENGRAM_DLQ.ops-1.{JS_ACK_SAMPLE}",
+        "$JS.API.STREAM.MSG.GET.ENGRAM_DLQ",
+    ]
     cases["governance-audit"].refused_sub += [
         ("engram.config.get", None),
         ("engram.recall", "recall"),
