@@ -166,11 +166,17 @@ async def test_kill_9_distill_worker_mid_stream_loses_and_doubles_nothing(
             await eventually(validated, timeout=120, what="ingest validated every session")
             worker.start()
 
-            async def mid_batch() -> bool:  # some distilled, and a fetched batch not acked yet
-                if await audit_count(db, org, "distill.completed") < KILL_AFTER:
+            async def mid_batch() -> bool:
+                """Some distilled, and sessions delivered to the worker that it has not committed:
+                deliveries are read first, so the later count can only be higher — the batch is
+                still uncommitted when the kill follows (a batch committed but maybe already
+                acked, as ack-pending alone showed, left nothing to redeliver)."""
+                try:
+                    info = await nc.jetstream().consumer_info("ENGRAM_SESSIONS", "distill")
+                except nats.js.errors.NotFoundError:  # the worker has not created it yet
                     return False
-                info = await nc.jetstream().consumer_info("ENGRAM_SESSIONS", "distill")
-                return bool(info.num_ack_pending)
+                distilled = await audit_count(db, org, "distill.completed")
+                return distilled >= KILL_AFTER and info.delivered.consumer_seq > distilled
 
             await eventually(mid_batch, timeout=60, interval=0.02, what="the worker holding a batch")
             worker.kill9()
