@@ -235,9 +235,10 @@ async def test_nats_kill_9_and_restart_mid_stream_loses_and_doubles_nothing(
     server = NatsServerProcess(store, port=port)
     await server.start()
     settings = _settings(server.url, database_url)
-    # distill takes up to 100 sessions per transaction: the first wave must outlast a few batches.
-    first = sessions(org, agent, range(600))
-    second = sessions(org, agent, range(600, 700))
+    # distill takes up to 100 sessions per transaction: the first wave must outlast a few batches
+    # (1,000: on a busy machine the watcher sharing the services' loop noticed as late as 518).
+    first = sessions(org, agent, range(1000))
+    second = sessions(org, agent, range(1000, 1100))
     expected = expected_lessons(first + second)
     await raise_cap(db, org, agent)
     nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
