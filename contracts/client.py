@@ -21,47 +21,21 @@ from contracts import operations as ops
 from contracts.config import MemoryConfig
 from contracts.errors import error_for_code
 from contracts.events import SessionEnded
-from contracts.governance import (
-    DeleteRequest,
-    ExportRequest,
-    GetReply,
-    GetRequest,
-    ListRequest,
-    ManageReply,
-    ManageRequest,
-    Page,
-    PruneReply,
-    PruneRequest,
-    PurgeReceipt,
-    PurgeRequest,
-)
+from contracts.governance import GetReply, ManageReply, Page, PruneReply, PurgeReceipt
 from contracts.operations import Operation
-from contracts.ops import DeadLetterPage, DeadLetterQuery, LagQuery, LagReply
-from contracts.recall import (
-    ExpandReply,
-    ExpandRequest,
-    FeedbackReply,
-    FeedbackRequest,
-    RecallReply,
-    RecallRequest,
-)
+from contracts.ops import DeadLetterPage, LagReply
+from contracts.recall import ExpandReply, FeedbackReply, RecallReply
 from contracts.requests import (
     Accepted,
-    AuditQuery,
     AuditQueryReply,
-    AuditVerify,
     AuditVerifyReply,
-    ConfigGet,
-    ConfigPut,
     ConfigReply,
     SaveEntry,
     SaveOutcome,
-    SaveRequest,
 )
 
 __all__ = ["EngramClient"]
 
-Req = TypeVar("Req", bound=BaseModel)
 Rep = TypeVar("Rep", bound=BaseModel)
 
 
@@ -138,14 +112,15 @@ class EngramClient:
 
     async def _call(
         self,
-        op: Operation[Req, Rep],
-        request: Req,
+        op: Operation[Any, Rep],
+        fields: dict[str, Any],
         *,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> Rep:
-        """One operation of the table: its request model in, its reply model out (the table's
-        types tie each method below to its operation; mypy checks them)."""
-        payload = request.model_dump(mode="json", exclude_none=True)
+        """One operation of the table: ``fields`` validated as its request model (a bad field is
+        raised here, before anything is sent), its reply model out (the table's types tie each
+        method below to its operation; mypy checks the replies)."""
+        payload = op.request.model_validate(fields).model_dump(mode="json", exclude_none=True)
         data = await self.request(op.subject, payload, timeout=timeout or op.timeout_s)
         return op.parse_reply(data)
 
@@ -159,103 +134,90 @@ class EngramClient:
         wait: bool = False,
         request_id: UUID | None = None,
     ) -> Accepted | SaveOutcome:
-        request = SaveRequest.model_validate(
-            {
-                "agent_config_id": agent_config_id,
-                "entries": entries,
-                "wait": wait,
-                "session_id": session_id,
-                "principal": principal,
-                "request_id": request_id,
-            }
-        )
+        fields = {
+            "agent_config_id": agent_config_id,
+            "entries": entries,
+            "wait": wait,
+            "session_id": session_id,
+            "principal": principal,
+            "request_id": request_id,
+        }
         # A waiting save answers after the save path ran: allow it more than a plain request.
-        return await self._call(ops.MEMORY_SAVE, request, timeout=(self._timeout * 3) if wait else None)
+        return await self._call(ops.MEMORY_SAVE, fields, timeout=(self._timeout * 3) if wait else None)
 
     async def recall(self, agent_config_id: UUID, **fields: Any) -> RecallReply:
         """``engram.recall``; ``fields`` are RecallRequest's (cue, strategy, top_k, format, ...)."""
-        request = RecallRequest.model_validate({"agent_config_id": agent_config_id, **fields})
-        return await self._call(ops.RECALL, request)
+        return await self._call(ops.RECALL, {"agent_config_id": agent_config_id, **fields})
 
     async def expand(self, agent_config_id: UUID, ids: list[UUID], **fields: Any) -> ExpandReply:
-        request = ExpandRequest.model_validate({"agent_config_id": agent_config_id, "ids": ids, **fields})
-        return await self._call(ops.RECALL_EXPAND, request)
+        return await self._call(ops.RECALL_EXPAND, {"agent_config_id": agent_config_id, "ids": ids, **fields})
 
     async def feedback(self, agent_config_id: UUID, *, success: bool, **fields: Any) -> FeedbackReply:
-        request = FeedbackRequest.model_validate(
-            {"agent_config_id": agent_config_id, "success": success, **fields}
-        )
+        request = {"agent_config_id": agent_config_id, "success": success, **fields}
         return await self._call(ops.MEMORY_FEEDBACK, request)
 
     # -- management (SPEC 7.1) --------------------------------------------------------------
     async def list_entries(self, agent_config_id: UUID, **fields: Any) -> Page:
         """One page of ``engram.memory.list``; pass ``page_token`` for the next."""
-        request = ListRequest.model_validate({"agent_config_id": agent_config_id, **fields})
-        return await self._call(ops.MEMORY_LIST, request)
+        return await self._call(ops.MEMORY_LIST, {"agent_config_id": agent_config_id, **fields})
 
     async def get_entry(self, agent_config_id: UUID, entry_id: UUID, **fields: Any) -> GetReply:
-        request = GetRequest.model_validate(
-            {"agent_config_id": agent_config_id, "entry_id": entry_id, **fields}
-        )
+        request = {"agent_config_id": agent_config_id, "entry_id": entry_id, **fields}
         return await self._call(ops.MEMORY_GET, request)
 
     async def manage(self, agent_config_id: UUID, entry_id: UUID, op: str, **fields: Any) -> ManageReply:
-        request = ManageRequest.model_validate(
-            {"agent_config_id": agent_config_id, "entry_id": entry_id, "op": op, **fields}
-        )
+        request = {"agent_config_id": agent_config_id, "entry_id": entry_id, "op": op, **fields}
         return await self._call(ops.MEMORY_MANAGE, request)
 
     async def delete(self, agent_config_id: UUID, entry_id: UUID, **fields: Any) -> PurgeReceipt:
-        request = DeleteRequest.model_validate(
-            {"agent_config_id": agent_config_id, "entry_id": entry_id, **fields}
-        )
+        request = {"agent_config_id": agent_config_id, "entry_id": entry_id, **fields}
         return await self._call(ops.MEMORY_DELETE, request)
 
     async def purge(self, actor_ref: str, **fields: Any) -> PurgeReceipt:
         """Erase everything ``actor_ref`` has (``agent_config_id``, ``session_id`` narrow it)."""
-        request = PurgeRequest.model_validate({"actor_ref": actor_ref, **fields})
-        return await self._call(ops.MEMORY_PURGE, request)
+        return await self._call(ops.MEMORY_PURGE, {"actor_ref": actor_ref, **fields})
 
     async def prune(self, agent_config_id: UUID, max_entries: int) -> PruneReply:
-        request = PruneRequest(agent_config_id=agent_config_id, max_entries=max_entries)
+        request = {"agent_config_id": agent_config_id, "max_entries": max_entries}
         return await self._call(ops.MEMORY_PRUNE, request)
 
     async def export(self, actor_ref: str, **fields: Any) -> AsyncIterator[Page]:
         """Every page of ``engram.memory.export`` in order (each page re-authorized by Engram)."""
         token: str | None = None
         while True:
-            request = ExportRequest.model_validate({"actor_ref": actor_ref, **fields, "page_token": token})
-            page = await self._call(ops.MEMORY_EXPORT, request)
+            page = await self._call(
+                ops.MEMORY_EXPORT, {"actor_ref": actor_ref, **fields, "page_token": token}
+            )
             yield page
             token = page.next_page_token
             if token is None:
                 return
 
     async def get_config(self, agent_config_id: UUID) -> ConfigReply:
-        return await self._call(ops.CONFIG_GET, ConfigGet(agent_config_id=agent_config_id))
+        return await self._call(ops.CONFIG_GET, {"agent_config_id": agent_config_id})
 
     async def put_config(self, agent_config_id: UUID, config: dict[str, Any]) -> ConfigReply:
-        return await self._call(ops.CONFIG_PUT, ConfigPut(agent_config_id=agent_config_id, config=config))
+        return await self._call(ops.CONFIG_PUT, {"agent_config_id": agent_config_id, "config": config})
 
     async def audit_query(
         self, *, kind: str | None = None, after_seq: int = 0, limit: int = 100
     ) -> AuditQueryReply:
-        request = AuditQuery(kind=kind, after_seq=after_seq, limit=limit)
+        request = {"kind": kind, "after_seq": after_seq, "limit": limit}
         return await self._call(ops.AUDIT_QUERY, request)
 
     async def audit_verify(self) -> AuditVerifyReply:
-        return await self._call(ops.AUDIT_VERIFY, AuditVerify())
+        return await self._call(ops.AUDIT_VERIFY, {})
 
     async def dead_letters(
         self, *, source: str | None = None, before_seq: int | None = None, limit: int = 50
     ) -> DeadLetterPage:
         """The organization's dead letters, newest first (operators only)."""
-        request = DeadLetterQuery(source=source, before_seq=before_seq, limit=limit)
+        request = {"source": source, "before_seq": before_seq, "limit": limit}
         return await self._call(ops.OPS_DEAD_LETTERS, request)
 
     async def lag(self) -> LagReply:
         """Stream message counts and each durable consumer's backlog (operators only)."""
-        return await self._call(ops.OPS_LAG, LagQuery())
+        return await self._call(ops.OPS_LAG, {})
 
 
 # MemoryConfig is re-exported for callers building configs with types.
