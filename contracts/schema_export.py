@@ -6,6 +6,11 @@
 Models we receive (:class:`~contracts.common.Inbound`) are described as they are validated;
 everything else as it is serialized. ``tests/unit/test_schema_sync.py`` fails when the files
 drift from the models.
+
+The checked-in documents built from the same models (``contracts/asyncapi.json``,
+``contracts/openapi.json``) share what is not theirs from here: :func:`component_schema` to collect
+models into a document, :func:`render` for the file's text and :func:`document_main` for the
+write-or-``--check`` command line.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +34,12 @@ __all__ = [
     "SCHEMA_DIR",
     "check",
     "component_schema",
+    "document_main",
+    "engram_version",
     "generate",
     "main",
     "public_models",
+    "render",
 ]
 
 #: The modules whose ``__all__`` models are published.
@@ -58,6 +67,43 @@ def component_schema(model: type[BaseModel], schemas: dict[str, Any], prefix: st
     return {"$ref": prefix + model.__name__}
 
 
+def render(doc: Any) -> str:
+    """A checked-in JSON file's text: pretty-printed, sorted keys, trailing newline."""
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def engram_version() -> str:
+    """The installed package's version, for a document's ``info``; 0.1.0 from a bare checkout."""
+    try:
+        return version("engram")
+    except PackageNotFoundError:
+        return "0.1.0"
+
+
+def document_main(
+    argv: Sequence[str] | None, *, path: Path, build: Callable[[], Any], prog: str, description: str | None
+) -> int:
+    """``python -m <prog> [--check]`` for one generated document: write ``path`` when it differs
+    from ``render(build())``, or with ``--check`` exit 1 when it is missing or stale."""
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
+    parser.add_argument("--check", action="store_true", help="report drift and exit 1 instead of writing")
+    args = parser.parse_args(argv)
+    expected = render(build())
+    on_disk = path.read_bytes().decode("utf-8") if path.is_file() else None
+    if args.check:
+        if on_disk != expected:
+            state = "missing" if on_disk is None else "out of date"
+            print(f"{path} is {state}; run `python -m {prog}`", file=sys.stderr)
+            return 1
+        print(f"{path} is up to date")
+        return 0
+    if on_disk != expected:
+        # Bytes, so the newline is ``\n`` on every platform and the test compares exactly.
+        path.write_bytes(expected.encode("utf-8"))
+        print(f"wrote: {path}")
+    return 0
+
+
 def public_models() -> Iterator[type[BaseModel]]:
     """Every pydantic model named in the ``__all__`` of :data:`MODEL_MODULES`."""
     for module_name in MODEL_MODULES:
@@ -77,8 +123,7 @@ def generate() -> dict[str, str]:
             raise RuntimeError(f"two public models are named {model.__name__}; schema files would collide")
         # What we receive is described as validated (input shapes), what we send as serialized.
         mode: JsonSchemaMode = "validation" if issubclass(model, Inbound) else "serialization"
-        schema = {"$schema": _JSON_SCHEMA_DIALECT, **model.model_json_schema(mode=mode)}
-        files[filename] = json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        files[filename] = render({"$schema": _JSON_SCHEMA_DIALECT, **model.model_json_schema(mode=mode)})
     return dict(sorted(files.items()))
 
 

@@ -13,10 +13,7 @@ request-reply operations get their reply. ``tests/unit/test_asyncapi_sync.py`` f
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,7 +24,7 @@ from pydantic import BaseModel, SecretStr
 
 from contracts.errors import ERROR_ENVELOPE_SCHEMA
 from contracts.operations import OPERATIONS, STREAMS
-from contracts.schema_export import component_schema
+from contracts.schema_export import component_schema, document_main, engram_version
 from services.distill.router import build_router as distill_router
 from services.governance_audit.erasure_api import Erasures
 from services.governance_audit.router import build_router as governance_router
@@ -50,7 +47,6 @@ __all__ = [
     "main",
     "offline_broker",
     "offline_infra",
-    "render",
 ]
 
 ASYNCAPI_FILE = Path(__file__).resolve().parent.parent / "contracts" / "asyncapi.json"
@@ -116,15 +112,11 @@ def _schema(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:
 
 def build_document() -> dict[str, Any]:
     """The AsyncAPI 3.0 document, as JSON-compatible data."""
-    try:
-        engram_version = version("engram")
-    except PackageNotFoundError:
-        engram_version = "0.1.0"
     doc: dict[str, Any] = (
         AsyncAPI(
             offline_broker(),
             title="Engram",
-            version=engram_version,
+            version=engram_version(),
             description="Long-term memory for AI agents, on NATS: the events platforms publish, "
             "the request-reply subjects they call, and the events Engram publishes.",
         )
@@ -167,29 +159,10 @@ def build_document() -> dict[str, Any]:
     return doc
 
 
-def render(doc: dict[str, Any]) -> str:
-    """The file's text: pretty-printed, sorted keys, trailing newline."""
-    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.asyncapi", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="report drift and exit 1 instead of writing")
-    args = parser.parse_args(argv)
-    expected = render(build_document())
-    on_disk = ASYNCAPI_FILE.read_bytes().decode("utf-8") if ASYNCAPI_FILE.is_file() else None
-    if args.check:
-        if on_disk != expected:
-            state = "missing" if on_disk is None else "out of date"
-            print(f"{ASYNCAPI_FILE} is {state}; run `python -m services.asyncapi`", file=sys.stderr)
-            return 1
-        print(f"{ASYNCAPI_FILE} is up to date")
-        return 0
-    if on_disk != expected:
-        # Bytes, so the newline is ``\n`` on every platform and the test compares exactly.
-        ASYNCAPI_FILE.write_bytes(expected.encode("utf-8"))
-        print(f"wrote: {ASYNCAPI_FILE}")
-    return 0
+    return document_main(
+        argv, path=ASYNCAPI_FILE, build=build_document, prog="services.asyncapi", description=__doc__
+    )
 
 
 if __name__ == "__main__":

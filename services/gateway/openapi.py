@@ -11,22 +11,19 @@ envelope for every error. ``tests/unit/test_openapi_sync.py`` fails when the fil
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from contracts.errors import ERROR_ENVELOPE_SCHEMA
 from contracts.governance import EntryView
 from contracts.operations import MEMORY_EXPORT, OPERATIONS, SESSION_ENDED, Operation
-from contracts.schema_export import component_schema
+from contracts.schema_export import component_schema, document_main, engram_version
 from services.gateway.app import JSONL
 from services.gateway.payloads import Shape
 
-__all__ = ["OPENAPI_FILE", "build_document", "main", "render"]
+__all__ = ["OPENAPI_FILE", "build_document", "main"]
 
 OPENAPI_FILE = Path(__file__).resolve().parents[2] / "contracts" / "openapi.json"
 _SCHEMAS = "#/components/schemas/"
@@ -174,10 +171,6 @@ def _probe(summary: str, statuses: dict[str, str]) -> dict[str, Any]:
 
 def build_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document, as JSON-compatible data."""
-    try:
-        engram_version = version("engram")
-    except PackageNotFoundError:
-        engram_version = "0.1.0"
     schemas: dict[str, Any] = {"ErrorReply": ERROR_ENVELOPE_SCHEMA}
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
@@ -198,7 +191,7 @@ def build_document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {
             "title": "Engram HTTP API",
-            "version": engram_version,
+            "version": engram_version(),
             "description": "Long-term memory for AI agents. Each route is the NATS request-reply named "
             "by its x-nats-subject (see contracts/asyncapi.json); the bearer token passes through "
             "unchanged and decides tenancy and permissions (x-engram-permission).",
@@ -213,28 +206,10 @@ def build_document() -> dict[str, Any]:
     }
 
 
-def render(doc: dict[str, Any]) -> str:
-    """The file's text: pretty-printed, sorted keys, trailing newline."""
-    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.gateway.openapi", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="report drift and exit 1 instead of writing")
-    args = parser.parse_args(argv)
-    expected = render(build_document())
-    on_disk = OPENAPI_FILE.read_bytes().decode("utf-8") if OPENAPI_FILE.is_file() else None
-    if args.check:
-        if on_disk != expected:
-            state = "missing" if on_disk is None else "out of date"
-            print(f"{OPENAPI_FILE} is {state}; run `python -m services.gateway.openapi`", file=sys.stderr)
-            return 1
-        print(f"{OPENAPI_FILE} is up to date")
-        return 0
-    if on_disk != expected:
-        OPENAPI_FILE.write_bytes(expected.encode("utf-8"))
-        print(f"wrote: {OPENAPI_FILE}")
-    return 0
+    return document_main(
+        argv, path=OPENAPI_FILE, build=build_document, prog="services.gateway.openapi", description=__doc__
+    )
 
 
 if __name__ == "__main__":

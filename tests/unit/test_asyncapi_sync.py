@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from contracts import subjects
-from services.asyncapi import ASYNCAPI_FILE, build_document, render
+from contracts.schema_export import render
+from services.asyncapi import ASYNCAPI_FILE, build_document
 
 REGENERATE = "run `python -m services.asyncapi` and commit contracts/asyncapi.json"
 

@@ -10,8 +10,9 @@ from openapi_spec_validator import validate
 from starlette.routing import Route
 
 from contracts.operations import OPERATIONS, SESSION_ENDED
+from contracts.schema_export import render
 from services.gateway.app import routes
-from services.gateway.openapi import OPENAPI_FILE, build_document, render
+from services.gateway.openapi import OPENAPI_FILE, build_document
 
 REGENERATE = "run `python -m services.gateway.openapi` and commit contracts/openapi.json"
 
