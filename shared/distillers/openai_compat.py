@@ -1,9 +1,10 @@
 """A distiller backed by any OpenAI-compatible chat endpoint (LiteLLM, vLLM, Ollama, OpenAI).
 
 The session goes to the model inside a delimited data block that the system prompt declares to
-be data, never instructions. Calls have a per-attempt deadline, are retried with backoff on
-timeouts, connection errors, 5xx and 429, and sit behind a circuit breaker: when the model is down
-the distiller raises :class:`~contracts.errors.Unavailable` at once, and the event is redelivered later.
+be data, never instructions. Calls go through :class:`~shared.guarded_http.ModelEndpoint`: a
+per-attempt deadline, retries with backoff on timeouts, connection errors, 5xx and 429, and a
+circuit breaker: when the model is down the distiller raises
+:class:`~contracts.errors.Unavailable` at once, and the event is redelivered later.
 """
 
 from __future__ import annotations
@@ -11,15 +12,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
-
-import httpx
+from typing import Any, Unpack
 
 from contracts.errors import Unavailable
 from contracts.events import SessionEnded
-from shared.guarded_http import BadAnswer, guarded_call, post_json
+from shared.guarded_http import BadAnswer, EndpointOptions, ModelEndpoint
 from shared.ports import Lesson, TraceSummary
-from shared.resilience import CircuitBreaker
 
 __all__ = ["MAX_LESSONS", "SYSTEM_PROMPT", "OpenAICompatDistiller", "parse_lessons", "render_session"]
 
@@ -59,63 +57,27 @@ class OpenAICompatDistiller:
     """A :class:`~shared.ports.Distiller` asking a chat model for ``{"lessons": [...]}``.
 
     ``base_url`` is the API root, e.g. ``http://127.0.0.1:4000/v1``; requests go to
-    ``{base_url}/chat/completions``. ``retries`` is the number of extra attempts after the first.
-    Pass ``client`` to share a connection pool (it is then not closed by :meth:`aclose`) and
-    ``breaker`` to share one breaker between distillers that call the same endpoint.
+    ``{base_url}/chat/completions``. ``options`` (:class:`~shared.guarded_http.EndpointOptions`):
+    the API key, timeout, retries, a shared breaker or HTTP client, the backoff.
     """
 
     name: str = "openai_compat"
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        timeout_s: float = 20.0,
-        retries: int = 2,
-        breaker: CircuitBreaker | None = None,
-        client: httpx.AsyncClient | None = None,
-        *,
-        backoff_base_s: float = 0.5,
-        backoff_max_s: float = 8.0,
-    ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"distill model URL {base_url!r} must start with http:// or https:// "
-                "(set ENGRAM_DISTILL_MODEL_URL, e.g. http://127.0.0.1:4000/v1)"
-            )
+    def __init__(self, base_url: str, model: str, **options: Unpack[EndpointOptions]) -> None:
         if not model.strip():
             raise ValueError("distill model name is empty (set ENGRAM_DISTILL_MODEL)")
-        if timeout_s <= 0:
-            raise ValueError("distill timeout must be positive (ENGRAM_DISTILL_TIMEOUT_S)")
-        if retries < 0:
-            raise ValueError("distill retries must not be negative (ENGRAM_DISTILL_RETRIES)")
-        self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
-        self.breaker = breaker or CircuitBreaker()
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout_s = timeout_s
-        self._attempts = retries + 1
-        self._backoff_base_s = backoff_base_s
-        self._backoff_max_s = backoff_max_s
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient()
+        options.setdefault("timeout_s", 20.0)  # a completion takes longer than an embedding
+        self.endpoint = ModelEndpoint(
+            base_url, "/chat/completions", "distill model", "ENGRAM_DISTILL_MODEL_URL", **options
+        )
+        self.url, self.breaker = self.endpoint.url, self.endpoint.breaker
 
     async def distill(self, session: SessionEnded, summary: TraceSummary) -> list[Lesson]:
         """Ask the model; raise :class:`Unavailable` when it cannot give a usable answer now."""
         details: dict[str, Any] = {"distiller": self.name, "model": self.model, "url": self.url}
         body = self._request_body(session, summary)
-        content = await guarded_call(
-            lambda: self._complete(body),
-            what="distill model",
-            breaker=self.breaker,
-            attempts=self._attempts,
-            base_delay_s=self._backoff_base_s,
-            max_delay_s=self._backoff_max_s,
-            details=details,
-            rejected_hint="check the model URL, name and API key",
-            bad_answer="a chat completion",
-        )
+        content = await self.endpoint.call(body, _content, details=details, bad_answer="a chat completion")
         try:
             return parse_lessons(content)
         except ValueError as exc:
@@ -128,8 +90,7 @@ class OpenAICompatDistiller:
 
     async def aclose(self) -> None:
         """Close the HTTP client if this distiller created it."""
-        if self._owns_client:
-            await self._client.aclose()
+        await self.endpoint.aclose()
 
     def _request_body(self, session: SessionEnded, summary: TraceSummary) -> dict[str, Any]:
         return {
@@ -142,16 +103,16 @@ class OpenAICompatDistiller:
             ],
         }
 
-    async def _complete(self, body: dict[str, Any]) -> str:
-        """One attempt: the assistant message's content, or a classified failure."""
-        answer = await post_json(self._client, self.url, body, self._headers, self._timeout_s)
-        try:
-            content = answer["choices"][0]["message"]["content"]
-        except (LookupError, TypeError) as exc:
-            raise BadAnswer(json.dumps(answer)[:200]) from exc
-        if not isinstance(content, str):
-            raise BadAnswer("a chat completion without text content")
-        return content
+
+def _content(answer: Any) -> str:
+    """The assistant message's content of a chat completion."""
+    try:
+        content = answer["choices"][0]["message"]["content"]
+    except (LookupError, TypeError) as exc:
+        raise BadAnswer(json.dumps(answer)[:200]) from exc
+    if not isinstance(content, str):
+        raise BadAnswer("a chat completion without text content")
+    return content
 
 
 def render_session(session: SessionEnded, summary: TraceSummary) -> str:

@@ -3,49 +3,33 @@
 Decision: an answer that is not JSON at all ("garbage") raises Unavailable (reason
 ``unparseable_answer``) rather than returning []: the event is redelivered and, if the model never
 answers JSON, dead-lettered with that reason, so a misconfigured model is visible instead of silently
-producing no memories. It does not count against the breaker (the endpoint is up).
+producing no memories. It does not count against the breaker (the endpoint is up). That, and
+retries, timeouts and the breaker, are tested for both adapters in ``test_model_endpoint.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
-from contracts.errors import Unavailable
 from contracts.events import SessionEnded
 from services.distill.summary import summarize_trace
 from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.ports import Distiller, Lesson
-from shared.resilience import CircuitBreaker
 from shared.testing import FakeOpenAI
 from tests.factories import make_call, make_session, make_turn
-from tests.platform import eventually
+from tests.integration.openai_adapters import DISTILLER, Closing, closing
 
 MakeDistiller = Callable[..., OpenAICompatDistiller]
+__all__ = ["closing"]  # the fixture
 
 
 @pytest.fixture
-async def make_distiller() -> AsyncIterator[MakeDistiller]:
+def make_distiller(closing: Closing) -> MakeDistiller:
     """Distillers with fast backoff, closed after the test."""
-    made: list[OpenAICompatDistiller] = []
-
-    def make(base_url: str, **overrides: Any) -> OpenAICompatDistiller:
-        options: dict[str, Any] = {
-            "timeout_s": 5.0,
-            "retries": 2,
-            "backoff_base_s": 0.01,
-            "backoff_max_s": 0.05,
-        }
-        distiller = OpenAICompatDistiller(base_url, "fake-model", **(options | overrides))
-        made.append(distiller)
-        return distiller
-
-    yield make
-    for distiller in made:
-        await distiller.aclose()
+    return lambda base_url, **overrides: closing(DISTILLER.build(base_url, **overrides))
 
 
 def _session() -> SessionEnded:
@@ -162,111 +146,6 @@ async def test_zero_lessons_is_a_normal_answer(make_distiller: MakeDistiller) ->
     """Valid JSON with an empty list gives [] and no error."""
     async with FakeOpenAI(content='{"lessons": []}') as server:
         assert await _distill(make_distiller(server.base_url)) == []
-
-
-async def test_garbage_content_is_unavailable_without_opening_the_breaker(
-    make_distiller: MakeDistiller,
-) -> None:
-    """A non-JSON answer raises Unavailable, is not retried now, and leaves the breaker closed."""
-    async with FakeOpenAI(mode="garbage") as server:
-        distiller = make_distiller(server.base_url, breaker=CircuitBreaker(failure_threshold=1))
-        with pytest.raises(Unavailable) as caught:
-            await _distill(distiller)
-        assert caught.value.details["reason"] == "unparseable_answer"
-        assert server.request_count == 1
-        assert distiller.breaker.state == "closed"
-
-
-async def test_a_slow_model_times_out_after_retries(make_distiller: MakeDistiller) -> None:
-    """A model slower than the 0.3 s timeout is tried retries+1 times, then Unavailable."""
-    async with FakeOpenAI(mode="slow", delay_s=5.0) as server:
-        distiller = make_distiller(server.base_url, timeout_s=0.3, retries=1)
-        with pytest.raises(Unavailable) as caught:
-            await _distill(distiller)
-        assert caught.value.details["reason"] == "timeout"
-        assert distiller.breaker.consecutive_failures == 1
-
-        # Each attempt opened a connection; on a starved loop the client may time out before the
-        # server has read its request, so attempts are counted as connections, awaited, not sampled.
-        async def both_attempts() -> bool:
-            return server.connections >= 2
-
-        await eventually(both_attempts, timeout=30, what="two connection attempts")
-        assert server.connections == 2
-
-
-async def test_a_failing_model_is_unavailable_after_retries(make_distiller: MakeDistiller) -> None:
-    """HTTP 500 on every attempt: three requests (retries=2), then Unavailable with the status."""
-    async with FakeOpenAI(mode="fail") as server:
-        with pytest.raises(Unavailable) as caught:
-            await _distill(make_distiller(server.base_url))
-        assert caught.value.details["status"] == 500
-        assert caught.value.code == "UNAVAILABLE"
-        assert server.request_count == 3
-
-
-@pytest.mark.parametrize("status", [500, 503, 429])
-async def test_a_flaky_model_recovers_through_retries(make_distiller: MakeDistiller, status: int) -> None:
-    """Two 5xx/429 answers then success: the third attempt's lessons are returned."""
-    lessons = [{"text": "It worked on the third try.", "importance": 0.5}]
-    async with FakeOpenAI(mode="flaky", fail_first=2, fail_status=status, lessons=lessons) as server:
-        distiller = make_distiller(server.base_url)
-        assert await _distill(distiller) == [Lesson("It worked on the third try.", 0.5)]
-        assert server.request_count == 3
-        assert distiller.breaker.consecutive_failures == 0
-
-
-@pytest.mark.parametrize("status", [400, 401, 404])
-async def test_a_refused_request_is_not_retried(make_distiller: MakeDistiller, status: int) -> None:
-    """A 4xx other than 429 is a configuration problem: Unavailable after one request."""
-    async with FakeOpenAI(mode="fail", fail_status=status) as server:
-        distiller = make_distiller(server.base_url)
-        with pytest.raises(Unavailable) as caught:
-            await _distill(distiller)
-        assert caught.value.details == caught.value.details | {"reason": "rejected", "status": status}
-        assert server.request_count == 1
-        assert distiller.breaker.state == "closed"
-
-
-async def test_nobody_listening_is_unavailable(make_distiller: MakeDistiller) -> None:
-    """A refused connection is retried and ends in Unavailable."""
-    async with FakeOpenAI() as server:
-        base_url = server.base_url
-    with pytest.raises(Unavailable, match="connection error"):
-        await _distill(make_distiller(base_url, retries=1))
-
-
-async def test_the_breaker_opens_and_then_short_circuits(make_distiller: MakeDistiller) -> None:
-    """After two failed distills the breaker is open: no HTTP request until it half-opens and recovers."""
-    now = [0.0]
-    breaker = CircuitBreaker(failure_threshold=2, reset_after_s=30, clock=lambda: now[0])
-    async with FakeOpenAI(mode="fail") as server:
-        distiller = make_distiller(server.base_url, retries=0, breaker=breaker)
-        for _ in range(2):
-            with pytest.raises(Unavailable):
-                await _distill(distiller)
-        assert breaker.state == "open"
-        assert server.request_count == 2
-
-        with pytest.raises(Unavailable) as caught:
-            await _distill(distiller)
-        assert caught.value.details["reason"] == "circuit_open"
-        assert server.request_count == 2
-
-        server.mode = "ok"
-        now[0] += 30
-        assert await _distill(distiller) == []
-        assert server.request_count == 3
-        assert breaker.state == "closed"
-
-
-async def test_a_shared_client_is_left_open(make_distiller: MakeDistiller) -> None:
-    """aclose() closes only a client the distiller created itself."""
-    async with httpx.AsyncClient() as client, FakeOpenAI() as server:
-        distiller = make_distiller(server.base_url, client=client)
-        await _distill(distiller)
-        await distiller.aclose()
-        assert not client.is_closed
 
 
 @pytest.mark.parametrize("url", ["127.0.0.1:4000/v1", "ftp://model/v1", ""])

@@ -1,8 +1,8 @@
 """The OpenAI-compatible embedder against a real HTTP server speaking the protocol (FakeOpenAI).
 
-Decision: a 2xx answer that is not one embedding per input, and a 4xx, raise Unavailable without
-counting against the breaker (the endpoint is up; our configuration or the server is wrong); a
-vector of the wrong length raises EmbeddingDimensionMismatch at once, never retried.
+Decision: a vector of the wrong length raises EmbeddingDimensionMismatch at once, never retried.
+Retries, timeouts, the breaker and refused or unreadable answers are tested for both adapters in
+``test_model_endpoint.py``.
 """
 
 from __future__ import annotations
@@ -10,39 +10,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
 import pytest
 
-from contracts.errors import EmbeddingDimensionMismatch, ErrorCode, Unavailable
+from contracts.errors import EmbeddingDimensionMismatch, ErrorCode
 from shared.embedders import HashingEmbedder, OpenAICompatEmbedder
 from shared.resilience import CircuitBreaker
 from shared.testing import FakeOpenAI
+from tests.integration.openai_adapters import EMBEDDER, Closing, closing
 from tests.unit.embedder_suite import EmbedderSuite
 
 MakeEmbedder = Callable[..., OpenAICompatEmbedder]
+__all__ = ["closing"]  # the fixture
 TEXTS = [f"memory number {n}: the {word} job failed" for n, word in enumerate("abcdefghij")]
 
 
 @pytest.fixture
-async def make_embedder() -> AsyncIterator[MakeEmbedder]:
+def make_embedder(closing: Closing) -> MakeEmbedder:
     """Embedders with fast backoff and 8 dimensions, closed after the test."""
-    made: list[OpenAICompatEmbedder] = []
-
-    def make(base_url: str, **overrides: Any) -> OpenAICompatEmbedder:
-        options: dict[str, Any] = {
-            "dimension": 8,
-            "timeout_s": 5.0,
-            "retries": 2,
-            "backoff_base_s": 0.01,
-            "backoff_max_s": 0.05,
-        }
-        embedder = OpenAICompatEmbedder(base_url, "fake-embed", **(options | overrides))
-        made.append(embedder)
-        return embedder
-
-    yield make
-    for embedder in made:
-        await embedder.aclose()
+    return lambda base_url, **overrides: closing(EMBEDDER.build(base_url, **overrides))
 
 
 class TestOpenAICompatEmbedderContract(EmbedderSuite):
@@ -114,100 +99,6 @@ async def test_a_wrong_dimension_is_a_mismatch_and_not_retried(make_embedder: Ma
     assert caught.value.status == 502
     assert caught.value.details | {"expected": 384, "actual": 16} == caught.value.details
     assert embedder.breaker.state == "closed"
-
-
-async def test_a_failing_endpoint_is_unavailable_after_retries(make_embedder: MakeEmbedder) -> None:
-    """HTTP 500 on every attempt: retries+1 requests, then Unavailable with the reason."""
-    async with FakeOpenAI(mode="fail") as server:
-        embedder = make_embedder(server.base_url, retries=2)
-        with pytest.raises(Unavailable) as caught:
-            await embedder.embed(["x"])
-        assert server.request_count == 3
-    assert caught.value.details["reason"] == "HTTP 500"
-    assert embedder.breaker.consecutive_failures == 1
-
-
-@pytest.mark.parametrize("status", [429, 503])
-async def test_a_flaky_endpoint_recovers_through_retries(make_embedder: MakeEmbedder, status: int) -> None:
-    """Two failures (429 or 5xx) then success: the vectors arrive and the breaker stays clean."""
-    async with FakeOpenAI(mode="flaky", fail_first=2, fail_status=status) as server:
-        embedder = make_embedder(server.base_url, retries=2)
-        vectors = await embedder.embed(["x"])
-        assert server.request_count == 3
-    _assert_vectors(vectors, _expected(["x"]))
-    assert embedder.breaker.consecutive_failures == 0
-
-
-@pytest.mark.parametrize("status", [400, 401, 404])
-async def test_a_refused_request_is_not_retried(make_embedder: MakeEmbedder, status: int) -> None:
-    """A 4xx other than 429 is one request, Unavailable (reason rejected), breaker still closed."""
-    async with FakeOpenAI(mode="fail", fail_status=status) as server:
-        embedder = make_embedder(server.base_url, breaker=CircuitBreaker(failure_threshold=1))
-        with pytest.raises(Unavailable) as caught:
-            await embedder.embed(["x"])
-        assert server.request_count == 1
-    assert (caught.value.details["reason"], caught.value.details["status"]) == ("rejected", status)
-    assert embedder.breaker.state == "closed"
-
-
-async def test_an_answer_without_embeddings_is_unavailable(make_embedder: MakeEmbedder) -> None:
-    """A 2xx body without ``data`` is Unavailable (unparseable_answer), not retried, breaker closed."""
-    async with FakeOpenAI(mode="garbage") as server:
-        embedder = make_embedder(server.base_url, breaker=CircuitBreaker(failure_threshold=1))
-        with pytest.raises(Unavailable) as caught:
-            await embedder.embed(["x"])
-        assert server.request_count == 1
-    assert caught.value.details["reason"] == "unparseable_answer"
-    assert embedder.breaker.state == "closed"
-
-
-async def test_a_slow_endpoint_times_out_after_retries(make_embedder: MakeEmbedder) -> None:
-    """An endpoint slower than the 0.2 s timeout is tried retries+1 times, then Unavailable."""
-    async with FakeOpenAI(mode="slow", delay_s=5.0) as server:
-        embedder = make_embedder(server.base_url, timeout_s=0.2, retries=1)
-        with pytest.raises(Unavailable) as caught:
-            await embedder.embed(["x"])
-        assert server.request_count == 2
-    assert caught.value.details["reason"] == "timeout"
-
-
-async def test_nobody_listening_is_unavailable(make_embedder: MakeEmbedder) -> None:
-    """A closed port is a connection error: Unavailable after the retries."""
-    async with FakeOpenAI() as server:
-        base_url = server.base_url
-    embedder = make_embedder(base_url, retries=1)
-    with pytest.raises(Unavailable, match="connection error"):
-        await embedder.embed(["x"])
-
-
-async def test_the_breaker_opens_and_then_short_circuits(make_embedder: MakeEmbedder) -> None:
-    """After two failed calls the breaker is open: no request until it half-opens and recovers."""
-    now = [0.0]
-    breaker = CircuitBreaker(failure_threshold=2, reset_after_s=30, clock=lambda: now[0])
-    async with FakeOpenAI(mode="fail") as server:
-        embedder = make_embedder(server.base_url, retries=0, breaker=breaker)
-        for _ in range(2):
-            with pytest.raises(Unavailable):
-                await embedder.embed(["x"])
-        assert breaker.state == "open"
-        with pytest.raises(Unavailable) as caught:
-            await embedder.embed(["x"])
-        assert caught.value.details["reason"] == "circuit_open"
-        assert server.request_count == 2
-        now[0] += 30
-        server.mode = "ok"
-        _assert_vectors(await embedder.embed(["x"]), _expected(["x"]))
-        assert server.request_count == 3
-    assert embedder.breaker.state == "closed"
-
-
-async def test_a_shared_client_is_left_open(make_embedder: MakeEmbedder) -> None:
-    """An embedder given a client does not close it."""
-    async with httpx.AsyncClient() as client, FakeOpenAI() as server:
-        embedder = make_embedder(server.base_url, client=client)
-        await embedder.embed(["x"])
-        await embedder.aclose()
-        assert not client.is_closed
 
 
 @pytest.mark.parametrize(
