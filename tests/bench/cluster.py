@@ -16,10 +16,7 @@ and a table on stdout, with the load average (the machine is shared).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
-import secrets
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -30,10 +27,9 @@ from uuid import uuid4
 
 import nats
 
-from contracts.common import Principal
-from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.nats_auth.permissions import EDGE_VECTOR_PROCESS, SERVICES
-from tests.bench.write_path import WrittenWatcher, steady, throughput
+from tests.bench.measure import KID, SECRET, bench_parser, bench_token, load_average, run_bench
+from tests.bench.write_path import WrittenWatcher, steady, throughput, uncapped
 from tests.cluster.harness import PLATFORM_INBOX, running_cluster
 
 ALL = tuple(SERVICES)
@@ -48,28 +44,18 @@ SHAPES: dict[str, tuple[int, dict[tuple[str, ...], int]]] = {
 
 async def measure(shape: str, args: argparse.Namespace) -> dict[str, Any]:
     nodes, deployment = SHAPES[shape]
-    kid, secret = "bench", secrets.token_urlsafe(48)
     root = Path(tempfile.mkdtemp(prefix=f"engram-bench-{shape}-"))
     root.chmod(0o755)  # Postgres runs as another user when this runs as root
     async with (
         _removed_after(root),
-        running_cluster(root, f"{kid}={secret}", deployment, nodes=nodes, ack_wait_s=30) as cluster,
+        running_cluster(root, f"{KID}={SECRET}", deployment, nodes=nodes, ack_wait_s=30) as cluster,
     ):
         org, agent = uuid4(), uuid4()
-        token = TokenService({kid: secret}).mint(
-            org_id=org, principal=Principal(kind="service", id="bench"), permissions=ALL_PERMISSIONS
-        )
+        token = bench_token(org)
         nc = await nats.connect(**cluster.nats_options(cluster.identities.platform, PLATFORM_INBOX))
         observer = await nats.connect(**cluster.nats_options(cluster.identities.observer, "_INBOX_observer"))
         try:
-            await nc.request(
-                "engram.config.put",
-                json.dumps(
-                    {"agent_config_id": str(agent), "config": {"retention": {"max_entries": 1_000_000}}}
-                ).encode(),
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=10,
-            )
+            await uncapped(nc, token, agent, timeout=10)
             watcher = WrittenWatcher()
             await observer.subscribe("engram.memory.written", cb=watcher.on_message)
             await throughput(nc, token, org, agent, 100, watcher)  # warm-up
@@ -78,7 +64,7 @@ async def measure(shape: str, args: argparse.Namespace) -> dict[str, Any]:
                 "processes": {"+".join(k): v for k, v in deployment.items()},
                 "steady": await steady(nc, token, org, agent, args.rate, args.seconds, watcher),
                 "burst": await throughput(nc, token, org, agent, args.sessions, watcher),
-                "load_average": [round(x, 2) for x in os.getloadavg()],
+                "load_average": load_average(),
             }
         finally:
             await nc.close()
@@ -117,15 +103,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__, "bench-results/cluster-throughput.json")
     parser.add_argument("--sessions", type=int, default=1000, help="sessions in the burst")
     parser.add_argument("--rate", type=float, default=10.0, help="steady sessions per second")
     parser.add_argument("--seconds", type=float, default=20.0, help="steady duration")
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--out", type=Path, default=Path("bench-results/cluster-throughput.json"))
-    arguments = parser.parse_args()
-    measured = asyncio.run(main(arguments))
-    arguments.out.parent.mkdir(parents=True, exist_ok=True)
-    arguments.out.write_text(json.dumps(measured, indent=2))
-    print(render(measured))
-    print(f"wrote {arguments.out}")
+    run_bench(parser, main, render)

@@ -16,19 +16,15 @@ The hashing embedder's throughput is reported too, as before. Results go to
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import random
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from shared.embedders.hashing import HashingEmbedder
 from shared.embedders.minilm import MiniLMEmbedder
 from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
-from tests.bench.measure import summary
+from tests.bench.measure import bench_parser, load_average, machine, machine_note, run_bench, summary
 
 SINGLE_CUE_P50_GOAL_MS = 10.0
 THROUGHPUT_GOAL = 0.8
@@ -116,9 +112,8 @@ def alternate(embedders: dict[str, Embed], texts: list[str], rounds: int) -> dic
 def main(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {
         "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_avg_before": [round(x, 2) for x in os.getloadavg()],
+            **machine(),
+            "load_avg_before": load_average(),
         }
     }
     hashing = HashingEmbedder(384)
@@ -157,7 +152,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         results["throughput_vs_torch"] = round(
             results["numpy"]["batch"]["texts_per_s"] / results["torch"]["batch"]["texts_per_s"], 3
         )
-    results["machine"]["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+    results["machine"]["load_avg_after"] = load_average()
     return results
 
 
@@ -193,24 +188,15 @@ def render(results: dict[str, Any]) -> str:
         )
     for run in results["hashing-384"]:
         rows.append(f"| hashing-384 (batch {run['batch']}) | - | - | - | {run['texts_per_s']} | - |")
-    machine = results["machine"]
     rows.append("")
-    rows.append(
-        f"{machine['cpus']} CPUs; 1/5/15-min load average before / after: "
-        f"{machine['load_avg_before']} / {machine['load_avg_after']}"
-    )
+    rows.append(machine_note(results["machine"]))
     return "\n".join(rows)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = bench_parser(__doc__, "bench-results/embedder_throughput.json")
     parser.add_argument("--hashing-texts", type=int, default=20_000)
     parser.add_argument("--model-texts", type=int, default=1_024)
     parser.add_argument("--cues", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path("bench-results/embedder_throughput.json"))
-    args = parser.parse_args()
-    results = main(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(render(results))
+    run_bench(parser, main, render)

@@ -38,33 +38,27 @@ import asyncio
 import hashlib
 import json
 import os
-import platform
 import random
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
 import nats
 from nats.aio.client import Client
-from pydantic import SecretStr
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
-from contracts.common import Principal
 from contracts.events import MemoryWritten
 from contracts.subjects import MEMORY_WRITTEN, RECALL
 from services.embed.indexer import index_entries
 from services.recall import queries
 from services.runtime import running_services
-from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedders.hashing import HashingEmbedder
 from shared.embedders.minilm import MiniLMEmbedder
 from shared.lexical import query_weights
@@ -72,12 +66,10 @@ from shared.logging import setup_logging
 from shared.ports import Embedder, TenantFilter
 from shared.provenance import MessageSigner
 from shared.settings import EngramSettings
-from shared.testing.servers import nats_server, throwaway_database
 from shared.time import utcnow
 from shared.vectors.qdrant_edge import QdrantEdgeIndex
-from tests.bench.measure import nats_round_trip, summary
+from tests.bench import measure
 
-KID, SECRET = "bench", "b" * 48
 STRATEGIES = ("last_k", "importance", "pack", "semantic", "hybrid")
 CUE_STRATEGIES = {"pack", "semantic", "hybrid"}
 TOP_K = 10
@@ -272,22 +264,15 @@ async def time_recall(
     """One request at a time, after ``warmup`` untimed ones; stops early (with fewer samples)
     once ``max_seconds`` have gone by, so a slow strategy cannot stretch the run."""
     bodies = [_body(agent, strategy, cue if strategy in CUE_STRATEGIES else None) for cue in cues]
-    warm_until = time.perf_counter() + WARMUP_MAX_S
-    for body in bodies[:warmup]:
-        await nc.request(RECALL, body, headers=headers, timeout=30)
-        if time.perf_counter() > warm_until:
-            break
-    latencies, replies = [], []
-    deadline = time.perf_counter() + max_seconds
-    for body in bodies:
-        started = time.perf_counter()
-        msg = await nc.request(RECALL, body, headers=headers, timeout=30)
-        latencies.append((time.perf_counter() - started) * 1000)
-        replies.append(msg.data)
-        if started > deadline:
-            break
+
+    async def recall(body: bytes) -> bytes:
+        return bytes((await nc.request(RECALL, body, headers=headers, timeout=30)).data)
+
+    latencies, replies = await measure.time_each(
+        bodies, recall, warmup=warmup, warmup_max_s=WARMUP_MAX_S, max_seconds=max_seconds
+    )
     return {
-        **summary(latencies),
+        **measure.summary(latencies),
         **_check(replies, f"{strategy}/{agent}"),
         "capped": len(latencies) < len(bodies),
     }
@@ -344,17 +329,10 @@ async def stage_timings(
     }
     out: dict[str, Any] = {}
     for name, stage in stages.items():
-        for cue, vector in sample[:3]:
-            await stage(cue, vector)
-        ms = []
-        deadline = time.perf_counter() + STAGE_MAX_S
-        for cue, vector in sample:
-            started = time.perf_counter()
-            await stage(cue, vector)
-            ms.append((time.perf_counter() - started) * 1000)
-            if started > deadline:
-                break
-        out[name] = summary(ms)
+        ms, _ = await measure.time_each(
+            sample, lambda s, stage=stage: stage(*s), warmup=3, max_seconds=STAGE_MAX_S
+        )
+        out[name] = measure.summary(ms)
     return out
 
 
@@ -521,7 +499,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     sizes = sorted(args.sizes)
     total = sum(sizes) + args.other_configs * args.per_other
     results: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": measure.machine(),
         "setup": {
             "sizes": sizes,
             "other_configs": args.other_configs,
@@ -535,192 +513,181 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "notes": [],
     }
     notes: list[str] = results["notes"]
-    with tempfile.TemporaryDirectory() as tmp:
-        async with (
-            nats_server(Path(tmp) / "nats") as server,
-            throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url,
-        ):
-            settings = EngramSettings(
-                nats_url=server.url,
-                database_url=db_url,
-                data_dir=Path(tmp) / "data",
-                token_keys=SecretStr(f"{KID}={SECRET}"),
-                embedder="hashing-384",
-                _env_file=None,
-            )  # type: ignore[call-arg]
-            hashing = HashingEmbedder(384)
-            # Nothing is sealed while seeding; one explicit build below indexes everything.
-            index = QdrantEdgeIndex(
-                settings.data_dir / "vectors" / "engram_hashing_384",
-                hashing.dimension,
-                seal_threshold=total + 10 * args.embed_entries + 1,
-            )
-            nc = await nats.connect(server.url)
-            conn = await asyncpg.connect(_dsn(db_url))
-            org = uuid4()
-            token = TokenService({KID: SECRET}).mint(
-                org_id=org, principal=Principal(kind="service", id="bench"), permissions=ALL_PERMISSIONS
-            )
-            headers = {"Authorization": f"Bearer {token}"}
-            targets = [Target(size, uuid4()) for size in sizes]
-            try:
-                async with running_services(settings, embedder=hashing, vector_index=index) as infra:
-                    # -- seed ------------------------------------------------------------------
-                    _log(f"seeding {total:,} entries")
-                    rng = random.Random(42)
-                    now = utcnow()
-                    started = time.perf_counter()
-                    serial = 0
-                    for target in targets:
-                        target.ids = await _copy(
-                            conn, _rows(rng, org, target.agent, target.size, serial, now, args.shared_share)
-                        )
-                        serial += target.size
-                    orgs = [org, *(uuid4() for _ in range(OTHER_ORGS - 1))]
-                    other_ids: list[UUID] = []
-                    for i in range(args.other_configs):
-                        other_ids += await _copy(
-                            conn, _rows(rng, orgs[i % OTHER_ORGS], uuid4(), args.per_other, serial, now, 0.8)
-                        )
-                        serial += args.per_other
-                    await conn.execute("ANALYZE memory_entries")
-                    seed_s = time.perf_counter() - started
-                    _log(f"seeded in {seed_s:.1f} s; indexing vectors")
-                    started = time.perf_counter()
-                    all_ids = [i for t in targets for i in t.ids] + other_ids
-                    indexed = 0
-                    for start in range(0, len(all_ids), INDEX_BATCH):
-                        outcome = await index_entries(
-                            infra.db, hashing, index, all_ids[start : start + INDEX_BATCH]
-                        )
-                        indexed += outcome.indexed
-                    vectors_s = time.perf_counter() - started
-                    _log(f"{indexed:,} vectors in {vectors_s:.1f} s; building HNSW")
-                    # Every row is 'indexed' now; statistics as autovacuum would have them.
-                    await conn.execute("ANALYZE memory_entries")
-                    started = time.perf_counter()
-                    await index.build_index()
-                    build_s = time.perf_counter() - started
-                    stats = await index.stats()
-                    results["seeding"] = {
-                        "rows": total,
-                        "rows_copy_and_analyze_s": round(seed_s, 1),
-                        "rows_per_s": round(total / seed_s),
-                        "vectors_indexed": indexed,
-                        "index_entries_s": round(vectors_s, 1),
-                        "index_entries_per_s": round(indexed / vectors_s),
-                        "hnsw_build_s": round(build_s, 1),
-                        "edge": {
-                            "points": stats.points,
-                            "shards": stats.shards,
-                            "indexed_vectors": stats.indexed_vectors,
-                            "pending_points": stats.pending_points,
-                        },
-                    }
-                    _log(f"HNSW built in {build_s:.1f} s: {stats}")
+    async with measure.running_stack(embedder="hashing-384") as stack:
+        settings = stack.settings
+        hashing = HashingEmbedder(384)
+        # Nothing is sealed while seeding; one explicit build below indexes everything.
+        index = QdrantEdgeIndex(
+            settings.data_dir / "vectors" / "engram_hashing_384",
+            hashing.dimension,
+            seal_threshold=total + 10 * args.embed_entries + 1,
+        )
+        nc = await nats.connect(stack.nats.url)
+        conn = await asyncpg.connect(_dsn(stack.settings.database_url))
+        org = uuid4()
+        token = measure.bench_token(org)
+        headers = {"Authorization": f"Bearer {token}"}
+        targets = [Target(size, uuid4()) for size in sizes]
+        try:
+            async with running_services(settings, embedder=hashing, vector_index=index) as infra:
+                # -- seed ------------------------------------------------------------------
+                _log(f"seeding {total:,} entries")
+                rng = random.Random(42)
+                now = utcnow()
+                started = time.perf_counter()
+                serial = 0
+                for target in targets:
+                    target.ids = await _copy(
+                        conn, _rows(rng, org, target.agent, target.size, serial, now, args.shared_share)
+                    )
+                    serial += target.size
+                orgs = [org, *(uuid4() for _ in range(OTHER_ORGS - 1))]
+                other_ids: list[UUID] = []
+                for i in range(args.other_configs):
+                    other_ids += await _copy(
+                        conn, _rows(rng, orgs[i % OTHER_ORGS], uuid4(), args.per_other, serial, now, 0.8)
+                    )
+                    serial += args.per_other
+                await conn.execute("ANALYZE memory_entries")
+                seed_s = time.perf_counter() - started
+                _log(f"seeded in {seed_s:.1f} s; indexing vectors")
+                started = time.perf_counter()
+                all_ids = [i for t in targets for i in t.ids] + other_ids
+                indexed = 0
+                for start in range(0, len(all_ids), INDEX_BATCH):
+                    outcome = await index_entries(
+                        infra.db, hashing, index, all_ids[start : start + INDEX_BATCH]
+                    )
+                    indexed += outcome.indexed
+                vectors_s = time.perf_counter() - started
+                _log(f"{indexed:,} vectors in {vectors_s:.1f} s; building HNSW")
+                # Every row is 'indexed' now; statistics as autovacuum would have them.
+                await conn.execute("ANALYZE memory_entries")
+                started = time.perf_counter()
+                await index.build_index()
+                build_s = time.perf_counter() - started
+                stats = await index.stats()
+                results["seeding"] = {
+                    "rows": total,
+                    "rows_copy_and_analyze_s": round(seed_s, 1),
+                    "rows_per_s": round(total / seed_s),
+                    "vectors_indexed": indexed,
+                    "index_entries_s": round(vectors_s, 1),
+                    "index_entries_per_s": round(indexed / vectors_s),
+                    "hnsw_build_s": round(build_s, 1),
+                    "edge": {
+                        "points": stats.points,
+                        "shards": stats.shards,
+                        "indexed_vectors": stats.indexed_vectors,
+                        "pending_points": stats.pending_points,
+                    },
+                }
+                _log(f"HNSW built in {build_s:.1f} s: {stats}")
 
-                    # -- yardstick and recall, hashing embedder, warm cue cache ------------------
-                    results["machine"]["load_avg_before_recall"] = [round(x, 2) for x in os.getloadavg()]
-                    results["yardstick"] = {"nats_request_reply": await nats_round_trip(nc, args.rtt_samples)}
-                    cues = make_cues(args.queries, seed=1)
-                    results["recall"] = {}
-                    await warm_cue_cache(nc, headers, targets[0].agent, cues)
+                # -- yardstick and recall, hashing embedder, warm cue cache ------------------
+                results["machine"]["load_avg_before_recall"] = measure.load_average()
+                results["yardstick"] = {
+                    "nats_request_reply": await measure.nats_round_trip(nc, args.rtt_samples)
+                }
+                cues = make_cues(args.queries, seed=1)
+                results["recall"] = {}
+                await warm_cue_cache(nc, headers, targets[0].agent, cues)
+                for target in targets:
+                    row: dict[str, Any] = {}
+                    results["recall"][str(target.size)] = row
+                    for strategy in STRATEGIES:
+                        row[strategy] = await time_recall(
+                            nc,
+                            headers,
+                            target.agent,
+                            strategy,
+                            cues,
+                            warmup=20,
+                            max_seconds=args.cell_seconds,
+                        )
+                        _log(f"N={target.size:,} {strategy}: {row[strategy]}")
+                notes.append(
+                    "hashing rows: recall's cue-vector cache warmed (each cue asked once before timing), "
+                    "so semantic/hybrid use precomputed query vectors; up to 20 untimed requests "
+                    f"(3 s) per cell; a cell stops after {args.cell_seconds:g} s of timing "
+                    f"(n < {args.queries} then)"
+                )
+                results["machine"]["load_avg_after_recall"] = measure.load_average()
+                biggest = targets[-1]
+                results["stages"] = await stage_timings(
+                    infra.db, index, hashing, org, biggest.agent, cues[:100]
+                )
+                (cue_vector,) = await hashing.embed([cues[0]])
+                hits = await index.search(cue_vector, TenantFilter(org, biggest.agent, ("",)), 200)
+                hit_ids = [hit.id for hit in hits]
+                results["explain"] = {
+                    "cue": cues[0],
+                    "plans": await explain_plans(infra.db, org, biggest.agent, cues[0], hit_ids),
+                }
+                # -- embed throughput, hashing -------------------------------------------------
+                results["embed"] = {
+                    "hashing-384": {
+                        "service": await embed_throughput(
+                            nc, conn, infra.signer, org, args.embed_entries, 1, "hashing"
+                        ),
+                        "raw": raw_throughput(hashing.embed_sync, args.embed_entries, 1),
+                    }
+                }
+                _log(f"embed hashing: {results['embed']['hashing-384']}")
+                for strategy in args.profile:
+                    await profile_loop(nc, headers, biggest.agent, strategy, cues, args.profile_seconds)
+
+            # -- all-MiniLM-L6-v2: cold cues and embed throughput ------------------------------
+            if args.no_model:
+                notes.append("all-MiniLM-L6-v2 rows skipped: --no-model")
+            else:
+                minilm = MiniLMEmbedder()  # the default embedder (numpy)
+                started = time.perf_counter()
+                minilm.load()
+                load_s = time.perf_counter() - started
+                raw = raw_throughput(minilm.embed_sync, args.embed_entries, 2)
+                _log(f"MiniLM loaded in {load_s:.1f} s; raw {raw}")
+                async with running_services(settings, embedder=minilm, vector_index=index) as infra:
+                    cold = make_cues(args.queries * len(targets) * 2, seed=2)
+                    results["recall_minilm"] = {}
+                    k = 0
                     for target in targets:
-                        row: dict[str, Any] = {}
-                        results["recall"][str(target.size)] = row
-                        for strategy in STRATEGIES:
+                        row = {}
+                        results["recall_minilm"][str(target.size)] = row
+                        for strategy in ("semantic", "hybrid"):
+                            batch = cold[k : k + args.queries]
+                            k += args.queries
                             row[strategy] = await time_recall(
                                 nc,
                                 headers,
                                 target.agent,
                                 strategy,
-                                cues,
-                                warmup=20,
+                                batch,
+                                warmup=0,
                                 max_seconds=args.cell_seconds,
                             )
-                            _log(f"N={target.size:,} {strategy}: {row[strategy]}")
-                    notes.append(
-                        "hashing rows: recall's cue-vector cache warmed (each cue asked once before timing), "
-                        "so semantic/hybrid use precomputed query vectors; up to 20 untimed requests "
-                        f"(3 s) per cell; a cell stops after {args.cell_seconds:g} s of timing "
-                        f"(n < {args.queries} then)"
+                            _log(f"MiniLM N={target.size:,} {strategy}: {row[strategy]}")
+                    service = await embed_throughput(
+                        nc, conn, infra.signer, org, args.embed_entries, 2, "MiniLM"
                     )
-                    results["machine"]["load_avg_after_recall"] = [round(x, 2) for x in os.getloadavg()]
-                    biggest = targets[-1]
-                    results["stages"] = await stage_timings(
-                        infra.db, index, hashing, org, biggest.agent, cues[:100]
-                    )
-                    (cue_vector,) = await hashing.embed([cues[0]])
-                    hits = await index.search(cue_vector, TenantFilter(org, biggest.agent, ("",)), 200)
-                    hit_ids = [hit.id for hit in hits]
-                    results["explain"] = {
-                        "cue": cues[0],
-                        "plans": await explain_plans(infra.db, org, biggest.agent, cues[0], hit_ids),
+                    # The model's own throughput before and after; the better one is the yardstick.
+                    after = raw_throughput(minilm.embed_sync, args.embed_entries, 3)
+                    results["embed"]["all-MiniLM-L6-v2"] = {
+                        "model_load_s": round(load_s, 1),
+                        "service": service,
+                        "raw": max(raw, after, key=lambda r: r["texts_per_s"]),
+                        "raw_before_and_after": [raw, after],
                     }
-                    # -- embed throughput, hashing -------------------------------------------------
-                    results["embed"] = {
-                        "hashing-384": {
-                            "service": await embed_throughput(
-                                nc, conn, infra.signer, org, args.embed_entries, 1, "hashing"
-                            ),
-                            "raw": raw_throughput(hashing.embed_sync, args.embed_entries, 1),
-                        }
-                    }
-                    _log(f"embed hashing: {results['embed']['hashing-384']}")
-                    for strategy in args.profile:
-                        await profile_loop(nc, headers, biggest.agent, strategy, cues, args.profile_seconds)
-
-                # -- all-MiniLM-L6-v2: cold cues and embed throughput ------------------------------
-                if args.no_model:
-                    notes.append("all-MiniLM-L6-v2 rows skipped: --no-model")
-                else:
-                    minilm = MiniLMEmbedder()  # the default embedder (numpy)
-                    started = time.perf_counter()
-                    minilm.load()
-                    load_s = time.perf_counter() - started
-                    raw = raw_throughput(minilm.embed_sync, args.embed_entries, 2)
-                    _log(f"MiniLM loaded in {load_s:.1f} s; raw {raw}")
-                    async with running_services(settings, embedder=minilm, vector_index=index) as infra:
-                        cold = make_cues(args.queries * len(targets) * 2, seed=2)
-                        results["recall_minilm"] = {}
-                        k = 0
-                        for target in targets:
-                            row = {}
-                            results["recall_minilm"][str(target.size)] = row
-                            for strategy in ("semantic", "hybrid"):
-                                batch = cold[k : k + args.queries]
-                                k += args.queries
-                                row[strategy] = await time_recall(
-                                    nc,
-                                    headers,
-                                    target.agent,
-                                    strategy,
-                                    batch,
-                                    warmup=0,
-                                    max_seconds=args.cell_seconds,
-                                )
-                                _log(f"MiniLM N={target.size:,} {strategy}: {row[strategy]}")
-                        service = await embed_throughput(
-                            nc, conn, infra.signer, org, args.embed_entries, 2, "MiniLM"
-                        )
-                        # The model's own throughput before and after; the better one is the yardstick.
-                        after = raw_throughput(minilm.embed_sync, args.embed_entries, 3)
-                        results["embed"]["all-MiniLM-L6-v2"] = {
-                            "model_load_s": round(load_s, 1),
-                            "service": service,
-                            "raw": max(raw, after, key=lambda r: r["texts_per_s"]),
-                            "raw_before_and_after": [raw, after],
-                        }
-                        _log(f"embed MiniLM: {results['embed']['all-MiniLM-L6-v2']}")
-                    notes.append(
-                        "MiniLM rows: a second service configuration embeds every cue (cold, distinct "
-                        "cues) and searches the same index, which holds hashing vectors: MiniLM-indexing "
-                        f"{total:,} entries would take longer than the run; latency, not retrieval quality"
-                    )
-            finally:
-                await index.close()
-                await conn.close()
-                await nc.drain()
+                    _log(f"embed MiniLM: {results['embed']['all-MiniLM-L6-v2']}")
+                notes.append(
+                    "MiniLM rows: a second service configuration embeds every cue (cold, distinct "
+                    "cues) and searches the same index, which holds hashing vectors: MiniLM-indexing "
+                    f"{total:,} entries would take longer than the run; latency, not retrieval quality"
+                )
+        finally:
+            await index.close()
+            await conn.close()
+            await nc.drain()
     for embed in results["embed"].values():
         embed["ratio"] = round(embed["service"]["entries_per_s"] / embed["raw"]["texts_per_s"], 3)
     return results
@@ -772,18 +739,12 @@ def render(results: dict[str, Any]) -> str:
         f"{seed['edge']['shards']} shards)."
     )
     rows.extend(f"- {note}" for note in results["notes"])
-    machine = results["machine"]
-    rows.append(
-        f"- {machine['cpus']} CPUs; 1/5/15-min load average before / after the recall rows: "
-        f"{machine.get('load_avg_before_recall')} / {machine.get('load_avg_after_recall')}"
-    )
+    rows.append(f"- {measure.machine_note(results['machine'], suffix='recall', of='the recall rows')}")
     return "\n".join(rows)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = measure.bench_parser(__doc__, "bench-results/recall.json")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--other-configs", type=int, default=50)
     parser.add_argument("--per-other", type=int, default=1_000)
@@ -797,10 +758,4 @@ if __name__ == "__main__":
     parser.add_argument("--no-model", action="store_true", help="skip the all-MiniLM-L6-v2 part")
     parser.add_argument("--profile", nargs="*", default=[], choices=STRATEGIES, metavar="STRATEGY")
     parser.add_argument("--profile-seconds", type=float, default=15.0)
-    parser.add_argument("--out", type=Path, default=Path("bench-results/recall.json"))
-    args = parser.parse_args()
-    results = asyncio.run(main(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(render(results))
-    print(f"\n(full results: {args.out})")
+    measure.run_bench(parser, main, render)

@@ -12,44 +12,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from pydantic import SecretStr
 
-from contracts.common import Principal
 from services.runtime import running_services
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.settings import EngramSettings
-from shared.testing.servers import nats_server, throwaway_database
-from tests.bench.measure import nats_round_trip, summary
+from tests.bench import measure
 from tests.platform import session_payload
-
-KID, SECRET = "bench", "b" * 48
 
 
 async def yardstick(nc: Client, n: int) -> dict[str, Any]:
     """Bare core-NATS request-reply and JetStream publish→ack on the same server."""
 
-    rtt = await nats_round_trip(nc, n)
+    rtt = await measure.nats_round_trip(nc, n)
     payload = b"x" * 256
     js = nc.jetstream()
     await js.add_stream(name="BENCH", subjects=["bench.js"])
-    pub = []
-    for _ in range(min(n, 1000)):
-        t0 = time.perf_counter()
-        await js.publish("bench.js", payload)
-        pub.append((time.perf_counter() - t0) * 1000)
+    pub, _ = await measure.time_each(range(min(n, 1000)), lambda _: js.publish("bench.js", payload))
     await js.delete_stream("BENCH")
-    return {"nats_request_reply": rtt, "jetstream_publish_ack": summary(pub)}
+    return {"nats_request_reply": rtt, "jetstream_publish_ack": measure.summary(pub)}
 
 
 def _sessions(org: Any, agent: Any, n: int, tag: str) -> list[dict[str, Any]]:
@@ -145,7 +130,7 @@ async def throughput(
         "publish_s": round(publish_s, 3),
         "sessions_per_s": round(n / elapsed, 1),
         "lessons_per_s": round(lessons / elapsed, 1),
-        "latency_under_burst": summary(latency),
+        "latency_under_burst": measure.summary(latency),
     }
 
 
@@ -163,47 +148,36 @@ async def steady(
         sent.append(await _publish(nc, token, payload))
     await _wait_for(watcher, [s["session_id"] for s in sessions], timeout=120)
     latency = [(watcher.first[s["session_id"]] - t) * 1000 for s, t in zip(sessions, sent, strict=True)]
-    return {"rate_per_s": rate, "sessions": len(sessions), "latency": summary(latency)}
+    return {"rate_per_s": rate, "sessions": len(sessions), "latency": measure.summary(latency)}
+
+
+async def uncapped(nc: Client, token: str, agent: Any, timeout: float) -> None:
+    """Raise the agent config's entry cap, so pruning does not interfere with counting."""
+    config = {"retention": {"max_entries": 1_000_000}}
+    await nc.request(
+        "engram.config.put",
+        json.dumps({"agent_config_id": str(agent), "config": config}).encode(),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=timeout,
+    )
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        async with (
-            nats_server(Path(tmp) / "nats") as server,
-            throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url,
-        ):
-            settings = EngramSettings(
-                nats_url=server.url,
-                database_url=db_url,
-                data_dir=Path(tmp) / "data",
-                token_keys=SecretStr(f"{KID}={SECRET}"),
-                _env_file=None,
-            )  # type: ignore[call-arg]
-            nc = await nats.connect(server.url)
-            results: dict[str, Any] = {
-                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}
-            }
-            results["yardstick"] = await yardstick(nc, args.rtt_samples)
-            async with running_services(settings):
-                org, agent = uuid4(), uuid4()
-                token = TokenService({KID: SECRET}).mint(
-                    org_id=org, principal=Principal(kind="service", id="b"), permissions=ALL_PERMISSIONS
-                )
-                # Raise the cap so pruning does not interfere with counting.
-                await nc.request(
-                    "engram.config.put",
-                    json.dumps(
-                        {"agent_config_id": str(agent), "config": {"retention": {"max_entries": 1_000_000}}}
-                    ).encode(),
-                    headers={"Authorization": f"Bearer {token}"},
-                    timeout=5,
-                )
-                watcher = WrittenWatcher()
-                await nc.subscribe("engram.memory.written", cb=watcher.on_message)
-                await throughput(nc, token, org, agent, 100, watcher)  # warm-up
-                results["steady"] = await steady(nc, token, org, agent, args.rate, args.seconds, watcher)
-                results["burst"] = await throughput(nc, token, org, agent, args.sessions, watcher)
-            await nc.drain()
+    # The default embedder (all-MiniLM-L6-v2), as `engram up` runs: it shares the cores.
+    async with measure.running_stack() as stack:
+        nc = await nats.connect(stack.nats.url)
+        results: dict[str, Any] = {"machine": measure.machine()}
+        results["yardstick"] = await yardstick(nc, args.rtt_samples)
+        async with running_services(stack.settings):
+            org, agent = uuid4(), uuid4()
+            token = measure.bench_token(org, "service:b")
+            await uncapped(nc, token, agent, timeout=5)
+            watcher = WrittenWatcher()
+            await nc.subscribe("engram.memory.written", cb=watcher.on_message)
+            await throughput(nc, token, org, agent, 100, watcher)  # warm-up
+            results["steady"] = await steady(nc, token, org, agent, args.rate, args.seconds, watcher)
+            results["burst"] = await throughput(nc, token, org, agent, args.sessions, watcher)
+        await nc.drain()
     return results
 
 
@@ -227,15 +201,9 @@ def render(results: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = measure.bench_parser(__doc__, "bench-results/write_path.json")
     parser.add_argument("--sessions", type=int, default=2000)
     parser.add_argument("--rate", type=float, default=20.0, help="steady-state sessions per second")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rtt-samples", type=int, default=5000)
-    parser.add_argument("--out", type=Path, default=Path("bench-results/write_path.json"))
-    args = parser.parse_args()
-    results = asyncio.run(main(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(render(results))
-    print(f"\n(full results: {args.out})")
+    measure.run_bench(parser, main, render)
