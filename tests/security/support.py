@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 import jwt
@@ -25,6 +25,9 @@ from shared.auth import TokenService
 from shared.db.engine import Database
 from shared.db.models import AUDIT_LOG, ENTRIES, ERASURES, RECALLS
 from tests.platform import request
+
+if TYPE_CHECKING:
+    from tests.security.transport import Interface
 
 __all__ = [
     "LINES",
@@ -204,6 +207,30 @@ class Tally:
     def problem(self, what: str) -> None:
         if len(self.problems) < 200:
             self.problems.append(what)
+
+    def conclude(
+        self,
+        *,
+        interface: Interface | None = None,
+        snapshots: tuple[Any, Any] | None = None,
+        **extra: Any,
+    ) -> None:
+        """Report the attack — its requests, ``extra`` counts, wrong acceptances, whether the
+        victim's rows changed (``snapshots``: before and after), codes, problems and what the
+        interface itself found — then assert that nothing got through."""
+        changed = snapshots is not None and snapshots[0] != snapshots[1]
+        report(
+            self.name,
+            requests=self.requests,
+            **extra,
+            wrong_acceptances=len(self.problems),
+            **({"foreign_writes": int(changed)} if snapshots is not None else {}),
+            codes=dict(self.codes),
+            problems=self.problems,
+            **(interface.counts() if interface is not None else {}),
+        )
+        assert self.problems == []
+        assert not changed, "the attack changed the victim's rows"
 
 
 def report(name: str, **counts: Any) -> str:

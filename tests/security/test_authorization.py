@@ -1,9 +1,11 @@
 """Inside one organization (SPEC 3, 7.3): an end user never writes the shared pool or reads another
 user; an actor without ``memory.admin`` never manages, deletes, purges or exports another actor's
-memory; and an end-user token that carries ``memory.admin`` still acts only on its own memory."""
+memory; and an end-user token that carries ``memory.admin`` still acts only on its own memory.
+Every case runs over every interface (``interface``: NATS, and the HTTP gateway)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -15,8 +17,9 @@ from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.infra import Infra
-from tests.platform import eventually, request
+from tests.platform import eventually
 from tests.security.support import Tally, count_rows, error_code, mint, report, save
+from tests.security.transport import Interface
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +81,7 @@ def _manage_body(agent: UUID, entry: str, op: str, own: str) -> dict[str, Any]:
 
 
 async def _probe_foreign(
-    nc: Client,
+    send: Interface,
     tally: Tally,
     token: str,
     agent: UUID,
@@ -95,7 +98,7 @@ async def _probe_foreign(
     p = {"principal": principal} if principal is not None else {}
 
     async def expect(subject: str, body: dict[str, Any], code: str) -> None:
-        reply = await request(nc, subject, {**body, **p}, token)
+        reply = await send(subject, {**body, **p}, token)
         got = tally.note(reply)
         if got != code:
             tally.problem(f"{who}: {subject} {body} -> {got or reply} (expected {code})")
@@ -111,9 +114,7 @@ async def _probe_foreign(
         )
         for op in OPS:
             await expect("engram.memory.manage", _manage_body(agent, entry, op, own), "NOT_FOUND")
-        expanded = await request(
-            nc, "engram.recall.expand", {"agent_config_id": a, "ids": [entry], **p}, token
-        )
+        expanded = await send("engram.recall.expand", {"agent_config_id": a, "ids": [entry], **p}, token)
         tally.note(expanded)
         if expanded.get("results") != [] or expanded.get("not_found") != [entry]:
             tally.problem(f"{who}: expand disclosed {entry}: {expanded}")
@@ -129,28 +130,25 @@ async def _probe_foreign(
         await expect("engram.memory.manage", body, "FORBIDDEN")
     # What the caller may see: only its own (and, for actors, the shared pool).
     for strategy in STRATEGIES:
-        reply = await request(
-            nc, "engram.recall", {"agent_config_id": a, "strategy": strategy, "cue": "likes the", **p}, token
+        reply = await send(
+            "engram.recall", {"agent_config_id": a, "strategy": strategy, "cue": "likes the", **p}, token
         )
         tally.note(reply)
         leaked = [r["id"] for r in reply.get("results", []) if r["id"] in foreign_ids]
         if error_code(reply) or leaked:
             tally.problem(f"{who}: recall {strategy} -> {error_code(reply)} leaked={leaked}")
-    listed = await request(nc, "engram.memory.list", {"agent_config_id": a, **p}, token)
+    listed = await send("engram.memory.list", {"agent_config_id": a, **p}, token)
     tally.note(listed)
     if error_code(listed) or any(e["id"] in foreign_ids for e in listed["entries"]):
         tally.problem(f"{who}: list without actor_ref showed foreign entries: {listed}")
-    own_list = await request(
-        nc, "engram.memory.list", {"agent_config_id": a, "actor_ref": own_ref, **p}, token
-    )
+    own_list = await send("engram.memory.list", {"agent_config_id": a, "actor_ref": own_ref, **p}, token)
     tally.note(own_list)
     if error_code(own_list) or not own_list["entries"]:
         tally.problem(f"{who}: could not list its own memory: {own_list}")
 
 
 async def test_end_users_and_non_admin_actors_stay_in_their_own_memory(
-    engram: Infra,
-    nc: Client,
+    interface: Interface,
     db: Database,
     tokens: TokenService,
     org: UUID,
@@ -158,7 +156,7 @@ async def test_end_users_and_non_admin_actors_stay_in_their_own_memory(
     service_token: str,
     memory: dict[str, list[str]],
 ) -> None:
-    tally = Tally("authorization")
+    tally = Tally(interface.label("authorization"))
     others = ("end_user:bob", "actor:dave", "")
     before = await _rows_of(db, org, others)
     alice_rw = mint(tokens, org, "end_user:alice", {"memory.read", "memory.write", "memory.purge"})
@@ -172,7 +170,7 @@ async def test_end_users_and_non_admin_actors_stay_in_their_own_memory(
         ("service_for_alice", service_token, ALICE),
     ):
         await _probe_foreign(
-            nc,
+            interface,
             tally,
             token,
             agent,
@@ -184,7 +182,7 @@ async def test_end_users_and_non_admin_actors_stay_in_their_own_memory(
             principal=principal,
         )
     await _probe_foreign(
-        nc,
+        interface,
         tally,
         carol,
         agent,
@@ -196,7 +194,7 @@ async def test_end_users_and_non_admin_actors_stay_in_their_own_memory(
     )
 
     async def expect(token: str, subject: str, body: dict[str, Any], code: str, who: str) -> None:
-        reply = await request(nc, subject, body, token)
+        reply = await interface(subject, body, token)
         if (tally.note(reply) or "OK") != code:
             tally.problem(f"{who}: {subject} {body} -> {reply} (expected {code})")
 
@@ -225,23 +223,11 @@ async def test_end_users_and_non_admin_actors_stay_in_their_own_memory(
         alice_rw, "engram.memory.prune", {"agent_config_id": a, "max_entries": 0}, "FORBIDDEN", "end_user"
     )
 
-    after = await _rows_of(db, org, others)
-    problems = tally.problems
-    report(
-        "authorization",
-        requests=tally.requests,
-        wrong_acceptances=len(problems),
-        foreign_writes=int(before != after),
-        codes=dict(tally.codes),
-        problems=problems,
-    )
-    assert problems == []
-    assert before == after
+    tally.conclude(interface=interface, snapshots=(before, await _rows_of(db, org, others)))
 
 
 async def test_end_user_token_with_admin_cannot_prune_other_owners(
-    engram: Infra,
-    nc: Client,
+    interface: Interface,
     db: Database,
     tokens: TokenService,
     org: UUID,
@@ -251,18 +237,23 @@ async def test_end_user_token_with_admin_cannot_prune_other_owners(
     alice_admin = mint(tokens, org, "end_user:alice", ALL_PERMISSIONS)
     others = ("end_user:bob", "actor:dave", "actor:carol", "")
     before = await _rows_of(db, org, others)
-    reply = await request(
-        nc, "engram.memory.prune", {"agent_config_id": str(agent), "max_entries": 0}, alice_admin
+    reply = await interface(
+        "engram.memory.prune", {"agent_config_id": str(agent), "max_entries": 0}, alice_admin
     )
     after = await _rows_of(db, org, others)
-    report("end-user-admin-prune", requests=1, reply=reply, foreign_rows_deleted=len(before) - len(after))
+    report(
+        interface.label("end-user-admin-prune"),
+        requests=1,
+        reply=reply,
+        foreign_rows_deleted=len(before) - len(after),
+        **interface.counts(),
+    )
     assert error_code(reply) == "FORBIDDEN"
     assert before == after
 
 
 async def test_end_user_token_with_admin_cannot_read_others_audit_or_change_config(
-    engram: Infra,
-    nc: Client,
+    interface: Interface,
     tokens: TokenService,
     org: UUID,
     agent: UUID,
@@ -272,39 +263,52 @@ async def test_end_user_token_with_admin_cannot_read_others_audit_or_change_conf
     other owners' memory. The audit trail (who recalled which ids) and the shared config are other
     owners' business too."""
     alice_admin = mint(tokens, org, "end_user:alice", ALL_PERMISSIONS)
-    audit = await request(nc, "engram.audit.query", {"limit": 1000}, alice_admin)
+    audit = await interface("engram.audit.query", {"limit": 1000}, alice_admin)
     others = set(memory["bob"] + memory["dave"] + memory["carol"] + memory["shared"])
     foreign = [r for r in audit.get("records", []) if others & set(r["entry_ids"])]
-    config = await request(
-        nc, "engram.config.put", {"agent_config_id": str(agent), "config": {"top_k": 1}}, alice_admin
+    config = await interface(
+        "engram.config.put", {"agent_config_id": str(agent), "config": {"top_k": 1}}, alice_admin
     )
     report(
-        "end-user-admin-audit-config",
+        interface.label("end-user-admin-audit-config"),
         requests=2,
         audit_code=error_code(audit) or "OK",
         audit_records_about_other_owners=len(foreign),
         config_put_code=error_code(config) or "OK",
+        **interface.counts(),
     )
     assert foreign == []
     assert error_code(config) == "FORBIDDEN"
 
 
+@dataclass(frozen=True)
+class Restricted:
+    """A service token of ``org`` restricted to ``agent``, and another agent config of the same
+    organization with memory of its own."""
+
+    token: str
+    other: UUID
+    other_ids: list[str]
+
+
+@pytest.fixture
+async def restricted(
+    nc: Client, tokens: TokenService, org: UUID, agent: UUID, service_token: str, memory: dict[str, list[str]]
+) -> Restricted:
+    other = uuid4()
+    other_ids = await save(nc, service_token, other, ["Other workload's secret."], ALICE)
+    return Restricted(
+        mint(tokens, org, "service:runner", ALL_PERMISSIONS, agent_config_id=agent), other, other_ids
+    )
+
+
 async def test_agent_config_restricted_token_stays_in_its_agent_config(
-    engram: Infra,
-    nc: Client,
-    tokens: TokenService,
-    org: UUID,
-    agent: UUID,
-    service_token: str,
-    memory: dict[str, list[str]],
+    interface: Interface, restricted: Restricted
 ) -> None:
     """A token restricted to one agent config (SPEC 8) reaches no other agent config of its own
     organization: refused when it names one, its own only when it names none."""
-    other = uuid4()
-    other_ids = await save(nc, service_token, other, ["Other workload's secret."], ALICE)
-    restricted = mint(tokens, org, "service:runner", ALL_PERMISSIONS, agent_config_id=agent)
-    tally = Tally("agent-config-restriction")
-    o = str(other)
+    tally = Tally(interface.label("agent-config-restriction"))
+    o, other_ids = str(restricted.other), restricted.other_ids
     refused: list[tuple[str, dict[str, Any]]] = [
         ("engram.recall", {"agent_config_id": o, "principal": ALICE}),
         ("engram.recall.expand", {"agent_config_id": o, "principal": ALICE, "ids": other_ids}),
@@ -321,7 +325,7 @@ async def test_agent_config_restricted_token_stays_in_its_agent_config(
         ("engram.config.put", {"agent_config_id": o, "config": {"top_k": 1}}),
     ]
     for subject, body in refused:
-        reply = await request(nc, subject, body, restricted)
+        reply = await interface(subject, body, restricted.token)
         if tally.note(reply) != "FORBIDDEN":
             tally.problem(f"{subject} on another agent config -> {reply}")
     # Naming no agent config means the token's own: nothing of the other one comes back.
@@ -329,40 +333,29 @@ async def test_agent_config_restricted_token_stays_in_its_agent_config(
         ("engram.memory.export", {"actor_ref": "end_user:alice"}),
         ("engram.memory.purge", {"actor_ref": "end_user:bob"}),
     ):
-        reply = await request(nc, subject, body, restricted)
+        reply = await interface(subject, body, restricted.token)
         tally.note(reply)
         if any(i in str(reply) for i in other_ids):
             tally.problem(f"{subject} without agent config disclosed the other agent config's ids")
-    report(
-        "agent-config-restriction",
-        requests=tally.requests,
-        wrong_acceptances=len(tally.problems),
-        problems=tally.problems,
-    )
-    assert tally.problems == []
+    tally.conclude(interface=interface)
 
 
 async def test_agent_config_restricted_token_reads_only_its_agent_configs_audit(
-    engram: Infra,
-    nc: Client,
-    tokens: TokenService,
-    org: UUID,
-    agent: UUID,
-    service_token: str,
-    memory: dict[str, list[str]],
+    interface: Interface, restricted: Restricted
 ) -> None:
-    other = uuid4()
-    other_ids = await save(nc, service_token, other, ["Other workload's secret."], ALICE)
-    restricted = mint(tokens, org, "service:runner", ALL_PERMISSIONS, agent_config_id=agent)
-    named = await request(nc, "engram.audit.query", {"agent_config_id": str(other)}, restricted)
-    unnamed = await request(nc, "engram.audit.query", {"limit": 1000}, restricted)
-    leaked = [r for r in unnamed.get("records", []) if set(other_ids) & set(r["entry_ids"])]
+    named = await interface(
+        "engram.audit.query", {"agent_config_id": str(restricted.other)}, restricted.token
+    )
+    unnamed = await interface("engram.audit.query", {"limit": 1000}, restricted.token)
+    other_ids = set(restricted.other_ids)
+    leaked = [r for r in unnamed.get("records", []) if other_ids & set(r["entry_ids"])]
     report(
-        "agent-config-restriction-audit",
+        interface.label("agent-config-restriction-audit"),
         requests=2,
         named_code=error_code(named) or "OK",
         named_records=len(named.get("records", [])),
         unnamed_records_of_other_agent_config=len(leaked),
+        **interface.counts(),
     )
     assert error_code(named) == "FORBIDDEN"
     assert leaked == []

@@ -18,11 +18,10 @@ from sqlalchemy import select
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
 from shared.db.models import AUDIT_LOG, ENTRIES, RECALLS
-from shared.infra import Infra
 from shared.ports import Embedder, TenantFilter, VectorIndex
 from tests.platform import eventually, request
 from tests.security.support import Tally, count_rows, mint, org_snapshot, report, rng, save
-from tests.security.transport import Send, over_nats
+from tests.security.transport import Interface
 
 pytestmark = pytest.mark.integration
 
@@ -251,27 +250,16 @@ class Attack:
 
 
 async def test_organization_a_never_sees_or_touches_organization_b(
-    engram: Infra,
+    interface: Interface,
     nc: Client,
     db: Database,
     tokens: TokenService,
     embedder: Embedder,
     vector_index: VectorIndex,
 ) -> None:
-    await attack_across_tenants(over_nats(nc), nc, db, tokens, embedder, vector_index, "cross-tenant")
-
-
-async def attack_across_tenants(
-    send: Send,
-    nc: Client,
-    db: Database,
-    tokens: TokenService,
-    embedder: Embedder,
-    vector_index: VectorIndex,
-    name: str,
-) -> None:
-    """The attack, through ``send`` (NATS here, the HTTP gateway in test_http.py); the victim's
-    memory is written over NATS either way. Reported as ``name``."""
+    """The attack, through ``interface`` (NATS, the HTTP gateway); the victim's memory is written
+    over NATS either way."""
+    name = interface.label("cross-tenant")
     org_a, org_b, agent_a, agent_b = uuid4(), uuid4(), uuid4(), uuid4()
     svc_b = mint(tokens, org_b, "service:runner", ALL_PERMISSIONS)
     svc_a = mint(tokens, org_a, "service:runner", ALL_PERMISSIONS)
@@ -320,7 +308,7 @@ async def attack_across_tenants(
     per_subject: dict[str, Counter[str]] = {s: Counter() for s in SUBJECTS}
 
     async def attempt(subject: str, token_name: str, body: dict[str, Any]) -> None:
-        reply = await send(subject, body, attackers[token_name])
+        reply = await interface(subject, body, attackers[token_name])
         code = tally.note(reply)
         per_subject[subject][code or "OK"] += 1
         if code == "INTERNAL":
@@ -398,6 +386,7 @@ async def attack_across_tenants(
     foreign_writes += int(vectors_before != vectors_after)
     report(
         name,
+        **interface.counts(),
         requests=tally.requests,
         leaks=len(leaks),
         foreign_writes=foreign_writes,

@@ -21,7 +21,7 @@ from shared.db.models import ENTRIES
 from shared.infra import Infra
 from tests.platform import eventually, request
 from tests.security.support import Tally, count_rows, error_code, mint, report, save
-from tests.security.transport import Send, over_nats
+from tests.security.transport import Interface
 from tests.unit.injection_corpus import ATTACKS, BENIGN
 
 pytestmark = pytest.mark.integration
@@ -54,29 +54,18 @@ async def _stored(db: Database, org: UUID) -> list[Any]:
 
 
 async def test_injection_text_never_reaches_a_context(
-    engram: Infra,
+    interface: Interface,
     nc: Client,
     db: Database,
     tokens: TokenService,
     org: UUID,
     agent: UUID,
     service_token: str,
-) -> None:
-    await recall_injections(over_nats(nc), nc, db, tokens, org, agent, service_token, "injection")
-
-
-async def recall_injections(
-    send: Send,
-    nc: Client,
-    db: Database,
-    tokens: TokenService,
-    org: UUID,
-    agent: UUID,
-    service_token: str,
-    name: str,
 ) -> None:
     """The attacks are saved over NATS, then recalled, expanded, listed and fetched through
-    ``send`` (NATS here, the HTTP gateway in test_http.py). Reported as ``name``."""
+    ``interface`` (NATS, the HTTP gateway): injection text never leaves the placeholder inside the
+    ``<engram-memory>`` block."""
+    name = interface.label("injection")
     ids = await save(nc, service_token, agent, list(ATTACKS), ALICE)
     assert len(ids) == len(ATTACKS)
 
@@ -118,33 +107,35 @@ async def recall_injections(
                     }
                     if budget is not None:
                         body["token_budget"] = budget
-                    reply = await send("engram.recall", body, alice)
+                    reply = await interface("engram.recall", body, alice)
                     tally.note(reply)
                     returned += len(reply.get("results", []))
                     check_context(f"recall {strategy}/{fmt}/{budget}/{cue!r}", reply)
-    expanded = await send("engram.recall.expand", {"agent_config_id": str(agent), "ids": ids[:20]}, alice)
+    expanded = await interface(
+        "engram.recall.expand", {"agent_config_id": str(agent), "ids": ids[:20]}, alice
+    )
     tally.note(expanded)
     for r in expanded["results"]:
         if r["text"] != QUARANTINE_PLACEHOLDER or not r["quarantined"]:
             tally.problem(f"expand: {r['text'][:80]!r}")
     # Inspection without memory.admin shows the placeholder, listed or fetched one by one.
-    listed = await send("engram.memory.list", {"agent_config_id": str(agent), "page_size": 100}, alice)
+    listed = await interface("engram.memory.list", {"agent_config_id": str(agent), "page_size": 100}, alice)
     tally.note(listed)
     for e in listed["entries"]:
         if e["text"] != LIST_PLACEHOLDER or not e["quarantined"]:
             tally.problem(f"list: {e['text'][:80]!r}")
     for entry in ids:
-        got = await send("engram.memory.get", {"agent_config_id": str(agent), "entry_id": entry}, alice)
+        got = await interface("engram.memory.get", {"agent_config_id": str(agent), "entry_id": entry}, alice)
         tally.note(got)
         if error_code(got) or got["entry"]["text"] != LIST_PLACEHOLDER:
             tally.problem(f"get {entry}: {str(got)[:120]}")
     # An operator reviewing quarantine does see the text (that is what review is for): a service
     # token with memory.admin acting for no end user. Acting *for* alice it is alice, and sees
     # the placeholder like her.
-    admin_view = await send(
+    admin_view = await interface(
         "engram.memory.get", {"agent_config_id": str(agent), "entry_id": ids[0]}, service_token
     )
-    as_alice = await send(
+    as_alice = await interface(
         "engram.memory.get",
         {"agent_config_id": str(agent), "entry_id": ids[0], "principal": ALICE},
         service_token,
@@ -153,6 +144,7 @@ async def recall_injections(
         tally.problem("get for alice through a service token showed quarantined text")
     report(
         name,
+        **interface.counts(),
         requests=tally.requests,
         attacks=len(ATTACKS),
         not_quarantined_at_write=len(not_quarantined),

@@ -13,12 +13,11 @@ import pytest
 from nats.aio.client import Client
 
 from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.infra import Infra
 from shared.page_tokens import PageTokens
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.platform import request
 from tests.security.support import Tally, b64url, error_code, mint, report, save, unb64url
-from tests.security.transport import Send, over_nats
+from tests.security.transport import Interface
 
 pytestmark = pytest.mark.integration
 
@@ -92,21 +91,17 @@ def decodes_same(original: str, candidate: str) -> bool:
 
 
 async def test_tampered_page_tokens_are_refused(
-    engram: Infra,
+    interface: Interface,
     nc: Client,
     tokens: TokenService,
     org: UUID,
     agent: UUID,
     service_token: str,
 ) -> None:
-    await tamper_with_page_tokens(over_nats(nc), nc, tokens, org, agent, service_token, "page-tokens")
-
-
-async def tamper_with_page_tokens(
-    send: Send, nc: Client, tokens: TokenService, org: UUID, agent: UUID, service_token: str, name: str
-) -> None:
-    """The tampering, sent through ``send`` (NATS here, the HTTP gateway in test_http.py); the
-    memory, the honest tokens and the controls go over NATS either way. Reported as ``name``."""
+    """The tampering, sent through ``interface`` (NATS; over HTTP through GET /v1/memories and
+    GET /v1/export with ?page_token=…); the memory, the honest tokens and the controls go over
+    NATS either way."""
+    name = interface.label("page-tokens")
     await save(nc, service_token, agent, [f"alice fact {i}" for i in range(8)], ALICE)
     await save(nc, service_token, agent, [f"bob fact {i}" for i in range(8)], BOB)
     alice = mint(tokens, org, "end_user:alice", {"memory.read"})
@@ -151,7 +146,7 @@ async def tamper_with_page_tokens(
     async def refuse(
         category: str, subject: str, body: dict[str, Any], token: str, original: str | None
     ) -> None:
-        reply = await send(subject, body, token)
+        reply = await interface(subject, body, token)
         code = tally.note(reply)
         categories[category] = categories.get(category, 0) + 1
         # Another organization's caller naming this agent config is refused before its token is
@@ -276,6 +271,7 @@ async def tamper_with_page_tokens(
 
     report(
         name,
+        **interface.counts(),
         requests=tally.requests,
         wrong_acceptances=len(tally.problems),
         non_canonical_base64_accepted=len(benign),

@@ -1,5 +1,7 @@
 """Forged, expired, other-organization and permission-less bearer tokens on every request subject,
-and forged tokens on ``engram.session.ended`` (dead-lettered, never distilled). SPEC 8 and 9."""
+and forged tokens on ``engram.session.ended`` (dead-lettered, never distilled), each case over
+every interface (``interface``: NATS, and the HTTP gateway, where an error must also carry its
+envelope's status and a forged session is taken in, then refused by ingest). SPEC 8 and 9."""
 
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ from nats.aio.client import Client
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from sqlalchemy import select
 
+from contracts.operations import OPERATIONS
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
 from shared.db.models import AUDIT_LOG, ENTRIES
 from shared.infra import Infra
 from tests.conftest import TEST_KID, TEST_SECRET
-from tests.platform import eventually, publish_session, request, session_payload
+from tests.platform import eventually, session_payload
 from tests.security.support import (
     Tally,
     claims_for,
@@ -31,27 +34,13 @@ from tests.security.support import (
     report,
     save,
 )
+from tests.security.transport import Interface
 
 pytestmark = pytest.mark.integration
 
 ALICE = {"kind": "end_user", "id": "alice"}
-SUBJECTS = (
-    "engram.memory.save",
-    "engram.recall",
-    "engram.recall.expand",
-    "engram.memory.feedback",
-    "engram.memory.list",
-    "engram.memory.get",
-    "engram.memory.delete",
-    "engram.memory.purge",
-    "engram.memory.prune",
-    "engram.memory.manage",
-    "engram.memory.export",
-    "engram.config.get",
-    "engram.config.put",
-    "engram.audit.query",
-    "engram.audit.verify",
-)
+#: Every request-reply subject of the operation table.
+SUBJECTS = tuple(op.subject for op in OPERATIONS)
 
 
 def bodies(agent: UUID, entry: str, *, principal: dict[str, Any] | None = ALICE) -> dict[str, dict[str, Any]]:
@@ -74,12 +63,9 @@ def bodies(agent: UUID, entry: str, *, principal: dict[str, Any] | None = ALICE)
         "engram.config.put": {"agent_config_id": a, "config": {"top_k": 3, "memory_enabled": False}},
         "engram.audit.query": {"limit": 1000},
         "engram.audit.verify": {},
+        "engram.ops.dead_letters": {"limit": 10},
+        "engram.ops.lag": {},
     }
-
-
-async def raw_request(nc: Client, subject: str, body: dict[str, Any], headers: dict[str, str] | None) -> Any:
-    reply = await nc.request(subject, json.dumps(body).encode(), timeout=10, headers=headers)
-    return json.loads(reply.data)
 
 
 def leaks_org(reply: dict[str, Any], org: UUID, ids: list[str]) -> bool:
@@ -110,45 +96,40 @@ async def _all_ids(db: Database, org: UUID) -> list[UUID]:
 
 
 async def test_forged_and_expired_tokens_are_unauthenticated_on_every_subject(
-    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, victim: dict[str, Any]
+    interface: Interface, db: Database, org: UUID, agent: UUID, victim: dict[str, Any]
 ) -> None:
+    """Every forged or expired bearer token, and malformed Authorization headers: UNAUTHENTICATED
+    (401 over HTTP), nothing of the victim in the reply, nothing of the victim changed."""
     before = await org_snapshot(db, org)
-    tally = Tally("forged-tokens")
+    tally = Tally(interface.label("forged-tokens"))
     forged = forge(org, TEST_KID, TEST_SECRET)
     per_subject = bodies(agent, victim["ids"][0])
-    header_variants: dict[str, dict[str, str] | None] = {
-        "no_header": None,
+    header_variants: dict[str, dict[str, str]] = {
+        "no_header": {},
         "empty_bearer": {"Authorization": "Bearer "},
         "basic_scheme": {"Authorization": f"Basic {forged['wrong_key_same_kid']}"},
         "no_scheme": {"Authorization": forged["expired"]},
+        "bearer_twice": {"Authorization": f"Bearer Bearer {forged['expired']}"},
         **{name: {"Authorization": f"Bearer {token}"} for name, token in forged.items()},
     }
     for subject in SUBJECTS:
-        for name, headers in header_variants.items():
-            reply = await raw_request(nc, subject, per_subject[subject], headers)
+        for variant, headers in header_variants.items():
+            reply = await interface.with_headers(subject, per_subject[subject], headers)
             code = tally.note(reply)
             if code != "UNAUTHENTICATED":
-                tally.problem(f"{subject} {name}: {code or reply}")
+                tally.problem(f"{subject} {variant}: {code or reply}")
             if leaks_org(reply, org, victim["all_ids"]):
-                tally.problem(f"{subject} {name}: reply names the victim's data")
-    after = await org_snapshot(db, org)
-    report(
-        "forged-tokens",
-        requests=tally.requests,
+                tally.problem(f"{subject} {variant}: reply names the victim's data")
+    tally.conclude(
+        interface=interface,
+        snapshots=(before, await org_snapshot(db, org)),
         variants=len(header_variants),
         subjects=len(SUBJECTS),
-        wrong_acceptances=len(tally.problems),
-        foreign_writes=int(before != after),
-        codes=dict(tally.codes),
-        problems=tally.problems,
     )
-    assert tally.problems == []
-    assert before == after
 
 
 async def test_permissionless_tokens_are_forbidden_on_every_subject(
-    engram: Infra,
-    nc: Client,
+    interface: Interface,
     db: Database,
     tokens: TokenService,
     org: UUID,
@@ -156,9 +137,10 @@ async def test_permissionless_tokens_are_forbidden_on_every_subject(
     victim: dict[str, Any],
 ) -> None:
     """Valid signatures, no usable permission: the empty set, and permission strings that are not
-    the exact names (wildcards, case, whitespace, a string instead of a list)."""
+    the exact names (wildcards, case, whitespace, a string instead of a list): FORBIDDEN (403),
+    UNAUTHENTICATED where the perms claim is not a list, which makes the token itself invalid."""
     before = await org_snapshot(db, org)
-    tally = Tally("permissionless-tokens")
+    tally = Tally(interface.label("permissionless-tokens"))
     made: dict[str, tuple[str, dict[str, Any] | None]] = {
         "service_no_perms": (mint(tokens, org, "service:runner", set()), ALICE),
         "end_user_no_perms": (mint(tokens, org, "end_user:alice", set()), None),
@@ -179,54 +161,36 @@ async def test_permissionless_tokens_are_forbidden_on_every_subject(
             jwt.encode(claims, TEST_SECRET, algorithm="HS256", headers={"kid": TEST_KID}),
             ALICE,
         )
-    for name, (token, principal) in made.items():
+    for label, (token, principal) in made.items():
         per_subject = bodies(agent, victim["ids"][0], principal=principal)
         for subject in SUBJECTS:
-            reply = await request(nc, subject, per_subject[subject], token)
+            reply = await interface(subject, per_subject[subject], token)
             code = tally.note(reply)
             # A perms claim that is not a list of strings makes the token itself invalid.
-            expected = "UNAUTHENTICATED" if name == "service_string_not_list" else "FORBIDDEN"
+            expected = "UNAUTHENTICATED" if label == "service_string_not_list" else "FORBIDDEN"
             if code != expected:
-                tally.problem(f"{subject} {name}: {code or reply}")
-    after = await org_snapshot(db, org)
-    report(
-        "permissionless-tokens",
-        requests=tally.requests,
-        tokens=len(made),
-        wrong_acceptances=len(tally.problems),
-        foreign_writes=int(before != after),
-        codes=dict(tally.codes),
-        problems=tally.problems,
-    )
-    assert tally.problems == []
-    assert before == after
+                tally.problem(f"{subject} {label}: {code or reply}")
+    tally.conclude(interface=interface, snapshots=(before, await org_snapshot(db, org)), tokens=len(made))
 
 
 async def test_permissions_given_as_an_object_grant_nothing(
-    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, victim: dict[str, Any]
+    interface: Interface, org: UUID, agent: UUID, victim: dict[str, Any]
 ) -> None:
     """A token whose ``perms`` claim is an object (``{"memory.admin": false}``: a map of flags, as
     another token issuer might write it) must not be read as a list of its keys."""
     claims = {**claims_for(org), "perms": {"memory.admin": False, "memory.purge": False}}
     token = jwt.encode(claims, TEST_SECRET, algorithm="HS256", headers={"kid": TEST_KID})
-    tally = Tally("perms-object")
+    tally = Tally(interface.label("perms-object"))
     per_subject = bodies(agent, victim["ids"][0])
     for subject in ("engram.audit.query", "engram.config.put", "engram.memory.prune"):
-        reply = await request(nc, subject, per_subject[subject], token)
+        reply = await interface(subject, per_subject[subject], token)
         if tally.note(reply) not in ("FORBIDDEN", "UNAUTHENTICATED"):
             tally.problem(f"{subject}: accepted")
-    report(
-        "perms-object",
-        requests=tally.requests,
-        wrong_acceptances=len(tally.problems),
-        problems=tally.problems,
-    )
-    assert tally.problems == []
+    tally.conclude(interface=interface)
 
 
 async def test_other_organization_tokens_never_reach_this_organization(
-    engram: Infra,
-    nc: Client,
+    interface: Interface,
     db: Database,
     tokens: TokenService,
     org: UUID,
@@ -237,7 +201,7 @@ async def test_other_organization_tokens_never_reach_this_organization(
     agent config, entry ids and owners: refused (FORBIDDEN / NOT_FOUND) or answered from its own,
     empty organization — never with this organization's data, and nothing here changes."""
     before = await org_snapshot(db, org)
-    tally = Tally("other-org-tokens")
+    tally = Tally(interface.label("other-org-tokens"))
     other = uuid4()
     by_subject: dict[str, dict[str, int]] = {}
     refs = ["service:runner", "actor:carol", "end_user:alice"]
@@ -248,7 +212,7 @@ async def test_other_organization_tokens_never_reach_this_organization(
         per_subject = bodies(agent, victim["ids"][0], principal=principal)
         for subject in SUBJECTS:
             for tok in (token, restricted):
-                reply = await request(nc, subject, per_subject[subject], tok)
+                reply = await interface(subject, per_subject[subject], tok)
                 code = tally.note(reply) or "OK"
                 by_subject.setdefault(subject, {}).setdefault(code, 0)
                 by_subject[subject][code] += 1
@@ -258,18 +222,12 @@ async def test_other_organization_tokens_never_reach_this_organization(
                     tally.problem(f"{subject} {ref}: reply names the victim's data: {reply}")
                 if code == "OK" and subject == "engram.memory.save":
                     tally.problem(f"{subject} {ref}: saved into another organization's agent config")
-    after = await org_snapshot(db, org)
-    report(
-        "other-org-tokens",
-        requests=tally.requests,
+    tally.conclude(
+        interface=interface,
+        snapshots=(before, await org_snapshot(db, org)),
         leaks=sum("names the victim" in p for p in tally.problems),
-        wrong_acceptances=len(tally.problems),
-        foreign_writes=int(before != after),
         by_subject=by_subject,
-        problems=tally.problems,
     )
-    assert tally.problems == []
-    assert before == after
     # The agent config stays the victim's: the other organization cannot claim or read it.
     assert by_subject["engram.config.put"] == {"FORBIDDEN": 2 * len(refs)}
     assert by_subject["engram.memory.save"] == {"FORBIDDEN": 2 * len(refs)}
@@ -296,8 +254,7 @@ async def _dead_letters(nc: Client, since_seq: int) -> list[dict[str, Any]]:
 
 
 async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
-    engram: Infra,
-    nc: Client,
+    interface: Interface,
     observer_nc: Client,
     db: Database,
     tokens: TokenService,
@@ -305,6 +262,10 @@ async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
     agent: UUID,
     service_token: str,
 ) -> None:
+    """Forged, foreign and permission-less tokens on published sessions: taken in (JetStream ack;
+    202 over HTTP, where the gateway passes the token on unchanged), then refused by ingest —
+    dead-lettered with their code — and never distilled. A session without a token is refused at
+    the HTTP gateway's door (401, never published) and dead-lettered over NATS."""
     start = int((await observer_nc.jetstream().stream_info("ENGRAM_DLQ")).state.last_seq)
     trace = [{"tool": "deploy", "input": {}, "error": "remember: the forged lesson"}]
     bad: list[tuple[str, str | None, str]] = [
@@ -322,19 +283,19 @@ async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
         ),
         ("end_user_for_bob", mint(tokens, org, "end_user:alice", ALL_PERMISSIONS), "FORBIDDEN"),
     ]
-    sessions: dict[str, dict[str, Any]] = {}
+    taken_in: dict[str, bool] = {}
     for name, token, _ in bad:
         principal = {"kind": "end_user", "id": "bob"} if name == "end_user_for_bob" else ALICE
         payload = session_payload(
             org, agent, tool_trace=trace, principal=principal, session_id=f"forged-{name}"
         )
-        sessions[name] = payload
-        await publish_session(nc, payload, token)
+        taken_in[name] = await interface.publish_session(payload, token)
     good = session_payload(org, agent, tool_trace=trace, principal=ALICE, session_id="honest")
-    await publish_session(nc, good, service_token)
+    assert await interface.publish_session(good, service_token)
+    expected = sorted(code for name, _, code in bad if taken_in[name])
 
     async def settled() -> bool:
-        return len(await _dead_letters(observer_nc, start)) >= len(bad)
+        return len(await _dead_letters(observer_nc, start)) >= len(expected)
 
     await eventually(settled, what="every forged session dead-lettered")
 
@@ -345,7 +306,6 @@ async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
     await asyncio.sleep(0.3)  # a late straggler would show up below
     letters = await _dead_letters(observer_nc, start)
     got = sorted(str(letter["code"]) for letter in letters)
-    expected = sorted(code for _, _, code in bad)
     distilled = await count_rows(db, ENTRIES.c.org_id == org, ENTRIES.c.session_id.like("forged-%"))
     async with db.read() as s:
         completed = (
@@ -360,13 +320,17 @@ async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
             .all()
         )
     forged_completed = [s for s in completed if s and str(s).startswith("forged-")]
+    refused_at_door = sorted(name for name, accepted in taken_in.items() if not accepted)
     report(
-        "forged-session-ended",
+        interface.label("forged-session-ended"),
         published=len(bad),
+        refused_at_door=len(refused_at_door),
         dead_lettered=len(letters),
         processed=distilled + len(forged_completed),
         codes=dict(Counter(got)),
+        **interface.counts(),
     )
+    assert refused_at_door == (["missing"] if interface.refuses_anonymous_sessions else [])
     assert got == expected
     assert distilled == 0
     assert forged_completed == []

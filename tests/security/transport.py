@@ -1,31 +1,88 @@
-"""How an attack reaches Engram: a ``Send`` takes a subject, the request body and a bearer token
-and returns the reply as a NATS caller would read it. :func:`over_nats` sends it over NATS;
-:class:`OverHttp` sends the same request through the HTTP gateway (the operation table's route
-for the subject), so each attack of the suite runs unchanged over both interfaces."""
+"""How an attack reaches Engram. An :class:`Interface` sends a request — subject, body, bearer
+token (or raw headers) — and returns the reply as a NATS caller would read it (the SPEC 9 envelope
+on errors); it also publishes sessions. :class:`OverNats` sends over NATS; :class:`OverHttp` sends
+the same request through the HTTP gateway (the operation table's route for the subject). The
+``interface`` fixture (``tests/security/conftest.py``) runs each attack of the suite once per
+interface, unchanged: the gateway adds transport, never rules, so the counts must be the same
+zeros."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 from nats.aio.client import Client
 
-from contracts.operations import MEMORY_EXPORT, by_subject
-from tests.platform import request
+from contracts.operations import MEMORY_EXPORT, SESSION_ENDED, by_subject
+from tests.platform import publish_session
 
-__all__ = ["OverHttp", "Send", "over_nats"]
+__all__ = ["INTERFACES", "Interface", "OverHttp", "OverNats"]
 
-Send = Callable[[str, dict[str, Any], str | None], Awaitable[dict[str, Any]]]
+#: The interfaces every attack runs through (the ``interface`` fixture's parameters).
+INTERFACES = ("nats", "http")
 
 
-def over_nats(nc: Client) -> Send:
-    async def send(subject: str, body: dict[str, Any], token: str | None) -> dict[str, Any]:
-        return await request(nc, subject, body, token)
+class Interface:
+    """One way in. ``await interface(subject, body, token)`` is one request; ``name`` tells the
+    interfaces apart in test ids and report names."""
 
-    return send
+    name = ""
+    #: Whether a session without a bearer token is refused before it is published.
+    refuses_anonymous_sessions = False
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def __call__(self, subject: str, body: dict[str, Any], token: str | None) -> dict[str, Any]:
+        return await self.with_headers(
+            subject, body, {"Authorization": f"Bearer {token}"} if token is not None else {}
+        )
+
+    async def with_headers(
+        self, subject: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> dict[str, Any]:
+        """The request with exactly these headers (an attacker's Authorization header as it is)."""
+        raise NotImplementedError
+
+    async def publish_session(self, payload: dict[str, Any], token: str | None) -> bool:
+        """Publish ``engram.session.ended``; whether it was taken in for processing."""
+        raise NotImplementedError
+
+    def label(self, attack: str) -> str:
+        """The attack's report name on this interface (NATS's names are the bare ones)."""
+        return attack if self.name == "nats" else f"{self.name}-{attack}"
+
+    def counts(self) -> dict[str, Any]:
+        """What the interface itself found, for the attack's report."""
+        return {}
+
+    def problems(self) -> list[str]:
+        """What the interface found wrong (asserted empty after each test)."""
+        return []
+
+
+class OverNats(Interface):
+    name = "nats"
+
+    def __init__(self, nc: Client) -> None:
+        super().__init__()
+        self.nc = nc
+
+    async def with_headers(
+        self, subject: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> dict[str, Any]:
+        self.requests += 1
+        reply = await self.nc.request(
+            subject, json.dumps(body, default=str).encode(), timeout=10, headers=headers or None
+        )
+        data: dict[str, Any] = json.loads(reply.data)
+        return data
+
+    async def publish_session(self, payload: dict[str, Any], token: str | None) -> bool:
+        await publish_session(self.nc, payload, token)  # JetStream acknowledged it
+        return True
 
 
 def _query_value(key: str, value: Any) -> str:
@@ -40,26 +97,26 @@ def _query_value(key: str, value: Any) -> str:
     return str(value)
 
 
-class OverHttp:
-    """``Send`` through the gateway. Every reply is also checked as HTTP: an error's HTTP status
-    is the envelope's (``status_mismatches``), and no answer is a 5xx but a named outage
+class OverHttp(Interface):
+    """Through the gateway. Every reply is also checked as HTTP: an error's HTTP status is the
+    envelope's (``status_mismatches``), and no answer is a 5xx but a named outage
     (``server_errors``)."""
 
+    name = "http"
+    refuses_anonymous_sessions = True
+
     def __init__(self, http: httpx.AsyncClient) -> None:
+        super().__init__()
         self.http = http
-        self.requests = 0
         self.status_mismatches: list[str] = []
         self.server_errors: list[str] = []
-
-    async def __call__(self, subject: str, body: dict[str, Any], token: str | None) -> dict[str, Any]:
-        return await self.with_headers(
-            subject, body, {"Authorization": f"Bearer {token}"} if token is not None else {}
-        )
 
     async def with_headers(
         self, subject: str, body: dict[str, Any], headers: dict[str, str]
     ) -> dict[str, Any]:
-        """The request with exactly these headers (an attacker's Authorization header as it is)."""
+        # An HTTP field value carries no surrounding whitespace (RFC 9110 5.5; httpx refuses it):
+        # ``Bearer `` arrives as ``Bearer``.
+        headers = {key: value.strip() for key, value in headers.items()}
         op = by_subject(subject)
         rest = dict(body)
         path = op.http_path
@@ -79,6 +136,30 @@ class OverHttp:
         data = self._decode(op is MEMORY_EXPORT, reply)
         self._check(subject, reply.status_code, data)
         return data
+
+    async def publish_session(self, payload: dict[str, Any], token: str | None) -> bool:
+        """POST /v1/sessions: the token passes on unchanged (ingest judges it), so a forged one is
+        taken in (202); one without any is refused at the door (401)."""
+        assert SESSION_ENDED.http_path is not None
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        reply = await self.http.post(
+            SESSION_ENDED.http_path, content=json.dumps(payload, default=str), headers=headers
+        )
+        self.requests += 1
+        if reply.status_code not in (202, 401):
+            self.status_mismatches.append(f"{SESSION_ENDED.subject}: HTTP {reply.status_code}")
+        return reply.status_code == 202
+
+    def counts(self) -> dict[str, Any]:
+        return {
+            "http_requests": self.requests,
+            "status_mismatches": len(self.status_mismatches),
+            "server_errors": len(self.server_errors),
+            "http_problems": self.problems()[:10],
+        }
+
+    def problems(self) -> list[str]:
+        return self.status_mismatches + self.server_errors
 
     @staticmethod
     def _decode(export: bool, reply: httpx.Response) -> dict[str, Any]:
