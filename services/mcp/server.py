@@ -28,8 +28,8 @@ from contracts.recall import Format, Strategy
 from contracts.requests import MAX_ENTRY_CHARS, SaveEntry
 from services.mcp.caller import Caller, CallerSource, HeaderCaller
 from services.mcp.catalog import TOOLS
-from services.recall.render import render_context
 from shared.auth import bearer_from_headers
+from shared.memory_block import render_context
 
 __all__ = ["build_server", "error_result", "streamable_http_app"]
 

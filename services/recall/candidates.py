@@ -7,10 +7,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-__all__ = ["QUARANTINE_PLACEHOLDER", "Candidate", "display_text"]
+from shared.memory_block import QUARANTINE_PLACEHOLDER
 
-#: What a quarantined entry's text becomes in every result and context (SPEC 5.4): fixed and bounded.
-QUARANTINE_PLACEHOLDER = "[memory withheld: flagged as a possible prompt injection]"
+__all__ = ["QUARANTINE_PLACEHOLDER", "Candidate", "display_text"]
 
 
 @dataclass(frozen=True)

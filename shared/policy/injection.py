@@ -90,7 +90,7 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"^[ \t]*action\s*:\s*[\w.-]+[ \t]*\n[ \t]*action[ \t]+input\s*:",
     ),
     "memory_block_escape": (
-        # The rendered block is <engram-memory>…</engram-memory> (services/recall/render.py).
+        # The rendered block is <engram-memory>…</engram-memory> (shared/memory_block.py).
         r"<\s*/\s*(?:[\w-]*[-_])?memor(?:y|ies)(?:[-_][\w-]+)?\s*>|<\s*/?\s*engram[\s_-]*memor(?:y|ies)",
         r"<<\s*/?\s*(?:END|BEGIN)[\s_-]*(?:OF[\s_-]*)?MEMOR(?:Y|IES)[\s_-]*>>",
         r"\[\s*/\s*memor(?:y|ies)\s*\]",

@@ -17,10 +17,10 @@ from nats.aio.client import Client as Nats
 from contracts.operations import OPERATIONS, by_mcp_tool
 from services.mcp import Caller
 from services.mcp.catalog import TOOLS
-from services.recall.render import BLOCK_CLOSE, BLOCK_OPEN
 from shared.auth import TokenService
 from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
+from shared.memory_block import BLOCK_CLOSE, BLOCK_OPEN
 from tests.mcp_clients import error_of, in_process, ok, text_of
 from tests.platform import eventually
 from tests.security.support import mint
