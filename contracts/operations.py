@@ -128,6 +128,9 @@ class Operation(Generic[Req, Rep]):
     mcp_description: str | None = None
     #: Seconds a caller should wait for the reply; None is the caller's default.
     timeout_s: float | None = None
+    #: The reply leaves out the fields its handler did not set, rather than sending their
+    #: defaults (recall: a format's absent fields stay absent).
+    sparse_reply: bool = False
 
     @property
     def reply(self) -> type[Rep]:
@@ -189,6 +192,7 @@ def _op(
     disclosure: bool = False,
     timeout_s: float | None = None,
     tool: tuple[str, str] | None = None,
+    sparse_reply: bool = False,
 ) -> Operation[Req, Rep]:
     """One row of the table: the wire facts positionally — subject, HTTP route (``"GET /v1/x"``),
     permission, request and reply models — and the rest by name (``tool``: the MCP tool's name and
@@ -211,6 +215,7 @@ def _op(
         mcp_tool=tool[0] if tool else None,
         mcp_description=tool[1] if tool else None,
         timeout_s=timeout_s,
+        sparse_reply=sparse_reply,
     )
 
 
@@ -231,6 +236,7 @@ RECALL = _op(
     served_by="recall", client="recall",
     summary="What should this agent remember right now: ranked memories within a token budget.",
     disclosure=True,
+    sparse_reply=True,
     tool=("recall", (
         "Retrieve relevant memories before acting: call it at the start of a task, or when the user "
         "refers to something from an earlier conversation. Give a cue describing the task for "

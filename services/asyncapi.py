@@ -31,6 +31,7 @@ from services.governance_audit.router import build_router as governance_router
 from services.ingest.router import build_router as ingest_router
 from services.recall.router import build_router as recall_router
 from services.recall.service import Recall
+from services.recall.side_effects import SideEffects
 from shared.auth import TokenService
 from shared.db.engine import Database
 from shared.distillers.builtin import BuiltinDistiller
@@ -95,8 +96,10 @@ def offline_broker() -> NatsBroker:
     broker.include_router(ingest_router(infra))
     broker.include_router(distill_router(infra, BuiltinDistiller()))
     broker.include_router(governance_router(infra, Erasures(infra.db, infra.relay)))
-    # recall's handlers reach the Recall object only when a request arrives; none does here.
-    broker.include_router(recall_router(infra, cast(Recall, None)))
+    # Never started: its side effects and caches are only reached when a request arrives.
+    broker.include_router(
+        recall_router(infra, Recall(infra.db, SideEffects(infra.db), embedder=None, index=None))
+    )
 
     # Documentation only: what Engram publishes (through the outbox relay, not these objects).
     for stream in STREAMS:

@@ -10,22 +10,18 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlmodel import col
 
-from contracts.errors import Forbidden
 from contracts.requests import AuditQuery, AuditQueryReply, AuditVerify, AuditVerifyReply, BrokenLink
 from shared import audit
-from shared.auth import Credential
+from shared.access import Caller
 from shared.db.models import AuditRecord
 from shared.infra import Infra
 
 __all__ = ["query_audit", "verify_audit"]
 
 
-async def query_audit(infra: Infra, credential: Credential, request: AuditQuery) -> AuditQueryReply:
-    credential.require_operator()
-    agent_config_id = request.agent_config_id
-    if credential.agent_config_id is not None:
-        credential.require_agent_config(agent_config_id or credential.agent_config_id)
-        agent_config_id = credential.agent_config_id
+async def query_audit(infra: Infra, caller: Caller, request: AuditQuery) -> AuditQueryReply:
+    # The edge bounded the request by the token: a restricted token's agent config is the request's.
+    credential, agent_config_id = caller.credential, request.agent_config_id
     conditions = [col(AuditRecord.org_id) == credential.org_id, col(AuditRecord.seq) > request.after_seq]
     if request.kind is not None:
         conditions.append(col(AuditRecord.kind) == request.kind)
@@ -48,12 +44,10 @@ async def query_audit(infra: Infra, credential: Credential, request: AuditQuery)
     return AuditQueryReply(records=records, next_after_seq=next_seq)
 
 
-async def verify_audit(infra: Infra, credential: Credential, request: AuditVerify) -> AuditVerifyReply:
-    credential.require_operator()
-    if credential.agent_config_id is not None or credential.session_id is not None:
-        raise Forbidden("verifying the organization's whole chain needs an unrestricted token")
+async def verify_audit(infra: Infra, caller: Caller, request: AuditVerify) -> AuditVerifyReply:
+    caller.require_unrestricted("verifying the organization's whole chain")
     async with infra.db.read() as db:
-        report = await audit.verify(db, credential.org_id)
+        report = await audit.verify(db, caller.org_id)
     broken = (
         BrokenLink(seq=report.broken_seq, record_id=report.broken_id, reason=report.reason or "")
         if report.broken_seq is not None

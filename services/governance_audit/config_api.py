@@ -1,27 +1,26 @@
-"""``engram.config.get`` / ``engram.config.put`` (SPEC 7.1)."""
+"""``engram.config.get`` / ``engram.config.put`` (SPEC 7.1). The edge has authorized the caller
+for the operation and the agent config (``shared.access``)."""
 
 from __future__ import annotations
 
 from contracts.requests import ConfigGet, ConfigPut, ConfigReply
 from shared import audit
-from shared.auth import READ, Credential
+from shared.access import Caller
 from shared.config_store import load_config, put_config
 from shared.infra import Infra
 
 __all__ = ["get_config", "set_config"]
 
 
-async def get_config(infra: Infra, credential: Credential, request: ConfigGet) -> ConfigReply:
-    credential.require(READ)
-    credential.require_agent_config(request.agent_config_id)
+async def get_config(infra: Infra, caller: Caller, request: ConfigGet) -> ConfigReply:
     async with infra.db.read() as db:
-        config, version = await load_config(db, credential.org_id, request.agent_config_id)
+        config, version = await load_config(db, caller.org_id, request.agent_config_id)
     return ConfigReply(agent_config_id=request.agent_config_id, version=version, config=config)
 
 
-async def set_config(infra: Infra, credential: Credential, request: ConfigPut) -> ConfigReply:
-    credential.require_operator()
-    credential.require_agent_config(request.agent_config_id)
+async def set_config(infra: Infra, caller: Caller, request: ConfigPut) -> ConfigReply:
+    """``caller`` holds ``memory.admin`` on an operator token (``shared.access``)."""
+    credential = caller.credential
     async with infra.db.transaction() as db:
         config, version = await put_config(
             db, credential.org_id, request.agent_config_id, request.config, by=credential.principal.ref

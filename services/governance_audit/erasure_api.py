@@ -15,8 +15,8 @@ from uuid import UUID, uuid4
 from sqlalchemy import ColumnElement, and_
 
 from contracts.governance import DeleteRequest, PruneReply, PruneRequest, PurgeReceipt, PurgeRequest
-from services.governance_audit.access import Caller, target_key
 from services.governance_audit.views import load_entry
+from shared.access import Caller, target_key
 from shared.cache import ResultCache
 from shared.db.engine import Database
 from shared.db.models import ENTRIES

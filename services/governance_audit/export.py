@@ -16,8 +16,8 @@ from sqlalchemy import ColumnElement, and_, or_
 
 from contracts.errors import InvalidRequest
 from contracts.governance import ExportRequest, Page
-from services.governance_audit.access import Caller, target_key
 from services.governance_audit.paging import PageQuery, read_page
+from shared.access import Caller, target_key
 from shared.config_store import require_known_agent_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES

@@ -14,10 +14,10 @@ from uuid import UUID
 from sqlalchemy import ColumnElement, and_, or_, select
 
 from contracts.governance import EntryView, GetReply, GetRequest, ListRequest, Page
-from services.governance_audit.access import Caller, target_key
 from services.governance_audit.paging import PageQuery, read_page
 from services.governance_audit.views import ENTRY_COLUMNS, entry_view, load_entry
 from shared import audit
+from shared.access import Caller, target_key
 from shared.config_store import require_known_agent_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES

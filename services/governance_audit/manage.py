@@ -27,9 +27,9 @@ from contracts.errors import InvalidRequest, WritePolicyDenied
 from contracts.events import MemoryWritten
 from contracts.governance import ManageReply, ManageRequest
 from contracts.subjects import MEMORY_WRITTEN
-from services.governance_audit.access import Caller, target_key
 from services.governance_audit.views import ENTRY_COLUMNS, entry_view, load_entry
 from shared import audit
+from shared.access import Caller, target_key
 from shared.config_store import load_config
 from shared.db.models import ENTRIES
 from shared.erasure import decay_or_erase, lineage

@@ -14,7 +14,6 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
-from contracts.errors import Forbidden
 from contracts.events import DeadLetter
 from contracts.ops import (
     ConsumerLag,
@@ -26,7 +25,7 @@ from contracts.ops import (
     StreamCount,
 )
 from contracts.subjects import STREAMS, dead_letter_subject
-from shared.auth import Credential
+from shared.access import Caller
 from shared.infra import Infra
 from shared.nats_auth.permissions import CONSUMERS
 
@@ -36,19 +35,11 @@ DLQ_STREAM = "ENGRAM_DLQ"
 _BATCH = 256
 
 
-def _require_unrestricted_operator(credential: Credential) -> None:
-    credential.require_operator()
-    if credential.agent_config_id is not None or credential.session_id is not None:
-        raise Forbidden(
-            "dead letters and lag need an operator token not restricted to an agent config or session"
-        )
-
-
-async def dead_letters(infra: Infra, credential: Credential, request: DeadLetterQuery) -> DeadLetterPage:
+async def dead_letters(infra: Infra, caller: Caller, request: DeadLetterQuery) -> DeadLetterPage:
     """The caller's organization's letters, newest first. Letters carry no index by organization,
     so this reads the stream (bounded by its 7-day retention) forward with an ephemeral consumer
     and keeps the last ``limit`` of its own before ``before_seq``."""
-    _require_unrestricted_operator(credential)
+    caller.require_unrestricted("dead letters")
     # ">" is no filter (the stream holds only dead letters), and keeps wildcards out of the
     # consumer-create subject.
     subject = dead_letter_subject(request.source) if request.source else ">"
@@ -82,7 +73,7 @@ async def dead_letters(infra: Infra, credential: Credential, request: DeadLetter
                 if request.before_seq is not None and seq >= request.before_seq:
                     left = 0
                     break
-                letter = _own_letter(msg.data, credential.org_id, seq)
+                letter = _own_letter(msg.data, caller.org_id, seq)
                 if letter is not None:
                     kept.append(letter)
                     del kept[: -(request.limit + 1)]  # one more than a page: is there an older one?
@@ -114,8 +105,8 @@ def _own_letter(data: bytes, org_id: UUID, seq: int) -> DeadLetterSummary | None
     )
 
 
-async def lag(infra: Infra, credential: Credential, request: LagQuery) -> LagReply:
-    _require_unrestricted_operator(credential)
+async def lag(infra: Infra, caller: Caller, request: LagQuery) -> LagReply:
+    caller.require_unrestricted("lag")
     streams = []
     for definition in STREAMS:
         state = (await infra.js.stream_info(definition.name)).state

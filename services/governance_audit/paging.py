@@ -11,9 +11,9 @@ from uuid import UUID
 from sqlalchemy import ColumnElement, select
 
 from contracts.governance import Page
-from services.governance_audit.access import Caller
 from services.governance_audit.views import ENTRY_COLUMNS, entry_view
 from shared import audit
+from shared.access import Caller
 from shared.db.engine import Database
 from shared.page_tokens import PageTokens
 

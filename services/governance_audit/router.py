@@ -1,42 +1,17 @@
-"""governance-audit's request-reply handlers (queue group, so instances share load)."""
+"""governance-audit's request-reply handlers (queue group, so instances share load): one route per
+operation of the table, served by the edge (``shared.edge``)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from faststream.nats import NatsRouter
-from faststream.nats.annotations import NatsMessage
 from pydantic import BaseModel
 
-from contracts.governance import (
-    DeleteRequest,
-    ExportRequest,
-    GetRequest,
-    ListRequest,
-    ManageReply,
-    ManageRequest,
-    PruneRequest,
-    PurgeRequest,
-)
-from contracts.ops import DeadLetterQuery, LagQuery
-from contracts.requests import AuditQuery, AuditVerify, ConfigGet, ConfigPut
-from contracts.subjects import (
-    AUDIT_QUERY,
-    AUDIT_VERIFY,
-    CONFIG_GET,
-    CONFIG_PUT,
-    MEMORY_DELETE,
-    MEMORY_EXPORT,
-    MEMORY_GET,
-    MEMORY_LIST,
-    MEMORY_MANAGE,
-    MEMORY_PRUNE,
-    MEMORY_PURGE,
-    OPS_DEAD_LETTERS,
-    OPS_LAG,
-)
-from services.governance_audit.access import Caller, resolve_caller
+from contracts import operations as ops
+from contracts.governance import ManageReply, ManageRequest
+from contracts.requests import ConfigPut, ConfigReply
 from services.governance_audit.audit_api import query_audit, verify_audit
 from services.governance_audit.config_api import get_config, set_config
 from services.governance_audit.erasure_api import Erasures
@@ -44,11 +19,11 @@ from services.governance_audit.export import export_page
 from services.governance_audit.inspect import get_entry, list_entries
 from services.governance_audit.manage import manage_entry
 from services.governance_audit.ops_api import dead_letters, lag
-from shared.auth import Credential
+from shared.access import Caller
 from shared.cache import ResultCache
 from shared.config_store import load_config
 from shared.db.engine import Database
-from shared.handlers import answer
+from shared.edge import route, serve_group
 from shared.infra import Infra
 from shared.page_tokens import PageTokens
 
@@ -57,17 +32,6 @@ __all__ = ["build_router"]
 QUEUE = "governance-audit"
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
-
-
-def _as_caller(
-    handler: Callable[[Caller, M], Awaitable[R]],
-) -> Callable[[Credential, M], Awaitable[R]]:
-    """Resolve whom the request acts for (``principal``, service tokens only) before the handler."""
-
-    async def run(credential: Credential, request: M) -> R:
-        return await handler(resolve_caller(credential, getattr(request, "principal", None)), request)
-
-    return run
 
 
 def _own_agent_config(
@@ -89,44 +53,44 @@ def _own_agent_config(
 def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None = None) -> NatsRouter:
     router = NatsRouter()
     pages = PageTokens(infra.settings.signing_keys(), ttl_s=infra.settings.page_token_ttl_s)
-
-    def serve(subject: str, model: type[M], handler: Callable[[Credential, M], Awaitable[Any]]) -> None:
-        @router.subscriber(subject, queue=QUEUE, title=f"governance:{subject.removeprefix('engram.')}")
-        async def on_request(msg: NatsMessage) -> dict[str, Any]:
-            return await answer(
-                infra.tokens, msg.headers, msg.body, model, handler, operation=subject, group=QUEUE
-            )
+    db = infra.db
 
     async def manage(caller: Caller, request: ManageRequest) -> ManageReply:
-        async with infra.db.transaction() as session:
+        async with db.transaction() as session:
             reply = await manage_entry(session, caller, request)
         infra.relay.wake()
         if results is not None:
             await results.invalidate(caller.org_id, [request.agent_config_id])
         return reply
 
-    async def put_config(credential: Credential, request: ConfigPut) -> Any:
-        reply = await set_config(infra, credential, request)
+    async def put_config(caller: Caller, request: ConfigPut) -> ConfigReply:
+        reply = await set_config(infra, caller, request)
         if results is not None:
-            await results.invalidate(credential.org_id, [request.agent_config_id])
+            await results.invalidate(caller.org_id, [request.agent_config_id])
         return reply
 
-    serve(CONFIG_GET, ConfigGet, lambda c, r: get_config(infra, c, r))
-    serve(CONFIG_PUT, ConfigPut, put_config)
-    serve(AUDIT_QUERY, AuditQuery, lambda c, r: query_audit(infra, c, r))
-    serve(AUDIT_VERIFY, AuditVerify, lambda c, r: verify_audit(infra, c, r))
-    serve(OPS_DEAD_LETTERS, DeadLetterQuery, lambda c, r: dead_letters(infra, c, r))
-    serve(OPS_LAG, LagQuery, lambda c, r: lag(infra, c, r))
+    def memory(handler: Callable[[Caller, M], Awaitable[R]]) -> Callable[[Caller, M], Awaitable[R]]:
+        """A management request: the agent config's organization first, then the handler."""
+        return _own_agent_config(db, handler)
 
-    def serve_memory(subject: str, model: type[M], handler: Callable[[Caller, M], Awaitable[Any]]) -> None:
-        """A management request: whom it acts for, then the agent config's organization, then it."""
-        serve(subject, model, _as_caller(_own_agent_config(infra.db, handler)))
-
-    serve_memory(MEMORY_LIST, ListRequest, lambda c, r: list_entries(infra.db, pages, c, r))
-    serve_memory(MEMORY_GET, GetRequest, lambda c, r: get_entry(infra.db, c, r))
-    serve_memory(MEMORY_EXPORT, ExportRequest, lambda c, r: export_page(infra.db, pages, c, r))
-    serve_memory(MEMORY_MANAGE, ManageRequest, manage)
-    serve_memory(MEMORY_DELETE, DeleteRequest, erasures.delete)
-    serve_memory(MEMORY_PURGE, PurgeRequest, erasures.purge)
-    serve_memory(MEMORY_PRUNE, PruneRequest, erasures.prune)
+    serve_group(
+        router,
+        infra.tokens,
+        QUEUE,
+        [
+            route(ops.CONFIG_GET, lambda c, r: get_config(infra, c, r)),
+            route(ops.CONFIG_PUT, put_config),
+            route(ops.AUDIT_QUERY, lambda c, r: query_audit(infra, c, r)),
+            route(ops.AUDIT_VERIFY, lambda c, r: verify_audit(infra, c, r)),
+            route(ops.OPS_DEAD_LETTERS, lambda c, r: dead_letters(infra, c, r)),
+            route(ops.OPS_LAG, lambda c, r: lag(infra, c, r)),
+            route(ops.MEMORY_LIST, memory(lambda c, r: list_entries(db, pages, c, r))),
+            route(ops.MEMORY_GET, memory(lambda c, r: get_entry(db, c, r))),
+            route(ops.MEMORY_EXPORT, memory(lambda c, r: export_page(db, pages, c, r))),
+            route(ops.MEMORY_MANAGE, memory(manage)),
+            route(ops.MEMORY_DELETE, memory(erasures.delete)),
+            route(ops.MEMORY_PURGE, memory(erasures.purge)),
+            route(ops.MEMORY_PRUNE, memory(erasures.prune)),
+        ],
+    )
     return router

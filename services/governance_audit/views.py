@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.common import Principal
 from contracts.governance import EntryView
-from services.governance_audit.access import Caller
+from shared.access import Caller
 from shared.db.models import ENTRIES
 
 __all__ = ["ENTRY_COLUMNS", "QUARANTINE_PLACEHOLDER", "entry_view", "load_entry"]

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated, Any
+from typing import Annotated
 
 from faststream import AckPolicy, Context
 from faststream.nats import JStream, NatsRouter, PullSub
-from faststream.nats.annotations import NatsMessage
 from faststream.nats.message import NatsBatchMessage
 from nats.aio.msg import Msg
 from nats.errors import MsgAlreadyAckdError
 
-from contracts.requests import SaveRequest
-from contracts.subjects import MEMORY_SAVE, SESSION_ENDED
+from contracts.operations import MEMORY_SAVE
+from contracts.requests import Accepted, SaveOutcome, SaveRequest
+from contracts.subjects import SESSION_ENDED
 from services.ingest.saves import handle_save
 from services.ingest.sessions import CONSUMER, handle_sessions_ended
+from shared.access import Caller
 from shared.bus import durable_config, heartbeat
-from shared.handlers import answer
+from shared.edge import route, serve_group
 from shared.infra import Infra
 
 __all__ = ["build_router"]
@@ -53,17 +54,10 @@ def build_router(infra: Infra) -> NatsRouter:
                     await m.nak(delay=infra.backoff(m.metadata.num_delivered))
             raise
 
-    @router.subscriber(MEMORY_SAVE, queue="ingest", title="ingest:memory.save")
-    async def on_save(msg: NatsMessage) -> dict[str, Any]:
+    async def save(caller: Caller, request: SaveRequest) -> Accepted | SaveOutcome:
         """Elective save: answered 202 once durably accepted."""
-        return await answer(
-            infra.tokens,
-            msg.headers,
-            msg.body,
-            SaveRequest,
-            lambda cred, req: handle_save(infra, cred, req),
-            operation=MEMORY_SAVE,
-            group="ingest",
-        )
+        return await handle_save(infra, caller, request)
+
+    serve_group(router, infra.tokens, "ingest", [route(MEMORY_SAVE, save)])
 
     return router

@@ -16,7 +16,7 @@ from contracts.errors import Forbidden, InvalidRequest, error_for_code
 from contracts.internal import AcceptedSave
 from contracts.requests import Accepted, SaveOutcome, SaveRequest
 from contracts.subjects import MEMORY_SAVE_ACCEPTED, save_result_subject
-from shared.auth import WRITE, Credential, act_as
+from shared.access import Caller
 from shared.config_store import load_config
 from shared.infra import Infra
 from shared.provenance import refuse_forged
@@ -30,11 +30,10 @@ RESULT_CONSUMER = "ingest-save-result"
 WAIT_TIMEOUT_S = 10.0
 
 
-async def handle_save(infra: Infra, credential: Credential, request: SaveRequest) -> Accepted | SaveOutcome:
-    credential.require(WRITE)
-    credential.require_agent_config(request.agent_config_id)
-    credential.require_session(request.session_id)
-    owner = act_as(credential, request.principal)
+async def handle_save(infra: Infra, caller: Caller, request: SaveRequest) -> Accepted | SaveOutcome:
+    """``caller`` is authorized (``shared.access``); the owner of the saved memories is whom it
+    acts for."""
+    credential, owner = caller.credential, caller.principal
     if owner.kind == "service":
         raise InvalidRequest("memories belong to an end user, an actor or the shared pool, not a service")
     async with infra.db.read() as db:

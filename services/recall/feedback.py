@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from contracts.errors import InvalidRequest, NotFound
 from contracts.recall import FeedbackReply, FeedbackRequest
 from shared import audit
-from shared.auth import WRITE, Credential, act_as
+from shared.access import Caller
 from shared.config_store import load_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, RECALLS
@@ -23,12 +23,10 @@ from shared.tenancy import visible_owner_keys
 __all__ = ["give_feedback"]
 
 
-async def give_feedback(db: Database, credential: Credential, request: FeedbackRequest) -> FeedbackReply:
-    credential.require(WRITE)
-    credential.require_agent_config(request.agent_config_id)
-    # A session-restricted token rates (and gives feedback within) its own session only.
-    credential.require_session(request.session_id)
-    caller = act_as(credential, request.principal)
+async def give_feedback(db: Database, caller: Caller, request: FeedbackRequest) -> FeedbackReply:
+    """``caller`` is authorized (``shared.access``): a session-restricted token rates, and gives
+    feedback within, its own session only."""
+    credential = caller.credential
     if request.entry_id is None and request.session_id is None:
         raise InvalidRequest("give an entry_id (entry feedback) or a session_id (session rating)")
     updated = deleted = labelled = 0
@@ -36,7 +34,7 @@ async def give_feedback(db: Database, credential: Credential, request: FeedbackR
         config, _ = await load_config(session, credential.org_id, request.agent_config_id)
         entries: list[audit.AuditEntry] = []
         if request.entry_id is not None:
-            owner_keys = visible_owner_keys(caller, config.scope, request.session_id)
+            owner_keys = visible_owner_keys(caller.principal, config.scope, request.session_id)
             row = (
                 await session.execute(
                     select(ENTRIES.c.id, ENTRIES.c.reliability, ENTRIES.c.memory_type, ENTRIES.c.pinned)

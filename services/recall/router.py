@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from typing import Any
 from uuid import UUID
 
 from faststream.nats import NatsRouter
 from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 
-from contracts.recall import ExpandRequest, FeedbackReply, FeedbackRequest, RecallRequest
-from contracts.subjects import MEMORY_FEEDBACK, MEMORY_PURGED, MEMORY_WRITTEN, RECALL, RECALL_EXPAND
+from contracts.operations import MEMORY_FEEDBACK, RECALL, RECALL_EXPAND
+from contracts.recall import FeedbackReply, FeedbackRequest, RecallReply
+from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
 from services.recall.feedback import give_feedback
 from services.recall.service import Recall
-from shared.auth import Credential
+from shared.access import Caller
 from shared.cache import ResultCache
-from shared.handlers import answer
+from shared.edge import route, serve_group
 from shared.infra import Infra
 from shared.metrics import RECALL_SECONDS
 
@@ -29,58 +28,30 @@ log = logging.getLogger(__name__)
 QUEUE = "recall"
 
 
+def _time_strategy(reply: RecallReply, seconds: float) -> None:
+    # By the strategy that ran (a bounded set), after any fallback.
+    RECALL_SECONDS.labels(reply.strategy).observe(seconds)
+
+
 def build_router(infra: Infra, recall: Recall, results: ResultCache | None = None) -> NatsRouter:
     router = NatsRouter()
 
-    @router.subscriber(RECALL, queue=QUEUE, title="recall:recall")
-    async def on_recall(msg: NatsMessage) -> dict[str, Any]:
-        """What should this agent remember right now?"""
-        started = time.perf_counter()
-        reply = await answer(
-            infra.tokens,
-            msg.headers,
-            msg.body,
-            RecallRequest,
-            recall.recall,
-            operation=RECALL,
-            group=QUEUE,
-            exclude_unset=True,
-        )
-        if "error" not in reply:  # the strategy that ran (a bounded set), after any fallback
-            RECALL_SECONDS.labels(reply["strategy"]).observe(time.perf_counter() - started)
-        return reply
-
-    @router.subscriber(RECALL_EXPAND, queue=QUEUE, title="recall:recall.expand")
-    async def on_expand(msg: NatsMessage) -> dict[str, Any]:
-        """Full stored content for up to 20 accessible ids."""
-        return await answer(
-            infra.tokens,
-            msg.headers,
-            msg.body,
-            ExpandRequest,
-            recall.expand,
-            operation=RECALL_EXPAND,
-            group=QUEUE,
-        )
-
-    async def feedback(credential: Credential, request: FeedbackRequest) -> FeedbackReply:
-        reply = await give_feedback(infra.db, credential, request)
+    async def feedback(caller: Caller, request: FeedbackRequest) -> FeedbackReply:
+        reply = await give_feedback(infra.db, caller, request)
         if results is not None:
-            await results.invalidate(credential.org_id, [request.agent_config_id])
+            await results.invalidate(caller.org_id, [request.agent_config_id])
         return reply
 
-    @router.subscriber(MEMORY_FEEDBACK, queue=QUEUE, title="recall:memory.feedback")
-    async def on_feedback(msg: NatsMessage) -> dict[str, Any]:
-        """How a recalled memory (or a whole session) worked out."""
-        return await answer(
-            infra.tokens,
-            msg.headers,
-            msg.body,
-            FeedbackRequest,
-            feedback,
-            operation=MEMORY_FEEDBACK,
-            group=QUEUE,
-        )
+    serve_group(
+        router,
+        infra.tokens,
+        QUEUE,
+        [
+            route(RECALL, recall.recall, observe=_time_strategy),
+            route(RECALL_EXPAND, recall.expand),
+            route(MEMORY_FEEDBACK, feedback),
+        ],
+    )
 
     if results is not None and results.enabled:
         # Core NATS (the relay's JetStream publishes reach core subscribers too), one instance per

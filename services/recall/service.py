@@ -40,7 +40,8 @@ from services.recall.ranking import (
     rank_semantic,
 )
 from services.recall.side_effects import Disclosure, SideEffects
-from shared.auth import READ, Credential, act_as
+from shared.access import Caller
+from shared.auth import Credential
 from shared.cache import CueVectorCache, ResultCache
 from shared.config_store import load_config, org_memory_enabled
 from shared.db.engine import Database
@@ -124,11 +125,9 @@ class Recall:
         self._configs.put(key, config, enabled)
         return config, enabled, True
 
-    async def recall(self, credential: Credential, request: RecallRequest) -> RecallReply:
-        credential.require(READ)
-        credential.require_agent_config(request.agent_config_id)
-        credential.require_session(request.session_id)
-        caller = act_as(credential, request.principal)
+    async def recall(self, who: Caller, request: RecallRequest) -> RecallReply:
+        """``who`` is authorized (``shared.access``) for ``request``."""
+        credential, caller = who.credential, who.principal
         config, enabled, known = await self._config(credential.org_id, request.agent_config_id)
         # A relevance floor needs relevance: with min_score the strategy cannot quietly fall back.
         explicit = request.strategy is not None or request.min_score is not None
@@ -430,11 +429,8 @@ class Recall:
             raise VectorUnavailable("lexical search failed") from exc
         return {hit.id: hit.score for hit in hits}
 
-    async def expand(self, credential: Credential, request: ExpandRequest) -> ExpandReply:
-        credential.require(READ)
-        credential.require_agent_config(request.agent_config_id)
-        credential.require_session(request.session_id)
-        caller = act_as(credential, request.principal)
+    async def expand(self, who: Caller, request: ExpandRequest) -> ExpandReply:
+        credential, caller = who.credential, who.principal
         config, enabled, _ = await self._config(credential.org_id, request.agent_config_id)
         requested = list(dict.fromkeys(request.ids))
         examined = requested[:MAX_EXPAND_EXAMINED]

@@ -7,23 +7,24 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 from uuid import UUID, uuid4
 
 import nats
 import pytest
-from faststream.nats import NatsBroker
-from faststream.nats.annotations import NatsMessage
+from faststream.nats import NatsBroker, NatsRouter
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from contracts.governance import DeleteRequest
-from contracts.recall import RecallRequest
+from contracts.governance import DeleteRequest, PurgeReceipt
+from contracts.operations import MEMORY_DELETE as DELETE_OP
+from contracts.operations import RECALL as RECALL_OP
+from contracts.recall import RecallReply, RecallRequest
 from contracts.subjects import MEMORY_DELETE, RECALL
-from shared.auth import Credential, TokenService
+from shared.access import Caller
+from shared.auth import TokenService
+from shared.edge import serve
 from shared.embedded.nats_server import NatsServerProcess
-from shared.handlers import answer
 from shared.telemetry import nats_telemetry_middleware
 from shared.testing.servers import nats_server
 from tests.platform import eventually, request
@@ -48,9 +49,36 @@ async def open_nats(tmp_path: Path) -> AsyncIterator[NatsServerProcess]:
         yield server
 
 
-async def _reply(_: Credential, __: Any) -> dict[str, Any]:
-    # The edge is under test, not an operation: any reply will do.
-    return {"ok": True}
+# The edge is under test, not the operations: empty replies will do.
+async def _recalled(_: Caller, __: RecallRequest) -> RecallReply:
+    return RecallReply(
+        strategy="semantic",
+        results=[],
+        context="",
+        pack_id=None,
+        count=0,
+        matched_count=0,
+        tokens_used=0,
+        truncated=False,
+        warnings=[],
+    )
+
+
+async def _deleted(_: Caller, request: DeleteRequest) -> PurgeReceipt:
+    return PurgeReceipt(
+        purge_id=request.entry_id,
+        actor_ref=None,
+        session_id=None,
+        agent_config_ids=[],
+        entries=0,
+        observations=0,
+        derived=0,
+        recall_records=0,
+        vectors=0,
+        vectors_deferred=False,
+        cache_entries=0,
+        entry_ids=[],
+    )
 
 
 async def test_request_spans_carry_messaging_and_memory_attributes_without_text(
@@ -63,24 +91,10 @@ async def test_request_spans_carry_messaging_and_memory_attributes_without_text(
     record, both say nats / subject / queue group, and no attribute holds the cue's text."""
     provider, exporter = spans
     broker = NatsBroker(open_nats.url, middlewares=[nats_telemetry_middleware(provider)])
-
-    @broker.subscriber(RECALL, queue="recall")
-    async def on_recall(msg: NatsMessage) -> dict[str, Any]:
-        return await answer(
-            tokens, msg.headers, msg.body, RecallRequest, _reply, operation=RECALL, group="recall"
-        )
-
-    @broker.subscriber(MEMORY_DELETE, queue="governance-audit")
-    async def on_delete(msg: NatsMessage) -> dict[str, Any]:
-        return await answer(
-            tokens,
-            msg.headers,
-            msg.body,
-            DeleteRequest,
-            _reply,
-            operation=MEMORY_DELETE,
-            group="governance-audit",
-        )
+    router = NatsRouter()
+    serve(router, tokens, RECALL_OP, _recalled)
+    serve(router, tokens, DELETE_OP, _deleted)
+    broker.include_router(router)
 
     agent, entry = uuid4(), uuid4()
     async with broker:
@@ -105,8 +119,8 @@ async def test_request_spans_carry_messaging_and_memory_attributes_without_text(
             )
         finally:
             await nc.close()
-    assert recalled == {"ok": True}
-    assert deleted == {"ok": True}, deleted
+    assert recalled["count"] == 0, recalled
+    assert deleted["entry_ids"] == [], deleted
 
     def consumed(subject: str) -> ReadableSpan | None:
         for span in exporter.get_finished_spans():

@@ -1,7 +1,18 @@
-"""Who may inspect, change or erase whose memory (SPEC 3 and 7.3), decided in one place.
+"""Who may do what (SPEC 3, 7.3, 8), decided in one place for every request-reply operation.
 
-The caller is whom the token acts for (:func:`shared.auth.act_as`: a service token names the
-principal, any other token is itself). Owners are compared by owner key (``""`` = shared pool).
+:func:`authorize` runs on the edge (``shared.edge``) before any handler: it turns a verified
+token and a parsed request into the :class:`Caller` the handler acts as.
+
+1. The token holds the operation's permission (``contracts.operations``); ``memory.admin`` counts
+   only on an operator's token, never an end user's, and not when acting for an end user.
+2. The token's restrictions bound the request: an agent config or session the request names must
+   be the token's (``FORBIDDEN`` otherwise); one it leaves out is the token's.
+3. Whom the request acts for: a service token names the principal (``principal``; the shared
+   pool when it names none); any other token acts only for itself (:func:`shared.auth.act_as`).
+
+What depends on the data — whose entry it is — handlers ask the caller (:meth:`Caller.may`,
+:meth:`Caller.require`, :meth:`Caller.require_sees`). Owners are compared by owner key
+(``""`` = shared pool, :mod:`shared.tenancy`):
 
 | action on an owner's memory | own (same owner key) | another owner                       |
 |-----------------------------|----------------------|-------------------------------------|
@@ -18,18 +29,21 @@ an operator's permission, and an end-user token carrying it is refused rather th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from uuid import UUID
+
+from pydantic import BaseModel
 
 from contracts.common import Principal
 from contracts.errors import Forbidden, InvalidRequest, NotFound
 from shared.auth import ADMIN, PURGE, READ, WRITE, Credential, act_as
 from shared.tenancy import SHARED_POOL, owner_key
 
-__all__ = ["Action", "Caller", "resolve_caller", "target_key"]
+__all__ = ["Action", "Caller", "authorize", "target_key"]
 
 Action = Literal["read", "write", "purge"]
 _PERMISSION = {"read": READ, "write": WRITE, "purge": PURGE}
+M = TypeVar("M", bound=BaseModel)
 
 
 def target_key(actor_ref: str) -> str:
@@ -43,8 +57,11 @@ def target_key(actor_ref: str) -> str:
     return owner_key(principal)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Caller:
+    """Who is asking: the verified token (``credential``) and whom the request acts for
+    (``principal``: the token's own principal, or the one a service token names)."""
+
     credential: Credential
     principal: Principal
 
@@ -88,6 +105,12 @@ class Caller:
         if self.principal.kind == "end_user":
             raise Forbidden("memory.admin is an operator permission; not when acting for an end user")
 
+    def require_unrestricted(self, what: str) -> None:
+        """For operations about the whole organization or deployment (dead letters, lag, the
+        audit chain): a token restricted to an agent config or session would learn about the rest."""
+        if self.credential.agent_config_id is not None or self.credential.session_id is not None:
+            raise Forbidden(f"{what} needs a token not restricted to an agent config or session")
+
     def require_sees(self, row: Any) -> Any:
         """``row`` (an entry with ``owner_key`` and ``session_id``, or None) if this caller may
         read it; else ``NOT_FOUND``, exactly as for a missing entry — ids of other people's memory
@@ -121,5 +144,27 @@ class Caller:
         return self.credential.session_id
 
 
-def resolve_caller(credential: Credential, requested: Principal | None) -> Caller:
-    return Caller(credential, act_as(credential, requested))
+def authorize(credential: Credential, permission: str, request: M) -> tuple[Caller, M]:
+    """The caller ``request`` acts as, and the request within the token's restrictions (what it
+    left out filled in from them); ``FORBIDDEN`` when the token does not allow it. See the module
+    docstring for the rules."""
+    credential.require(permission)
+    fill: dict[str, Any] = {}
+    fields = type(request).model_fields
+    if "agent_config_id" in fields:
+        named = getattr(request, "agent_config_id", None)
+        if named is not None:
+            credential.require_agent_config(named)
+        elif credential.agent_config_id is not None:
+            fill["agent_config_id"] = credential.agent_config_id
+    if "session_id" in fields:
+        named = getattr(request, "session_id", None)
+        if named is not None:
+            credential.require_session(named)
+        elif credential.session_id is not None:
+            fill["session_id"] = credential.session_id
+    caller = Caller(credential, act_as(credential, getattr(request, "principal", None)))
+    if permission == ADMIN:
+        caller.require_admin()
+    # Rare (a restricted token leaving its restriction out): the common path copies nothing.
+    return caller, request.model_copy(update=fill) if fill else request
