@@ -29,7 +29,6 @@ from contracts.requests import SessionAccepted
 from services.gateway.bridge import Bridge
 from services.gateway.console import console_mount
 from services.gateway.payloads import Shape, decode_object, read_limited
-from services.mcp import streamable_http_app
 from shared.metrics import HTTP_REQUESTS, HTTP_SECONDS, exposition
 from shared.wire import MAX_REQUEST_BYTES, error_reply, validation_details
 
@@ -240,8 +239,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(envelope, status_code=exc.status_code, headers=exc.headers)
 
 
-def build_app(bridge: Bridge, *, cors_origins: list[str] | None = None) -> Starlette:
-    """The ASGI application. CORS is off unless origins are given (``ENGRAM_HTTP_CORS_ORIGINS``)."""
+def build_app(bridge: Bridge, mcp_app: Starlette, *, cors_origins: list[str] | None = None) -> Starlette:
+    """The ASGI application, with ``mcp_app`` (the MCP server's streamable HTTP transport, built
+    by the gateway process on ``bridge``'s connection) at ``/mcp``. CORS is off unless origins are
+    given (``ENGRAM_HTTP_CORS_ORIGINS``)."""
     middleware = []
     if cors_origins:
         middleware.append(
@@ -252,10 +253,9 @@ def build_app(bridge: Bridge, *, cors_origins: list[str] | None = None) -> Starl
                 allow_headers=["Authorization", "Content-Type"],
             )
         )
-    # MCP over streamable HTTP at /mcp (services/mcp): the caller is each request's Authorization
-    # header, as on every other route. Its session manager runs in this app's lifespan.
-    mcp_app = streamable_http_app(bridge.nats)
 
+    # MCP over streamable HTTP: the caller is each request's Authorization header, as on every
+    # other route. Its session manager runs in this app's lifespan.
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with mcp_app.router.lifespan_context(mcp_app):

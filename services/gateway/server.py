@@ -1,5 +1,7 @@
 """Running the gateway: uvicorn on a socket of our own, inside a process that owns its signals —
-``engram up`` (beside the services) and ``engram serve gateway`` (alone, as in production)."""
+``engram up`` (beside the services) and ``engram serve gateway`` (alone, as in production).
+This is the gateway process's composition root: it also hosts the MCP server's streamable HTTP
+transport (``services.mcp``), the one place the gateway reaches into another service."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import uvicorn
 
 from services.gateway.app import build_app
 from services.gateway.bridge import Bridge
+from services.mcp import streamable_http_app
 from shared.settings import EngramSettings
 
 __all__ = ["RunningGateway", "running_gateway", "serve_gateway"]
@@ -77,7 +80,7 @@ async def running_gateway(
     bridge = await Bridge.connect(settings, nkey_seed)
     origins = [o.strip() for o in settings.http_cors_origins.split(",") if o.strip()]
     config = uvicorn.Config(
-        build_app(bridge, cors_origins=origins),
+        build_app(bridge, streamable_http_app(bridge.nats), cors_origins=origins),
         lifespan="on",  # the MCP session manager at /mcp (services/mcp) runs in it
         access_log=False,
         server_header=False,
