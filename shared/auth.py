@@ -78,14 +78,25 @@ def generate_secret() -> str:
 
 
 class TokenService:
-    """Mints and verifies tokens with ``kid → secret`` keys; the first key signs."""
+    """Mints and verifies tokens with ``kid → secret`` keys; the first key signs.
 
-    def __init__(self, keys: Mapping[str, str], issuer: str = "engram") -> None:
+    A verified token is remembered until it expires: an agent sends the same token with every
+    request, and decoding and checking a JWT costs more than a recall's own Python work (about
+    0.1 ms). Only a token that passed every check is remembered, by its exact text, and its
+    expiry is checked again on each use; the keys of a TokenService never change and tokens are
+    not revocable before they expire, so a remembered answer is the answer a check would give.
+    """
+
+    def __init__(self, keys: Mapping[str, str], issuer: str = "engram", *, remember: int = 4096) -> None:
         if not keys:
             raise ValueError("TokenService needs at least one signing key (set ENGRAM_TOKEN_KEYS)")
         self._keys = dict(keys)
         self._signing_kid = next(iter(self._keys))
         self._issuer = issuer
+        # token → (credential, expiry). A plain dict emptied when full: the expiry is per token,
+        # and a burst of distinct tokens only costs their first verification again.
+        self._verified: dict[str, tuple[Credential, float]] = {}
+        self._remember = remember
 
     def mint(
         self,
@@ -126,6 +137,19 @@ class TokenService:
             raise Unauthenticated("missing bearer token")
         if len(token) > _MAX_TOKEN_CHARS:
             raise Unauthenticated("invalid token")
+        known = self._verified.get(token)
+        if known is not None:
+            if time.time() < known[1]:
+                return known[0]
+            del self._verified[token]
+            raise Unauthenticated("token expired")
+        credential, expires = self._check(token)
+        if len(self._verified) >= self._remember:
+            self._verified.clear()
+        self._verified[token] = (credential, expires)
+        return credential
+
+    def _check(self, token: str) -> tuple[Credential, float]:
         try:
             kid = jwt.get_unverified_header(token).get("kid")
             secret = self._keys.get(kid) if isinstance(kid, str) else None
@@ -150,7 +174,7 @@ class TokenService:
                 raise TypeError("perms must be a list of strings")
             perms = frozenset(raw_perms)
             acfg = claims.get("acfg")
-            return Credential(
+            credential = Credential(
                 org_id=UUID(str(claims["org"])),
                 principal=principal,
                 permissions=perms & ALL_PERMISSIONS,
@@ -158,6 +182,7 @@ class TokenService:
                 session_id=claims.get("sid"),
                 token_id=str(claims.get("jti", "")),
             )
+            return credential, float(claims["exp"])
         except (ValueError, TypeError, KeyError) as exc:
             raise Unauthenticated("invalid token claims") from exc
 
