@@ -21,8 +21,6 @@ import os
 import random
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,13 +33,11 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from contracts.common import Principal
 from contracts.subjects import RECALL
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.testing.servers import nats_server, throwaway_database
+from shared.testing.servers import nats_server
 from shared.time import utcnow
-from tests.bench.measure import summary
-from tests.bench.recall import KID, SECRET, TOP_K, _copy, _dsn, _rows
+from tests.bench import measure
+from tests.bench.recall import TOP_K, _copy, _dsn, _rows
 
 STRATEGIES = ("last_k", "importance")
 
@@ -53,7 +49,7 @@ async def recall_service(checkout: Path, nats_url: str, db_url: str, data_dir: P
         **os.environ,
         "ENGRAM_NATS_URL": nats_url,
         "ENGRAM_DATABASE_URL": db_url,
-        "ENGRAM_TOKEN_KEYS": f"{KID}={SECRET}",
+        "ENGRAM_TOKEN_KEYS": f"{measure.KID}={measure.SECRET}",
         "ENGRAM_EMBEDDER": "hashing-384",
         "ENGRAM_VECTOR_STORE": "none",
         "ENGRAM_REDIS_URL": "",
@@ -102,73 +98,66 @@ async def _timed(nc: Client, subject: str, body: bytes, headers: dict[str, str] 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     sides = {"A": args.a.resolve(), "B": args.b.resolve()}
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        async with throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), tmp) as db_url:
-            org = uuid4()
-            agents = {size: uuid4() for size in args.sizes}
-            conn = await asyncpg.connect(_dsn(db_url))
-            rng, now, serial = random.Random(42), utcnow(), 0
-            for size, agent in agents.items():
-                await _copy(conn, _rows(rng, org, agent, size, serial, now, args.shared_share))
-                serial += size
-            for i in range(args.other_configs):
-                await _copy(
-                    conn, _rows(rng, uuid4() if i % 5 else org, uuid4(), args.per_other, serial, now, 0.8)
-                )
-                serial += args.per_other
-            await conn.execute("ANALYZE memory_entries")
-            await conn.close()
-            token = TokenService({KID: SECRET}).mint(
-                org_id=org, principal=Principal(kind="service", id="bench"), permissions=ALL_PERMISSIONS
+    async with measure.running_stack() as stack:
+        db_url, tmp = stack.settings.database_url, stack.settings.data_dir.parent
+        org = uuid4()
+        agents = {size: uuid4() for size in args.sizes}
+        conn = await asyncpg.connect(_dsn(db_url))
+        rng, now, serial = random.Random(42), utcnow(), 0
+        for size, agent in agents.items():
+            await _copy(conn, _rows(rng, org, agent, size, serial, now, args.shared_share))
+            serial += size
+        for i in range(args.other_configs):
+            await _copy(
+                conn, _rows(rng, uuid4() if i % 5 else org, uuid4(), args.per_other, serial, now, 0.8)
             )
-            headers = {"Authorization": f"Bearer {token}"}
+            serial += args.per_other
+        await conn.execute("ANALYZE memory_entries")
+        await conn.close()
+        headers = {"Authorization": f"Bearer {measure.bench_token(org)}"}
+        async with nats_server(tmp / "nats-b") as server_b:
+            urls = {"A": stack.nats.url, "B": server_b.url}
+            for name in sides:
+                (tmp / name).mkdir(parents=True)
             async with (
-                nats_server(tmp / "nats-a") as server_a,
-                nats_server(tmp / "nats-b") as server_b,
+                recall_service(sides["A"], urls["A"], db_url, tmp / "A"),
+                recall_service(sides["B"], urls["B"], db_url, tmp / "B"),
             ):
-                urls = {"A": server_a.url, "B": server_b.url}
-                for name in sides:
-                    (tmp / name).mkdir()
-                async with (
-                    recall_service(sides["A"], urls["A"], db_url, tmp / "A"),
-                    recall_service(sides["B"], urls["B"], db_url, tmp / "B"),
-                ):
-                    ncs = {name: await nats.connect(url) for name, url in urls.items()}
+                ncs = {name: await nats.connect(url) for name, url in urls.items()}
 
-                    async def echo(msg: Msg) -> None:
-                        await msg.respond(msg.data)
+                async def echo(msg: Msg) -> None:
+                    await msg.respond(msg.data)
 
-                    for nc in ncs.values():
-                        await nc.subscribe("bench.echo", cb=echo)
-                        await _ready(nc, _body(agents[args.sizes[0]], "last_k"), headers)
-                    cells = [(size, strategy) for size in args.sizes for strategy in args.strategies]
-                    samples: dict[tuple[str, str], list[float]] = {}
-                    order = random.Random(7)
-                    for round_no in range(args.warmup + args.rounds):
-                        for cell in [("rtt", "echo"), *((str(s), st) for s, st in cells)]:
-                            first, second = order.sample(["A", "B"], 2)
-                            for name in (first, second):
-                                if cell[0] == "rtt":
-                                    ms = await _timed(ncs[name], "bench.echo", b"x" * 256, None)
-                                else:
-                                    body = _body(agents[int(cell[0])], cell[1])
-                                    ms = await _timed(ncs[name], RECALL, body, headers)
-                                if round_no >= args.warmup:
-                                    samples.setdefault((name, f"{cell[0]}/{cell[1]}"), []).append(ms)
-                    for nc in ncs.values():
-                        await nc.drain()
+                for nc in ncs.values():
+                    await nc.subscribe("bench.echo", cb=echo)
+                    await _ready(nc, _body(agents[args.sizes[0]], "last_k"), headers)
+                cells = [(str(size), strategy) for size in args.sizes for strategy in args.strategies]
+                samples: dict[tuple[str, str], list[float]] = {}
+                order = random.Random(7)
+                for round_no in range(args.warmup + args.rounds):
+                    for size, strategy in [("rtt", "echo"), *cells]:
+                        for name in order.sample(["A", "B"], 2):
+                            if size == "rtt":
+                                ms = await _timed(ncs[name], "bench.echo", b"x" * 256, None)
+                            else:
+                                ms = await _timed(
+                                    ncs[name], RECALL, _body(agents[int(size)], strategy), headers
+                                )
+                            if round_no >= args.warmup:
+                                samples.setdefault((name, f"{size}/{strategy}"), []).append(ms)
+                for nc in ncs.values():
+                    await nc.drain()
     results: dict[str, Any] = {
         "sides": {k: str(v) for k, v in sides.items()},
         "rounds": args.rounds,
-        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "machine": {**measure.machine(), "load_avg_after": measure.load_average()},
         "cells": {},
     }
     for key in sorted({cell for _, cell in samples}):
         a, b = samples[("A", key)], samples[("B", key)]
         results["cells"][key] = {
-            "A": summary(a),
-            "B": summary(b),
+            "A": measure.summary(a),
+            "B": measure.summary(b),
             "paired_median_b_minus_a_ms": round(
                 statistics.median(y - x for x, y in zip(a, b, strict=True)), 3
             ),
@@ -177,10 +166,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(results: dict[str, Any]) -> str:
-    rtt = results["cells"]["rtt/echo"]
+    rtt, machine = results["cells"]["rtt/echo"], results["machine"]
     rows = [
         f"A = {results['sides']['A']}, B = {results['sides']['B']}; {results['rounds']} interleaved rounds; "
-        f"load average after {results['load_avg']}",
+        f"{machine['cpus']} CPUs, 1/5/15-min load average after: {machine['load_avg_after']}",
         "",
         "| cell | A p50 | A p99 | A p50/RTT | B p50 | B p99 | B p50/RTT | paired median B−A ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -196,9 +185,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = measure.bench_parser(__doc__, "bench-results/recall_ab.json")
     parser.add_argument("--a", type=Path, required=True, help="checkout A (with its .venv)")
     parser.add_argument("--b", type=Path, default=Path("."), help="checkout B (with its .venv)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -208,11 +195,4 @@ if __name__ == "__main__":
     parser.add_argument("--shared-share", type=float, default=0.9)
     parser.add_argument("--rounds", type=int, default=600)
     parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--out", type=Path, default=Path("bench-results/recall_ab.json"))
-    arguments = parser.parse_args()
-    outcome = asyncio.run(main(arguments))
-    arguments.out.parent.mkdir(parents=True, exist_ok=True)
-    arguments.out.write_text(json.dumps(outcome, indent=2))
-    print(render(outcome))
-    print(f"\n(full results: {arguments.out})")
-    sys.exit(0)
+    measure.run_bench(parser, main, render)
