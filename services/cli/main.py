@@ -33,6 +33,7 @@ from shared.embedded.stack import (
     write_connection_file,
 )
 from shared.logging import setup_logging
+from shared.malloc import limit_malloc_arenas
 from shared.settings import EngramSettings
 
 app = typer.Typer(
@@ -84,6 +85,7 @@ def up(
     ),
 ) -> None:
     """Start NATS, Postgres, every service and the HTTP gateway in one process, until Ctrl-C."""
+    limit_malloc_arenas()  # first, before any thread allocates (shared/malloc.py says why)
     from services.gateway.server import running_gateway
     from services.runtime import running_services
     from shared.embedded.nats_server import port_in_use
@@ -195,6 +197,7 @@ def serve(
 ) -> None:
     """Run services in this process against external NATS and Postgres (ENGRAM_NATS_URL,
     ENGRAM_DATABASE_URL), with health probes on ENGRAM_HEALTH_PORT and a graceful drain on SIGTERM."""
+    limit_malloc_arenas()  # first, before any thread allocates (shared/malloc.py says why)
     from services.runtime import SERVICES
     from services.serve import serve as serve_process
     from shared.nats_auth.permissions import GATEWAY

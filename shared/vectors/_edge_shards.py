@@ -10,7 +10,7 @@ import asyncio
 import json
 import os
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -292,16 +292,21 @@ async def export_points(shards: Sequence[EdgeShard], build_dir: Path, stop: Call
     return written
 
 
-def read_points(build_dir: Path, dimension: int, batch: int) -> Iterator[list[Point]]:
-    """The points :func:`export_points` wrote, ``batch`` at a time (in the builder process)."""
+def read_points(
+    build_dir: Path, dimension: int, batch: int, skip: Collection[UUID] = ()
+) -> Iterator[list[Point]]:
+    """The points :func:`export_points` wrote, ``batch`` at a time, leaving out the ids in ``skip``."""
     with (build_dir / _VECTORS_FILE).open("rb") as vectors, (build_dir / _POINTS_FILE).open() as lines:
         points: list[Point] = []
         for line in lines:
             row = json.loads(line)
             vector = array("f")
             vector.fromfile(vectors, dimension)
+            point_id = UUID(row["id"])
+            if point_id in skip:
+                continue
             lexical = {int(i): float(w) for i, w in row.get("lexical", [])}
-            points.append(edge_point(UUID(row["id"]), vector.tolist(), lexical, row["payload"]))
+            points.append(edge_point(point_id, vector.tolist(), lexical, row["payload"]))
             if len(points) == batch:
                 yield points
                 points = []

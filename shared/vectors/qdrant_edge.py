@@ -17,6 +17,14 @@ in. Builds are size-tiered: each merges the new points with the newest indexed s
 than ``merge_ratio`` times what it merges already, so there are few shards to search and each
 point is rebuilt a few times, not once per seal.
 
+A background build left with fewer than ``absorb_below`` points (churn under a cap: prune and
+expiry delete about as fast as sessions write) makes no shard: its points go back into the live
+shard. Such a shard would get no HNSW graph (it is under Edge's indexing threshold) and be searched
+exactly, as the live shard is, yet every loaded shard costs a fixed ~30-60 MiB of resident memory
+whatever it holds (Edge pre-faults the mapped files of its appendable segment on load: 5 MiB per
+keyword index, a 32 MiB vector chunk) and a search thread pool. ``make soak`` measured it: each
+such build raised ``engram up``'s RSS by 60 MiB until the next one (docs/decisions.md).
+
 Every id lives in exactly one shard: a write or delete first removes the id from the sealed
 shards (and remembers it while a build runs, to remove it from the build's result too).
 Searches ask every shard with the same tenant filter and merge by score.
@@ -36,7 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from uuid import UUID
 
-from qdrant_edge import EdgeShard, Query, QueryRequest, ScoredPoint, UpdateOperation
+from qdrant_edge import EdgeShard, Point, Query, QueryRequest, ScoredPoint, UpdateOperation
 
 from contracts.errors import EmbeddingDimensionMismatch
 from shared.lexical import LEXICAL_VECTOR
@@ -56,6 +64,7 @@ from shared.vectors._edge_shards import (
     edge_point,
     export_points,
     live_config,
+    read_points,
     sparse_query,
     to_hits,
 )
@@ -112,6 +121,7 @@ class QdrantEdgeIndex:
         seal_threshold: int = 4_096,
         check_interval_s: float = 30.0,
         merge_ratio: float = 4.0,
+        absorb_below: int | None = None,
         indexing_threshold_kb: int | None = None,
         full_scan_threshold_kb: int = 10_000,
     ) -> None:
@@ -121,12 +131,17 @@ class QdrantEdgeIndex:
             raise ValueError(f"seal_threshold must be positive, got {seal_threshold}")
         if merge_ratio <= 0:
             raise ValueError(f"merge_ratio must be positive, got {merge_ratio}")
+        if absorb_below is not None and not 0 <= absorb_below <= seal_threshold // 2:
+            raise ValueError(f"absorb_below must be between 0 and seal_threshold / 2, got {absorb_below}")
         self.dimension = dimension
         self._path = Path(path)
         self._spec = BuildSpec(dimension, indexing_threshold_kb, full_scan_threshold_kb)
         self._seal_threshold = seal_threshold
         self._check_interval_s = check_interval_s
         self._merge_ratio = merge_ratio
+        #: Below this many points a background build goes back into the live shard. A quarter of
+        #: ``seal_threshold`` keeps the live shard well short of sealing again at once.
+        self._absorb_below = seal_threshold // 4 if absorb_below is None else absorb_below
         self._manifest: Manifest | None = None
         self._live: EdgeShard | None = None
         self._sealed: list[_Sealed] = []
@@ -226,7 +241,7 @@ class QdrantEdgeIndex:
         indexed state when they choose.
         """
         await self._open()
-        await self._build(seal=True)
+        await self._build(seal=True, absorb=False)
 
     async def stats(self) -> EdgeIndexStats:
         await self._open()
@@ -244,20 +259,21 @@ class QdrantEdgeIndex:
     # -- writes (on a worker thread, under the write lock) ----------------------------------
 
     def _write(self, points: Sequence[VectorPoint]) -> None:
-        live = self._live_shard
         for start in range(0, len(points), _WRITE_CHUNK):
             chunk = points[start : start + _WRITE_CHUNK]
             self._forget_sealed([point.id for point in chunk])
-            self._live_writes += len(chunk)
-            live.update(
-                UpdateOperation.upsert_points(
-                    [
-                        edge_point(point.id, list(point.vector), dict(point.lexical), payload_of(point))
-                        for point in chunk
-                    ]
-                )
+            self._append(
+                [
+                    edge_point(point.id, list(point.vector), dict(point.lexical), payload_of(point))
+                    for point in chunk
+                ]
             )
-            self._flush_now_and_then(len(chunk))
+
+    def _append(self, points: list[Point]) -> None:
+        """Upsert ``points`` (one chunk) into the live shard."""
+        self._live_writes += len(points)
+        self._live_shard.update(UpdateOperation.upsert_points(points))
+        self._flush_now_and_then(len(points))
 
     def _delete(self, ids: list[UUID]) -> None:
         self._forget_sealed(ids)
@@ -340,7 +356,7 @@ class QdrantEdgeIndex:
             try:
                 full = self._live_full()
                 if full or self._pick_inputs():
-                    await self._build(seal=full)
+                    await self._build(seal=full, absorb=True)
                 else:
                     async with self._build_lock:  # a build may be closing shards
                         await asyncio.to_thread(_flush, self._shards())
@@ -351,7 +367,9 @@ class QdrantEdgeIndex:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closed.wait(), self._check_interval_s)
 
-    async def _build(self, *, seal: bool) -> None:
+    async def _build(self, *, seal: bool, absorb: bool) -> None:
+        """Seal the live shard (if ``seal``) and build what awaits; with ``absorb``, a build of
+        fewer than ``absorb_below`` points goes back into the live shard instead."""
         async with self._build_lock:
             if self._closed.is_set():
                 raise BuildInterrupted(f"the vector index at {self._path} is closed")
@@ -359,7 +377,7 @@ class QdrantEdgeIndex:
                 await self._seal_live()
             inputs = self._pick_inputs()
             if inputs:
-                await self._rebuild(inputs)
+                await self._rebuild(inputs, absorb_below=self._absorb_below if absorb else 1)
 
     def _live_full(self) -> bool:
         """Seal when the live shard holds ``seal_threshold`` points, or has taken that many writes,
@@ -418,8 +436,9 @@ class QdrantEdgeIndex:
             total += sizes[entry.generation.name]
         return chosen
 
-    async def _rebuild(self, inputs: list[_Sealed]) -> None:
-        """Export ``inputs``, build one indexed shard from them in a child process, swap it in."""
+    async def _rebuild(self, inputs: list[_Sealed], *, absorb_below: int) -> None:
+        """Export ``inputs``, build one indexed shard from them in a child process, swap it in;
+        or, when fewer than ``absorb_below`` points were exported, move them into the live shard."""
         manifest = self._manifest_now
         build_dir = self._path / manifest.new_name(BUILD_PREFIX)
         async with self._write_lock:  # no write is half done: each is recorded or exported whole
@@ -431,6 +450,17 @@ class QdrantEdgeIndex:
             self._spec.save(build_dir)
             exported = await export_points([entry.shard for entry in inputs], build_dir, self._closed.is_set)
             clock.lap("export")
+            if exported < absorb_below:
+                await self._absorb(inputs, build_dir)
+                clock.lap("absorb")
+                log.info(
+                    "moved %d points of %d shard(s) into the live shard in %s",
+                    exported,
+                    len(inputs),
+                    clock,
+                    extra={"points": exported},
+                )
+                return
             name = manifest.new_name(SEALED_PREFIX)
             if exported:
                 await self._run_builder(build_dir)
@@ -479,6 +509,24 @@ class QdrantEdgeIndex:
         if builder.returncode != 0:
             tail = stderr.decode(errors="replace")[-2000:]
             raise RuntimeError(f"the index builder for {build_dir} exited with {builder.returncode}: {tail}")
+
+    async def _absorb(self, inputs: list[_Sealed], build_dir: Path) -> None:
+        """Replace ``inputs`` by their exported points in the live shard, minus what changed
+        meanwhile (written again or deleted: the live shard has the newer state already).
+
+        The live shard takes the points (flushed) before the manifest drops ``inputs``: a crash in
+        between leaves an id in two shards with the same vector, which searches return once
+        (``top_hits`` keeps each id once) and the next write or delete of that id settles; the
+        other order could lose it."""
+        async with self._write_lock:
+            changed = self._changed_during_build or set()
+            for chunk in read_points(build_dir, self.dimension, _WRITE_CHUNK, skip=changed):
+                await asyncio.to_thread(self._append, chunk)
+            await asyncio.to_thread(self._live_shard.flush)  # on disk before the manifest says so
+            sealed = [entry for entry in self._sealed if entry not in inputs]
+            manifest = self._manifest_now
+            await self._commit(replace(manifest, generations=[entry.generation for entry in sealed]), sealed)
+        await asyncio.to_thread(_close_and_remove, inputs, self._path)
 
     async def _swap(self, inputs: list[_Sealed], name: str, built: EdgeShard | None) -> None:
         """Replace ``inputs`` by ``built`` (if any point survived), minus what changed meanwhile."""

@@ -39,11 +39,34 @@ ENGRAM = Path(sys.executable).parent / "engram"
 CUES = ["upstream shard error", "Lyon warehouse", "ticket topic", "retry the items API", "order ships"]
 
 
-def rss_mib(pid: int) -> float:
+def memory_mib(pid: int) -> dict[str, float]:
+    """The process's resident size and its parts: anonymous (heap, allocator arenas), file-backed
+    (mapped files: Qdrant Edge's shards, libraries) and shared memory, in MiB."""
+    fields = {
+        "VmRSS:": "rss",
+        "RssAnon:": "anon",
+        "RssFile:": "file",
+        "RssShmem:": "shmem",
+        "Threads:": "threads",
+    }
+    out: dict[str, float] = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
+        key = line.split(maxsplit=1)[0] if line else ""
+        if key in fields:
+            value = int(line.split()[1])
+            out[fields[key]] = value if key == "Threads:" else round(value / 1024, 1)
+    if "rss" not in out:
+        raise RuntimeError(f"no VmRSS for {pid}")
+    return out
+
+
+def rss_mib(pid: int) -> float:
+    return memory_mib(pid)["rss"]
+
+
+def shard_count(data_dir: Path) -> int:
+    """Qdrant Edge shard directories under the data dir (live, sealed and being built)."""
+    return sum(1 for path in data_dir.glob("vectors/*/*") if path.is_dir())
 
 
 async def _connection(data_dir: Path, proc: subprocess.Popen[bytes], timeout: float = 120) -> dict[str, Any]:
@@ -120,6 +143,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url,
         ):
             data_dir = Path(tmp) / "data"
+            log_path = Path(tmp) / "engram.log"
             env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
             env.update(dict(pair.split("=", 1) for pair in args.env))
             proc = subprocess.Popen(
@@ -135,7 +159,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 ],
                 env=env,
                 stdout=subprocess.DEVNULL,
-                stderr=open(Path(tmp) / "engram.log", "wb"),  # noqa: SIM115 (closed with the process)
+                stderr=open(log_path, "wb"),  # noqa: SIM115 (closed with the process)
             )
             try:
                 info = await _connection(data_dir, proc)
@@ -143,15 +167,35 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 stop = asyncio.Event()
                 out: dict[str, Any] = {}
                 task = asyncio.create_task(load(nc, info, args, stop, out))
-                samples: list[tuple[float, float]] = []
+                samples: list[dict[str, float]] = []
+                builds: list[tuple[float, str]] = []
+                log_seen = 0
                 started = time.perf_counter()
-                while (elapsed := time.perf_counter() - started) < args.seconds:
-                    samples.append((round(elapsed, 1), round(rss_mib(proc.pid), 1)))
-                    print(
-                        f"[soak] t={elapsed:6.0f}s rss={samples[-1][1]:.1f} MiB", file=sys.stderr, flush=True
+                while True:
+                    elapsed = time.perf_counter() - started
+                    samples.append(
+                        {"t": round(elapsed, 1), **memory_mib(proc.pid), "shards": shard_count(data_dir)}
                     )
-                    await asyncio.sleep(args.sample_s)
-                samples.append((round(time.perf_counter() - started, 1), round(rss_mib(proc.pid), 1)))
+                    # The vector store's background builds, to line up with the RSS samples.
+                    text = log_path.read_text(errors="replace")
+                    for line in text[log_seen:].splitlines():
+                        if "built sealed-" in line:
+                            builds.append((round(elapsed, 1), line.split("built ", 1)[1][:160]))
+                            print(f"[soak] t={elapsed:6.0f}s {builds[-1][1]}", file=sys.stderr, flush=True)
+                    log_seen = len(text)
+                    m = samples[-1]
+                    print(
+                        f"[soak] t={elapsed:6.0f}s rss={m['rss']:.1f} MiB (anon {m['anon']:.1f}, "
+                        f"file {m['file']:.1f}, shmem {m['shmem']:.1f}) threads={m['threads']} "
+                        f"shards={m['shards']}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    if elapsed >= args.seconds:
+                        break
+                    await asyncio.sleep(
+                        min(args.sample_s, max(0.0, started + args.seconds - time.perf_counter()))
+                    )
                 stop.set()
                 await task
                 await nc.drain()
@@ -161,7 +205,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-    after_warmup = [rss for t, rss in samples if t >= args.warmup_s]
+    after_warmup = [m for m in samples if m["t"] >= args.warmup_s]
     base, end = after_warmup[0], after_warmup[-1]
     return {
         "seconds": args.seconds,
@@ -169,13 +213,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "session_rate": args.session_rate,
         "recall_rate": args.recall_rate,
         "rss_mib": {
-            "start": samples[0][1],
-            "after_warmup": base,
-            "end": end,
-            "max_after_warmup": max(after_warmup),
-            "drift_pct": round((end - base) / base * 100, 1),
+            "start": samples[0]["rss"],
+            "after_warmup": base["rss"],
+            "end": end["rss"],
+            "max_after_warmup": max(m["rss"] for m in after_warmup),
+            "drift_pct": round((end["rss"] - base["rss"]) / base["rss"] * 100, 1),
         },
+        "anon_mib": {"after_warmup": base["anon"], "end": end["anon"]},
+        "file_mib": {"after_warmup": base["file"], "end": end["file"]},
         "samples": samples,
+        "builds": builds,
         **out,
     }
 
