@@ -94,7 +94,7 @@ def offline_broker() -> NatsBroker:
     infra = offline_infra(broker)
     broker.include_router(ingest_router(infra))
     broker.include_router(distill_router(infra, BuiltinDistiller()))
-    broker.include_router(governance_router(infra, Erasures(infra.db, infra.relay)))
+    broker.include_router(governance_router(infra, Erasures(infra.db)))
     # recall's handlers reach the Recall object only when a request arrives; none does here.
     broker.include_router(recall_router(infra, cast(Recall, None)))
 

@@ -39,5 +39,4 @@ async def set_config(infra: Infra, credential: Credential, request: ConfigPut) -
                 )
             ],
         )
-    infra.relay.wake()
     return ConfigReply(agent_config_id=request.agent_config_id, version=version, config=config)
