@@ -154,10 +154,13 @@ class OutboxRelay:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.published = 0
+        #: Commits that woke it (they had enqueued rows).
+        self.wakes = 0
         db.on_commit(self._committed)
 
     def _committed(self, info: Mapping[str, object]) -> None:
         if info.get(_WROTE_OUTBOX):
+            self.wakes += 1
             self._wake.set()
 
     async def start(self) -> None:
