@@ -141,13 +141,19 @@ class Batch:
             await self.retry_later()
             return False
         try:
-            await self.ack(self.pending())
+            await self.finish()
         except Exception:  # NATS away: redelivered after ack_wait, and absorbed (idempotent work)
             log.warning("%s: acking a batch failed", self.consumer, exc_info=True)
             return False
+        return True
+
+    async def finish(self) -> None:
+        """Ack every message still unsettled (the work for them has committed) and stop the
+        heartbeat."""
+        try:
+            await self.ack(self.pending())
         finally:
             await self.close()
-        return True
 
     @property
     def handed_over(self) -> bool:
@@ -203,12 +209,8 @@ async def consume(batch: Batch, handler: BatchHandler, *, signed: bool = False) 
     except Exception:
         await batch.retry_later()
         raise
-    if batch.handed_over:
-        return
-    try:
-        await batch.ack(batch.pending())
-    finally:
-        await batch.close()
+    if not batch.handed_over:
+        await batch.finish()
 
 
 def batch_consumer(
