@@ -95,7 +95,7 @@ def offline_broker() -> NatsBroker:
     infra = offline_infra(broker)
     broker.include_router(ingest_router(infra))
     broker.include_router(distill_router(infra, BuiltinDistiller()))
-    broker.include_router(governance_router(infra, Erasures(infra.db, infra.relay)))
+    broker.include_router(governance_router(infra, Erasures(infra.db)))
     # Never started: its side effects and caches are only reached when a request arrives.
     broker.include_router(
         recall_router(infra, Recall(infra.db, SideEffects(infra.db), embedder=None, index=None))

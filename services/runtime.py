@@ -244,7 +244,7 @@ async def running_services(
             from services.governance_audit.retention import RetentionSweeper
             from services.governance_audit.router import build_router as governance_router
 
-            erasures = Erasures(db, relay, index=vector_index, results=results)
+            erasures = Erasures(db, index=vector_index, results=results)
             broker.include_router(governance_router(infra, erasures, results))
             workers.append(RetentionSweeper(db, erasures.after_commit, interval_s=settings.retention_sweep_s))
         await broker.start()

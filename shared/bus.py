@@ -1,16 +1,13 @@
-"""JetStream plumbing: streams as code, the durables' consumer settings, and the heartbeat that
-keeps a live worker's messages from being redelivered while it works on them."""
+"""JetStream plumbing: streams as code and the durables' consumer settings. Consuming them is
+``shared.consumer``'s."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import replace
 
 from faststream.nats import ConsumerConfig
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
@@ -22,7 +19,6 @@ __all__ = [
     "configured_streams",
     "durable_config",
     "ensure_streams",
-    "heartbeat",
     "patch_pull_timeout",
     "record_consumer_lag",
     "stream_config",
@@ -88,32 +84,10 @@ async def ensure_streams(
 def durable_config(ack_wait_s: float) -> ConsumerConfig:
     """Every durable's settings (ingest, distill, embed): redelivered ``ack_wait_s`` after a
     delivery nobody acknowledged — the time a crashed worker's messages wait before another takes
-    them, so it is short; a live worker holds its messages longer with :func:`heartbeat`.
-    ``max_deliver=-1``: outages are retried without limit (model failures are counted in code)."""
+    them, so it is short; a live worker holds its messages longer with a heartbeat
+    (``shared.consumer.Batch``). ``max_deliver=-1``: outages are retried without limit (model
+    failures are counted in code)."""
     return ConsumerConfig(ack_wait=ack_wait_s, max_deliver=-1)
-
-
-@contextlib.asynccontextmanager
-async def heartbeat(msgs: Sequence[Msg], ack_wait_s: float) -> AsyncIterator[None]:
-    """While the block runs, tell JetStream every third of ``ack_wait_s`` that ``msgs`` are still
-    being worked on (``+WPI``), so a slow batch (a model call, a big embed) is never redelivered
-    to another worker mid-way; messages acked meanwhile are skipped."""
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(ack_wait_s / 3)
-            for m in msgs:
-                if not m.is_acked:
-                    with contextlib.suppress(Exception):  # NATS away: redelivery is the fallback
-                        await m.in_progress()
-
-    task = asyncio.create_task(beat(), name="jetstream-heartbeat")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def record_consumer_lag(js: JetStreamContext, durables: Iterable[tuple[str, str]]) -> None:

@@ -1,24 +1,65 @@
 """Dead-lettering: an event that cannot be processed is recorded with its reason and an audit
-record, in one transaction, and the consumer moves on. Nothing invalid is silently dropped."""
+record, in one transaction, and the consumer moves on. Nothing invalid is silently dropped.
+
+JetStream consumers dead-letter through their batch (``shared.consumer.Batch.dead_letter``), which
+also acks; :func:`dead_letter_all` is the one write both it and ``shared.provenance`` use."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid4, uuid5
 
 from nats.aio.msg import Msg
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contracts.errors import EngramError
 from contracts.events import DeadLetter
 from contracts.subjects import dead_letter_subject
 from shared import audit
+from shared.db.engine import Database
 from shared.metrics import DEAD_LETTERS, on_commit
 from shared.outbox import claim_inbox, enqueue
 from shared.policy import redact_pii
 
-__all__ = ["dead_letter", "delivery_key", "is_jetstream"]
+__all__ = ["Rejection", "dead_letter", "dead_letter_all", "delivery_key", "is_jetstream"]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a message is dead-lettered, and whose it was as far as it is known."""
+
+    code: str
+    reason: str
+    #: The organization whose event it was; the system organization when nothing believable
+    #: names one (no valid token, an unreadable or forged message).
+    org_id: UUID = audit.SYSTEM_ORG
+    original_event_id: str | None = None
+    actor_ref: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        exc: EngramError,
+        *,
+        org_id: UUID = audit.SYSTEM_ORG,
+        original_event_id: str | None = None,
+        actor_ref: str | None = None,
+        reason: str | None = None,
+    ) -> Rejection:
+        """The rejection an error says: its code, message (or ``reason``) and details."""
+        return cls(
+            code=exc.code.value,
+            reason=exc.message if reason is None else reason,
+            org_id=org_id,
+            original_event_id=original_event_id,
+            actor_ref=actor_ref,
+            details=exc.details,
+        )
 
 
 def is_jetstream(msg: Msg) -> bool:
@@ -35,21 +76,24 @@ def delivery_key(msg: Msg) -> str:
     return f"{meta.stream}:{meta.sequence.stream}:{meta.timestamp}"
 
 
+async def dead_letter_all(
+    db: Database, rejected: Sequence[tuple[Msg, Rejection]], *, consumer: str, source: str
+) -> None:
+    """Dead-letter each message with its rejection, all in one transaction (whose commit wakes
+    the outbox relay). Settling the messages is the caller's."""
+    if not rejected:
+        return
+    async with db.transaction() as session:
+        for msg, rejection in rejected:
+            await dead_letter(session, msg, rejection, consumer=consumer, source=source)
+
+
 async def dead_letter(
-    session: AsyncSession,
-    msg: Msg,
-    *,
-    consumer: str,
-    source: str,
-    org_id: UUID,
-    code: str,
-    reason: str,
-    original_event_id: str | None = None,
-    actor_ref: str | None = None,
-    details: dict[str, Any] | None = None,
+    session: AsyncSession, msg: Msg, rejection: Rejection, *, consumer: str, source: str
 ) -> bool:
     """Queue ``msg`` for the dead-letter stream and audit it; False if this delivery was already
     dead-lettered (a redelivery after a crash), in which case nothing is written twice."""
+    org_id, code, reason = rejection.org_id, rejection.code, rejection.reason
     key = delivery_key(msg)
     deliveries = msg.metadata.num_delivered if is_jetstream(msg) else 1
     if not await claim_inbox(session, f"{consumer}:dlq", key):
@@ -60,11 +104,11 @@ async def dead_letter(
         [
             audit.AuditEntry(
                 kind=f"{source}.rejected",
-                actor_ref=actor_ref,
+                actor_ref=rejection.actor_ref,
                 details={
                     "code": code,
                     "reason": reason,
-                    "event_id": original_event_id,
+                    "event_id": rejection.original_event_id,
                     "delivery": key,
                     "deliveries": deliveries,
                 },
@@ -75,10 +119,10 @@ async def dead_letter(
     letter = DeadLetter(
         event_id=uuid5(NAMESPACE_URL, f"engram-dlq:{consumer}:{key}"),
         source_subject=msg.subject,
-        original_event_id=original_event_id,
+        original_event_id=rejection.original_event_id,
         code=code,
         reason=reason,
-        details=details or {},
+        details=rejection.details,
         deliveries=deliveries,
         original_b64=base64.b64encode(kept.encode()).decode(),
         original_sha256=hashlib.sha256(msg.data).hexdigest(),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -44,6 +44,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Set in a session's ``info`` by every enqueue: the commit hook wakes the relay only then.
+_WROTE_OUTBOX = "engram.wrote_outbox"
+
 # Built once: these run several times per message.
 _OUTBOX_INSERT = insert(OUTBOX)
 _INBOX_CLAIM = pg_insert(INBOX).on_conflict_do_nothing().returning(INBOX.c.event_id)
@@ -61,6 +64,7 @@ async def enqueue_many(
     ``None`` headers mean the current span's (a batch carries each session's own trace)."""
     if not events:
         return
+    session.info[_WROTE_OUTBOX] = True
     current = inject_trace_headers({})
     now = utcnow()
     await session.execute(
@@ -79,6 +83,7 @@ async def enqueue_many(
 
 
 async def enqueue_raw(session: AsyncSession, subject: str, payload: bytes, event_id: UUID) -> None:
+    session.info[_WROTE_OUTBOX] = True
     await session.execute(
         _OUTBOX_INSERT,
         {
@@ -126,7 +131,11 @@ async def processed_of(session: AsyncSession, consumer: str, event_ids: Sequence
 
 class OutboxRelay:
     """Publishes committed outbox rows, signed as a service's (``shared.provenance``). Runs
-    beside every writer; several may run at once (rows are claimed with ``FOR UPDATE SKIP LOCKED``)."""
+    beside every writer; several may run at once (rows are claimed with ``FOR UPDATE SKIP LOCKED``).
+
+    A commit of ``db`` that enqueued rows wakes it (a commit hook), so they go out at once rather
+    than at the next poll; the poll only catches rows other processes committed, or a relay that
+    was down."""
 
     def __init__(
         self,
@@ -145,10 +154,14 @@ class OutboxRelay:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.published = 0
+        #: Commits that woke it (they had enqueued rows).
+        self.wakes = 0
+        db.on_commit(self._committed)
 
-    def wake(self) -> None:
-        """Called after a commit that added outbox rows, so they go out without waiting a poll."""
-        self._wake.set()
+    def _committed(self, info: Mapping[str, object]) -> None:
+        if info.get(_WROTE_OUTBOX):
+            self.wakes += 1
+            self._wake.set()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="outbox-relay")

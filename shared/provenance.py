@@ -4,10 +4,10 @@ Every message a service publishes for another service — the hand-offs ``engram
 and ``engram.save.accepted``, the outcomes on ``engram.save.result.<id>``, and whatever the outbox
 relay sends (``engram.memory.written``/``purged``, ``engram.audit.*.*``, ``engram.dlq.*``) — carries
 ``Engram-Signature: v1:<kid>:<HMAC-SHA256>`` over the subject, the ``Nats-Msg-Id`` and the body.
-The consumers check it before anything else (:func:`refuse_forged`); a message without a valid
-signature is dead-lettered with an audit record in the system chain and has no effect. So a NATS
-permission opened by mistake lets a client reach an internal subject, but not write into a tenant
-or delete vectors.
+The consumers check it before anything else (:func:`refuse_forged`, which every signed stream
+consumer runs through ``shared.consumer``); a message without a valid signature is dead-lettered
+with an audit record in the system chain and has no effect. So a NATS permission opened by
+mistake lets a client reach an internal subject, but not write into a tenant or delete vectors.
 
 The MAC key is derived from the token signing keys, one derivation per key id (as page tokens
 do): every Engram service already holds them, nobody else does, and rotating the signing keys
@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 
 from nats.aio.msg import Msg
 
-from shared import audit
-from shared.deadletter import dead_letter, is_jetstream
+from shared.deadletter import Rejection, dead_letter_all
 
 if TYPE_CHECKING:
     from shared.infra import Infra
@@ -88,29 +87,20 @@ class MessageSigner:
 async def refuse_forged(infra: Infra, msgs: Sequence[Msg], *, consumer: str) -> list[Msg]:
     """The messages of ``msgs`` that a service produced. Every other one is dead-lettered with an
     ``internal.rejected`` audit record (system chain: nothing in it can be believed, its
-    organization least of all) and acked, so it has no effect and is not redelivered."""
+    organization least of all), so it has no effect; settling it (the ack of a JetStream message)
+    is the caller's — ``shared.consumer.Batch`` does it for the stream consumers."""
     genuine: list[Msg] = []
     forged: list[Msg] = []
     for msg in msgs:
         (genuine if infra.signer.verify(msg.subject, msg.data, msg.headers) else forged).append(msg)
-    if not forged:
-        return genuine
-    log.warning(
-        "%s: refused %d internal message(s) without a valid producer signature", consumer, len(forged)
-    )
-    async with infra.db.transaction() as db:
-        for msg in forged:
-            await dead_letter(
-                db,
-                msg,
-                consumer=consumer,
-                source=FORGED_SOURCE,
-                org_id=audit.SYSTEM_ORG,
-                code="UNAUTHENTICATED",
-                reason=f"{msg.subject}: no valid producer signature",
-            )
-    infra.relay.wake()
-    for msg in forged:
-        if is_jetstream(msg):
-            await msg.ack()
+    if forged:
+        log.warning(
+            "%s: refused %d internal message(s) without a valid producer signature", consumer, len(forged)
+        )
+        await dead_letter_all(
+            infra.db,
+            [(m, Rejection("UNAUTHENTICATED", f"{m.subject}: no valid producer signature")) for m in forged],
+            consumer=consumer,
+            source=FORGED_SOURCE,
+        )
     return genuine

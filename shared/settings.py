@@ -88,7 +88,7 @@ class EngramSettings(BaseSettings):
     max_deliver: int = Field(default=5, ge=1)
     redeliver_backoff_s: tuple[float, ...] = (1.0, 5.0, 15.0, 30.0)
     #: Short, so what a crashed worker held is redelivered within seconds of a restart; a live
-    #: worker keeps its messages with in-progress heartbeats (shared/bus.py: heartbeat).
+    #: worker keeps its messages with in-progress heartbeats (shared/consumer.py: Batch).
     ack_wait_s: float = Field(default=5.0, gt=0)
 
     #: The deployment's embedder: ``all-MiniLM-L6-v2`` (the default: in-process, numpy, from the

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from nats.aio.msg import Msg
-from pydantic import ValidationError
 
 from contracts.errors import EngramError
 from contracts.internal import AcceptedSave
@@ -14,32 +13,24 @@ from contracts.subjects import save_result_subject
 from services.distill.save_path import Draft, SaveContext, save_entries
 from shared import audit
 from shared.config_store import claim_agent_config, org_memory_enabled
-from shared.deadletter import dead_letter
+from shared.consumer import Batch
+from shared.deadletter import Rejection
 from shared.infra import Infra
 from shared.outbox import claim_inbox
 
-__all__ = ["CONSUMER", "handle_accepted_save"]
+__all__ = ["CONSUMER", "handle_accepted_saves"]
 
 CONSUMER = "distill-saves"
 
 
-async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
-    try:
-        request = AcceptedSave.model_validate_json(msg.data)
-    except ValidationError:
-        async with infra.db.transaction() as db:
-            await dead_letter(
-                db,
-                msg,
-                consumer=CONSUMER,
-                source="save",
-                org_id=audit.SYSTEM_ORG,
-                code="INVALID_REQUEST",
-                reason="unreadable accepted save",
-            )
-        infra.relay.wake()
-        await msg.ack()
-        return
+async def handle_accepted_saves(infra: Infra, batch: Batch) -> None:
+    """Each accepted save through the save path, its outcome sent to a caller who waits; the
+    batch acks them after."""
+    for msg, request in await batch.parse(AcceptedSave, what="accepted save"):
+        await _save(infra, batch, msg, request)
+
+
+async def _save(infra: Infra, batch: Batch, msg: Msg, request: AcceptedSave) -> None:
     ctx = SaveContext(
         org_id=request.org_id,
         agent_config_id=request.agent_config_id,
@@ -65,8 +56,7 @@ async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
     try:
         async with infra.db.transaction() as db:
             if not await claim_inbox(db, CONSUMER, f"{request.org_id}/save/{request.request_id}"):
-                await msg.ack()
-                return
+                return  # saved before (a redelivery): only the ack is left
             config, created = await claim_agent_config(
                 db, request.org_id, request.agent_config_id, by=request.requested_by
             )
@@ -108,22 +98,16 @@ async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
                 )
         reply = outcome.model_dump(mode="json")
     except EngramError as exc:  # e.g. the agent config moved to another org since ingest checked
-        async with infra.db.transaction() as db:
-            await dead_letter(
-                db,
-                msg,
-                consumer=CONSUMER,
-                source="save",
-                org_id=request.org_id,
-                code=exc.code.value,
-                reason=exc.message,
-                original_event_id=str(request.request_id),
-                actor_ref=request.requested_by,
-            )
+        rejection = Rejection.of(
+            exc,
+            org_id=request.org_id,
+            original_event_id=str(request.request_id),
+            actor_ref=request.requested_by,
+        )
+        # Acked with the batch, after the reply: a reply that could not be sent is sent again.
+        await batch.dead_letter([(msg, rejection)], ack=False)
         reply = exc.to_wire()
-    infra.relay.wake()
     if request.wait:
         # Core NATS: the waiting caller is live or gone; the stored outcome is the durable part.
         subject, body = save_result_subject(str(request.request_id)), json.dumps(reply).encode()
         await infra.nc.publish(subject, body, headers=infra.signer.sign(subject, body))
-    await msg.ack()

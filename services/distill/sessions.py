@@ -2,7 +2,7 @@
 
 Per batch: one transaction reads which sessions are already done and the agent configs; the
 distiller runs outside any transaction; then one transaction claims the inbox rows and saves every
-session's lessons (entries, outbox, audit) — and only then are the messages acked. A distiller
+session's lessons (entries, outbox, audit) — and only then does the batch ack them. A distiller
 that keeps failing never fails the session: that message alone is retried with backoff and, after
 ``max_deliver`` attempts, dead-lettered with its reason, while the rest of the batch goes on.
 """
@@ -10,16 +10,13 @@ that keeps failing never fails the session: that message alone is retried with b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from uuid import UUID
 
 from nats.aio.msg import Msg
-from nats.errors import MsgAlreadyAckdError
 from opentelemetry import trace
 from opentelemetry.trace import Span
-from pydantic import ValidationError
 
 from contracts.config import MemoryConfig
 from contracts.errors import EngramError, Forbidden
@@ -30,7 +27,8 @@ from services.distill.save_path import Draft, SaveContext, SaveItem, save_batch
 from services.distill.summary import summarize_trace
 from shared import audit
 from shared.config_store import claim_agent_config, org_memory_enabled
-from shared.deadletter import dead_letter
+from shared.consumer import Batch
+from shared.deadletter import Rejection
 from shared.infra import Infra
 from shared.outbox import claim_inbox_many, processed_of
 from shared.ports import Distiller, Lesson
@@ -64,50 +62,35 @@ class _Work:
         return f"{self.session.org_id}/{self.session.event_id}"
 
 
-async def handle_validated_sessions(infra: Infra, distiller: Distiller, msgs: list[Msg]) -> None:
+async def handle_validated_sessions(infra: Infra, distiller: Distiller, batch: Batch) -> None:
     work: list[_Work] = []
-    for msg in msgs:
-        try:
-            session = SessionEnded.model_validate_json(msg.data)
-        except ValidationError as exc:  # only ingest publishes here: a bug or a version skew
-            await _dead_letter(
-                infra,
-                msg,
-                audit.SYSTEM_ORG,
-                "INVALID_REQUEST",
-                f"unreadable session: {exc.error_count()} errors",
-            )
-            continue
+    # Only ingest publishes here: an unreadable session is a bug or a version skew.
+    for msg, session in await batch.parse(SessionEnded, what="session"):
         # One span per session, parented on the trace the platform started (via ingest).
         span = _tracer.start_span("engram.distill.session", context=extract_context(msg.headers))
         annotate_consumer(span, msg.subject, CONSUMER)
         annotate_memory_operation(span, msg.subject, session)
         work.append(_Work(msg, session, span))
     try:
-        await _process(infra, distiller, work)
+        await _process(infra, distiller, batch, _first_copies(work))
     finally:
         for item in work:
             item.span.end()
 
 
-async def _process(infra: Infra, distiller: Distiller, all_work: list[_Work]) -> None:
-    # One event twice in a batch (a redelivery next to its original, after a reconnect) must
-    # take effect once: the later copies are only acked, after the batch commits.
-    work: list[_Work] = []
-    repeats: list[_Work] = []
-    keys: set[str] = set()
-    for item in all_work:
-        (repeats if item.key in keys else work).append(item)
-        keys.add(item.key)
-    try:
-        await _process_unique(infra, distiller, work)
-    finally:
-        for item in repeats:
-            with contextlib.suppress(MsgAlreadyAckdError):
-                await item.msg.ack()
+def _first_copies(work: list[_Work]) -> list[_Work]:
+    """One event twice in a batch (a redelivery next to its original, after a reconnect) must
+    take effect once: the later copies are left out, and acked with the batch after it commits."""
+    seen: set[str] = set()
+    first: list[_Work] = []
+    for item in work:
+        if item.key not in seen:
+            seen.add(item.key)
+            first.append(item)
+    return first
 
 
-async def _process_unique(infra: Infra, distiller: Distiller, work: list[_Work]) -> None:
+async def _process(infra: Infra, distiller: Distiller, batch: Batch, work: list[_Work]) -> None:
     configs: dict[tuple[UUID, UUID], MemoryConfig] = {}
     forbidden: dict[tuple[UUID, UUID], Forbidden] = {}
     async with infra.db.transaction() as db:
@@ -119,20 +102,18 @@ async def _process_unique(infra: Infra, distiller: Distiller, work: list[_Work])
             except Forbidden as exc:  # the agent config belongs to another organization
                 forbidden[pair] = exc
         enabled = {org: await org_memory_enabled(db, org) for org in {w.session.org_id for w in todo}}
-    for item in work:
-        if item.key in done:
-            await item.msg.ack()
+    # Already done (by another instance, or before a crash): nothing to hold them for.
+    await batch.ack(w.msg for w in work if w.key in done)
 
     ready: list[_Work] = []
+    refused: list[tuple[Msg, Rejection]] = []
     for item in todo:
         pair = (item.session.org_id, item.session.agent_config_id)
         if pair in forbidden:
-            refusal = forbidden[pair]
-            await _dead_letter(
-                infra, item.msg, item.session.org_id, refusal.code.value, refusal.message, item.session
-            )
+            refused.append((item.msg, _rejection(forbidden[pair], item.session)))
         else:
             ready.append(item)
+    await batch.dead_letter(refused)
 
     outcomes = await asyncio.gather(
         *(
@@ -149,7 +130,7 @@ async def _process_unique(infra: Infra, distiller: Distiller, work: list[_Work])
     items: list[tuple[_Work, SaveItem]] = []
     for item, outcome in zip(ready, outcomes, strict=True):
         if isinstance(outcome, EngramError):
-            await _retry_or_dead_letter(infra, item.msg, item.session, outcome)
+            await _retry_or_dead_letter(infra, batch, item, outcome)
         elif isinstance(outcome, BaseException):
             raise outcome  # unexpected: the whole batch is redelivered
         else:
@@ -161,9 +142,6 @@ async def _process_unique(infra: Infra, distiller: Distiller, work: list[_Work])
         claimed = await claim_inbox_many(db, CONSUMER, [w.key for w, _ in items])
         # Another instance may have finished some of these meanwhile: only what we claimed is saved.
         await save_batch(db, [save for w, save in items if w.key in claimed])
-    infra.relay.wake()
-    for item, _ in items:
-        await item.msg.ack()
 
 
 async def _distill(distiller: Distiller, work: _Work, config: MemoryConfig, org_enabled: bool) -> SaveItem:
@@ -218,30 +196,22 @@ def _headers_of(span: Span) -> dict[str, str]:
         return inject_trace_headers({})
 
 
-async def _retry_or_dead_letter(infra: Infra, msg: Msg, session: SessionEnded, exc: EngramError) -> None:
-    deliveries = msg.metadata.num_delivered
+async def _retry_or_dead_letter(infra: Infra, batch: Batch, work: _Work, exc: EngramError) -> None:
+    """A distiller failure fails this session alone: retried with backoff, dead-lettered after
+    ``max_deliver`` attempts."""
+    deliveries = work.msg.metadata.num_delivered
     if deliveries < infra.settings.max_deliver:
-        delay = infra.backoff(deliveries)
-        log.warning("distill failed (%s), attempt %d, retrying in %.1fs", exc.message, deliveries, delay)
-        await msg.nak(delay=delay)
+        log.warning("distill failed (%s), attempt %d, retrying later", exc.message, deliveries)
+        await batch.nak(work.msg)
         return
-    await _dead_letter(infra, msg, session.org_id, exc.code.value, f"distill failed: {exc.message}", session)
+    await batch.dead_letter([(work.msg, _rejection(exc, work.session, f"distill failed: {exc.message}"))])
 
 
-async def _dead_letter(
-    infra: Infra, msg: Msg, org_id: UUID, code: str, reason: str, session: SessionEnded | None = None
-) -> None:
-    async with infra.db.transaction() as db:
-        await dead_letter(
-            db,
-            msg,
-            consumer=CONSUMER,
-            source="distill",
-            org_id=org_id,
-            code=code,
-            reason=reason,
-            original_event_id=str(session.event_id) if session else None,
-            actor_ref=session.principal.ref if session else None,
-        )
-    infra.relay.wake()
-    await msg.ack()
+def _rejection(exc: EngramError, session: SessionEnded, reason: str | None = None) -> Rejection:
+    return Rejection.of(
+        exc,
+        org_id=session.org_id,
+        original_event_id=str(session.event_id),
+        actor_ref=session.principal.ref,
+        reason=reason,
+    )

@@ -11,17 +11,15 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from pydantic import ValidationError
 from sqlalchemy import JSON, Float, and_, func, literal_column, select, update
 
 from contracts.errors import EmbeddingDimensionMismatch
-from contracts.events import MemoryPurged, MemoryWritten
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, LEXICAL_SCOPES
 from shared.lexical import document_weights
 from shared.ports import Embedder, VectorIndex, VectorPoint
 
-__all__ = ["IndexOutcome", "index_entries", "index_rows", "load_pending", "parse_purged", "parse_written"]
+__all__ = ["IndexOutcome", "index_entries", "index_rows", "load_pending"]
 
 log = logging.getLogger(__name__)
 
@@ -61,27 +59,6 @@ _LOAD = select(
     _TERMS,
     _AVG_LEN,
 )
-
-
-def parse_written(data: Sequence[bytes]) -> list[UUID]:
-    """Entry ids of the ``memory.written`` events that parse (others are logged and skipped)."""
-    ids: list[UUID] = []
-    for raw in data:
-        try:
-            ids.append(MemoryWritten.model_validate_json(raw).entry_id)
-        except ValidationError:
-            log.warning("skipping an unreadable memory.written event")
-    return ids
-
-
-def parse_purged(data: Sequence[bytes]) -> list[UUID]:
-    ids: list[UUID] = []
-    for raw in data:
-        try:
-            ids.extend(MemoryPurged.model_validate_json(raw).entry_ids)
-        except ValidationError:
-            log.warning("skipping an unreadable memory.purged event")
-    return ids
 
 
 class IndexOutcome:

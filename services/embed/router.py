@@ -1,11 +1,12 @@
 """embed's subscribers: ``memory.written`` → vectors, ``memory.purged`` → no vectors.
 
 Written entries go through a two-stage pipeline so that the embedding model never waits for
-Postgres or NATS: the subscriber fetches a batch and loads its rows, then hands it to a worker
-that embeds, upserts and marks it, and only then acknowledges. The hand-over queue holds one
+Postgres or NATS: the subscriber fetches a batch and loads its rows, then hands it over to a
+worker that embeds, upserts and marks it, and only then settles it. The hand-over queue holds one
 batch, so while the model embeds batch N the subscriber already has batch N+1 loaded — and no
-more than two batches are ever unacknowledged. Both are kept from redelivery by a heartbeat from
-the moment they are fetched until they are settled: embedding can outlast the short ack_wait.
+more than two batches are ever unacknowledged. Both are kept from redelivery by their batch's
+heartbeat (``shared.consumer``) from the moment they are fetched until they are settled:
+embedding can outlast the short ack_wait.
 """
 
 from __future__ import annotations
@@ -13,23 +14,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Sequence
-from contextlib import AsyncExitStack
-from typing import Annotated, Any
+from collections.abc import Sequence
+from typing import Any
 
-from faststream import AckPolicy, Context
-from faststream.nats import JStream, NatsRouter, PullSub
-from faststream.nats.message import NatsBatchMessage
-from nats.aio.msg import Msg
-from nats.errors import MsgAlreadyAckdError
+from faststream.nats import NatsRouter
 
+from contracts.events import MemoryPurged, MemoryWritten
 from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
-from services.embed.indexer import index_rows, load_pending, parse_purged, parse_written
-from shared.bus import durable_config, heartbeat
+from services.embed.indexer import index_rows, load_pending
+from shared.consumer import Batch, batch_consumer
 from shared.infra import Infra
 from shared.metrics import EMBED_BACKLOG, EMBEDDED
 from shared.ports import Embedder, VectorIndex
-from shared.provenance import refuse_forged
 from shared.vectors.coverage import foreign_vectors
 
 __all__ = ["EmbedPipeline", "build_router"]
@@ -42,42 +38,21 @@ class EmbedPipeline:
         self._infra = infra
         self._embedder = embedder
         self._index = index
-        self._queue: asyncio.Queue[tuple[list[Msg], Sequence[Any], AsyncExitStack] | None] = asyncio.Queue(
-            maxsize=1
-        )
+        self._queue: asyncio.Queue[tuple[Batch, Sequence[Any]] | None] = asyncio.Queue(maxsize=1)
         self._task: asyncio.Task[None] | None = None
 
-    async def settle(self, raw: list[Msg], work: Awaitable[object]) -> bool:
-        """Ack the batch when ``work`` succeeds, nak it (with backoff) when it fails."""
-        try:
-            await work
-        except Exception:
-            log.warning("a batch of %d failed; it will be redelivered", len(raw), exc_info=True)
-            await self._retry_later(raw)
-            return False
-        for m in raw:
-            await m.ack()
-        return True
-
-    async def _retry_later(self, raw: list[Msg]) -> None:
-        for m in raw:
-            with contextlib.suppress(MsgAlreadyAckdError):
-                await m.nak(delay=self._infra.backoff(m.metadata.num_delivered))
-
-    async def submit(self, raw: list[Msg]) -> None:
-        """Load the batch's rows (nak on failure) and queue it; waits while one is queued."""
-        ids = parse_written([m.data for m in raw])
-        beating = AsyncExitStack()  # closed by the worker once the batch is settled
-        await beating.enter_async_context(heartbeat(raw, self._infra.settings.ack_wait_s))
+    async def submit(self, batch: Batch) -> None:
+        """Load the batch's rows (retried later on failure) and queue it; waits while one is queued."""
+        batch.hand_over()
+        ids = [event.entry_id for _, event in await batch.parse(MemoryWritten, what="memory.written event")]
         try:
             todo, _ = await load_pending(self._infra.db, self._embedder, ids)
         except Exception:  # Postgres away: the batch comes back after the backoff
-            await beating.aclose()
-            log.warning("loading a batch of %d failed; it will be redelivered", len(raw), exc_info=True)
-            await self._retry_later(raw)
+            log.warning("loading a batch of %d failed; retried later", len(batch.msgs), exc_info=True)
+            await batch.retry_later()
             return
         EMBED_BACKLOG.inc(len(todo))
-        await self._queue.put((raw, todo, beating))
+        await self._queue.put((batch, todo))
 
     async def start(self) -> None:
         await self._warn_about_foreign_vectors()
@@ -118,11 +93,10 @@ class EmbedPipeline:
 
     async def _run(self) -> None:
         while (item := await self._queue.get()) is not None:
-            raw, todo, beating = item
+            batch, todo = item
             try:
-                await self.settle(raw, self._index_rows(todo))
+                await batch.settle(self._index_rows(todo))
             finally:
-                await beating.aclose()
                 EMBED_BACKLOG.dec(len(todo))
 
     async def _index_rows(self, todo: Sequence[Any]) -> None:
@@ -132,42 +106,40 @@ class EmbedPipeline:
 
 def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> NatsRouter:
     router = NatsRouter()
-    stream = JStream("ENGRAM_MEMORY", declare=False)
-    # An embedder or vector store outage is retried until it ends; nothing here is bad input.
-    consumer = durable_config(infra.settings.ack_wait_s)
+    # An embedder or vector store outage is retried until it ends; the streams are internal, so
+    # a message no service signed is dead-lettered, and so is one that does not parse.
 
-    @router.subscriber(
+    # Embedding models are fastest in batches; the timeout bounds a lone entry's wait.
+    @batch_consumer(
+        router,
+        infra,
         MEMORY_WRITTEN,
-        stream=stream,
         durable="embed",
-        # Embedding models are fastest in batches; the timeout bounds a lone entry's wait.
-        inbox_prefix=infra.inbox_prefix,
-        pull_sub=PullSub(batch_size=256, timeout=0.02, batch=True),
-        ack_policy=AckPolicy.MANUAL,
-        config=consumer,
+        source="embed",
+        batch_size=256,
+        timeout=0.02,
         title="embed:memory.written",
+        signed=True,
     )
-    async def on_written(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
+    async def on_written(batch: Batch) -> None:
         """Embed and index written entries (a reinforcement of an indexed entry changes nothing)."""
-        genuine = await refuse_forged(infra, msg.raw_message, consumer="embed")
-        if genuine:
-            await pipeline.submit(genuine)
+        await pipeline.submit(batch)
 
-    @router.subscriber(
+    @batch_consumer(
+        router,
+        infra,
         MEMORY_PURGED,
-        stream=stream,
         durable="embed-purge",
-        inbox_prefix=infra.inbox_prefix,
-        pull_sub=PullSub(batch_size=256, timeout=0.02, batch=True),
-        ack_policy=AckPolicy.MANUAL,
-        config=consumer,
+        source="embed",
+        batch_size=256,
+        timeout=0.02,
         title="embed:memory.purged",
+        signed=True,
     )
-    async def on_purged(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
+    async def on_purged(batch: Batch) -> None:
         """Delete the vectors of purged and pruned entries."""
-        # Only an erasure a service announced deletes vectors: a forged one is dead-lettered.
-        raw: list[Msg] = await refuse_forged(infra, msg.raw_message, consumer="embed-purge")
-        if raw and not await pipeline.settle(raw, index.delete(parse_purged([m.data for m in raw]))):
-            raise RuntimeError("vector delete failed; redelivered")
+        # Only an erasure a service announced deletes vectors (a forged one is dead-lettered).
+        purged = await batch.parse(MemoryPurged, what="memory.purged event")
+        await index.delete([entry_id for _, event in purged for entry_id in event.entry_ids])
 
     return router

@@ -38,5 +38,4 @@ async def set_config(infra: Infra, caller: Caller, request: ConfigPut) -> Config
                 )
             ],
         )
-    infra.relay.wake()
     return ConfigReply(agent_config_id=request.agent_config_id, version=version, config=config)

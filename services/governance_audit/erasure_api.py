@@ -21,7 +21,6 @@ from shared.cache import ResultCache
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.erasure import Erased, Tombstone, erase, prune_over_cap
-from shared.outbox import OutboxRelay
 from shared.ports import VectorIndex
 
 __all__ = ["Erasures"]
@@ -33,13 +32,11 @@ class Erasures:
     def __init__(
         self,
         db: Database,
-        relay: OutboxRelay,
         *,
         index: VectorIndex | None = None,
         results: ResultCache | None = None,
     ) -> None:
         self._db = db
-        self._relay = relay
         self._index = index
         self._results = results
 
@@ -116,7 +113,6 @@ class Erasures:
         return PruneReply(deleted=len(erased.ids), remaining=remaining)
 
     async def after_commit(self, org_id: UUID, erased: Erased) -> tuple[int, bool, int]:
-        self._relay.wake()
         vectors, deferred = 0, self._index is None
         if erased.ids and self._index is not None:
             try:

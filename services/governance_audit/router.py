@@ -58,7 +58,6 @@ def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None =
     async def manage(caller: Caller, request: ManageRequest) -> ManageReply:
         async with db.transaction() as session:
             reply = await manage_entry(session, caller, request)
-        infra.relay.wake()
         if results is not None:
             await results.invalidate(caller.org_id, [request.agent_config_id])
         return reply

@@ -1,7 +1,8 @@
 """``engram.session.ended``: verify, validate, dedupe, and hand valid sessions to distill.
 
-The ack comes last: a crash anywhere before it means redelivery, and every step is idempotent
-(``Nats-Msg-Id`` on the hand-off, the inbox row, the dead-letter key), so nothing is lost or doubled.
+The ack comes last (``shared.consumer`` acks after this returns): a crash anywhere before it means
+redelivery, and every step is idempotent (``Nats-Msg-Id`` on the hand-off, the inbox row, the
+dead-letter key), so nothing is lost or doubled.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from contracts.events import MAX_SESSION_BYTES, SessionEnded
 from contracts.subjects import SESSION_VALIDATED
 from shared import audit
 from shared.auth import WRITE, Credential, act_as, bearer_from_headers
+from shared.consumer import Batch
 from shared.db.models import RECALLS
-from shared.deadletter import dead_letter
+from shared.deadletter import Rejection
 from shared.infra import Infra
 from shared.outbox import claim_inbox_many, processed_of
 from shared.telemetry import annotate_consumer, extract_context, inject_trace_headers, tracer
@@ -49,23 +51,27 @@ def authorize(credential: Credential, session: SessionEnded) -> None:
     act_as(credential, session.principal)
 
 
-async def handle_sessions_ended(infra: Infra, msgs: list[Msg]) -> None:
-    """A batch of ``session.ended``: rejects are dead-lettered one by one; valid sessions are
-    forwarded together, their inbox rows written in one transaction, and then acked."""
+async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
+    """A batch of ``session.ended``: rejects are dead-lettered; valid sessions are forwarded
+    together and their inbox rows written in one transaction (the batch acks them after)."""
     valid: list[tuple[Msg, str, dict[str, str]]] = []
     ended: list[SessionEnded] = []
-    for msg in msgs:
+    rejected: list[tuple[Msg, Rejection]] = []
+    for msg in batch.msgs:
         # Each message keeps its own trace: a span parented on what its publisher sent, whose
         # context travels on with the forwarded session.
         with _tracer.start_as_current_span(
             "engram.ingest.session", context=extract_context(msg.headers)
         ) as span:
             annotate_consumer(span, msg.subject, CONSUMER)
-            checked = await _check(infra, msg)
-            if checked is not None:
+            checked = _check(infra, msg)
+            if isinstance(checked, Rejection):
+                rejected.append((msg, checked))
+            else:
                 key = inbox_key(checked)
                 valid.append((msg, key, inject_trace_headers({"Nats-Msg-Id": key})))
                 ended.append(checked)
+    await batch.dead_letter(rejected)
     if not valid:
         return
     async with infra.db.read() as db:
@@ -84,8 +90,6 @@ async def handle_sessions_ended(infra: Infra, msgs: list[Msg]) -> None:
     async with infra.db.transaction() as db:
         claimed = await claim_inbox_many(db, CONSUMER, [key for _, key, _ in todo])
         await label_recalls(db, [s for s in ended if inbox_key(s) in claimed])
-    for msg, _, _ in valid:
-        await msg.ack()
 
 
 _LABEL = (
@@ -112,8 +116,8 @@ async def label_recalls(db: AsyncSession, sessions: list[SessionEnded]) -> None:
         await db.execute(_LABEL, rows)
 
 
-async def _check(infra: Infra, msg: Msg) -> SessionEnded | None:
-    """The verified session, or None after dead-lettering the message with its reason."""
+def _check(infra: Infra, msg: Msg) -> SessionEnded | Rejection:
+    """The verified session, or why it is dead-lettered."""
     credential: Credential | None = None
     session: SessionEnded | None = None
     try:
@@ -121,33 +125,12 @@ async def _check(infra: Infra, msg: Msg) -> SessionEnded | None:
         session = parse_model(SessionEnded, msg.data, max_bytes=MAX_SESSION_BYTES)
         authorize(credential, session)
     except EngramError as exc:
-        await _reject(infra, msg, exc, credential, session)
-        return None
-    return session
-
-
-async def _reject(
-    infra: Infra,
-    msg: Msg,
-    exc: EngramError,
-    credential: Credential | None,
-    session: SessionEnded | None,
-) -> None:
-    # Only a verified token may put records into an organization's audit chain.
-    org_id = credential.org_id if credential is not None else audit.SYSTEM_ORG
-    log.info("session.ended rejected: %s %s", exc.code, exc.message)
-    async with infra.db.transaction() as db:
-        await dead_letter(
-            db,
-            msg,
-            consumer=CONSUMER,
-            source="session",
-            org_id=org_id,
-            code=exc.code.value,
-            reason=exc.message,
+        log.info("session.ended rejected: %s %s", exc.code, exc.message)
+        return Rejection.of(
+            exc,
+            # Only a verified token may put records into an organization's audit chain.
+            org_id=credential.org_id if credential is not None else audit.SYSTEM_ORG,
             original_event_id=str(session.event_id) if session is not None else None,
             actor_ref=credential.principal.ref if credential is not None else None,
-            details=exc.details,
         )
-    infra.relay.wake()
-    await msg.ack()
+    return session

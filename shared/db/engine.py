@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -12,7 +12,11 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-__all__ = ["Database", "async_url", "migrate"]
+__all__ = ["CommitHook", "Database", "async_url", "migrate"]
+
+#: Called with a committed session's ``info`` (what its writers noted there, e.g. that it wrote
+#: outbox rows): side effects of a commit that no writer should have to remember.
+CommitHook = Callable[[Mapping[str, object]], None]
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -53,12 +57,23 @@ class Database:
         self._reads = async_sessionmaker(
             self.engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
         )
+        self._commit_hooks: list[CommitHook] = []
+
+    def on_commit(self, hook: CommitHook) -> None:
+        """Run ``hook`` after every :meth:`transaction` that commits (never after a rollback).
+        The outbox relay wakes itself this way (``shared.outbox``), instead of each writer waking
+        it by hand after its commit. Hooks run on the event loop and must not block or raise."""
+        self._commit_hooks.append(hook)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
-        """A session inside one transaction: committed on success, rolled back on any error."""
-        async with self._sessions() as session, session.begin():
-            yield session
+        """A session inside one transaction: committed on success, rolled back on any error;
+        the commit hooks run after the commit."""
+        async with self._sessions() as session:
+            async with session.begin():
+                yield session
+            for hook in self._commit_hooks:
+                hook(session.info)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:

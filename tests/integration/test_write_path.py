@@ -13,7 +13,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from sqlalchemy import func, select
 
-from services.distill.sessions import handle_validated_sessions
+from services.distill.sessions import CONSUMER, handle_validated_sessions
+from shared.consumer import Batch, consume
 from shared.db.engine import Database
 from shared.db.models import AuditRecord, MemoryEntry
 from shared.distillers.builtin import BuiltinDistiller
@@ -201,7 +202,8 @@ async def test_one_event_twice_in_a_batch_takes_effect_once(
         copies = await sub.fetch(3, timeout=5)
         assert len(copies) == 3
         # The distill handler itself, handed the batch exactly as its pull consumer would.
-        await handle_validated_sessions(engram, BuiltinDistiller(), copies)
+        batch = Batch(engram, copies, consumer=CONSUMER, source="distill")
+        await consume(batch, lambda b: handle_validated_sessions(engram, BuiltinDistiller(), b))
         assert await _audit_count(db, org, "distill.completed") == 1
         rows = await _rows(db, org)
         assert rows

@@ -61,7 +61,7 @@ async def broker(database_url: str, tokens: TokenService) -> AsyncIterator[NatsB
     effects = SideEffects(db)
     broker.include_router(ingest_router(infra))
     broker.include_router(recall_router(infra, Recall(db, effects, embedder=None, index=None)))
-    broker.include_router(governance_router(infra, Erasures(db, relay)))
+    broker.include_router(governance_router(infra, Erasures(db)))
     try:
         async with TestNatsBroker(broker) as test_broker:
             yield test_broker
