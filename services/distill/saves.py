@@ -58,6 +58,7 @@ async def handle_accepted_save(infra: Infra, msg: Msg) -> None:
             memory_type=e.memory_type,
             layer=e.layer,
             metadata=dict(e.metadata),
+            occurred_at=e.occurred_at,
         )
         for e in request.entries
     ]
