@@ -13,10 +13,12 @@ The measurement (``../shared/eval/README.md``):
 - One agent config per conversation, all in one organization; its ``retention.max_entries`` is
   raised to 5000 first (``engram.config.put``).
 - Every turn becomes one memory through the real write path, ``engram.memory.save`` with a service
-  token, ``principal: {"kind": "none"}`` (the shared pool), ``wait: true``, 100 entries a request:
-  episodic, importance 0.5, text ``"<speaker>: <text>"`` plus ``" [image: <blip_caption>]"`` where
-  the turn shared a photo, metadata ``{"dia_id", "session", "session_date"}``. Turns the write
-  policy denies are skipped by Engram; the harness reports stored vs skipped turns (from Postgres).
+  token, ``principal: {"kind": "none"}`` (the shared pool), ``wait: true``, one LoCoMo session a
+  request, in order, with ``session_id`` ``"session-<N>"`` (so Engram records each turn's place in
+  its session): episodic, importance 0.5, text ``"<speaker>: <text>"`` plus
+  ``" [image: <blip_caption>]"`` where the turn shared a photo, ``occurred_at`` the session's date,
+  metadata ``{"dia_id", "session", "session_date"}``. Turns the write policy denies are skipped by
+  Engram; the harness reports stored vs skipped turns (from Postgres).
 - It waits (bounded) until every stored entry has ``embedding_status = 'indexed'``.
 - Each question of categories 1-4 is the cue of one ``engram.recall`` per strategy (``pack``,
   ``hybrid``, ``semantic``; ``last_k``/``importance`` take no cue), ``top_k`` 10, over NATS
@@ -52,6 +54,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -217,16 +220,37 @@ async def _call(
 # ---------------------------------------------------------------------------------- the write
 
 
+def batches(turns: list[Turn]) -> list[list[Turn]]:
+    """The turns in save requests, in order: one LoCoMo session per request (as a platform saves
+    a conversation under its session id), split where a session has more than ``SAVE_BATCH``."""
+    out: list[list[Turn]] = []
+    for t in turns:
+        if out and out[-1][-1].session == t.session and len(out[-1]) < SAVE_BATCH:
+            out[-1].append(t)
+        else:
+            out.append([t])
+    return out
+
+
+def session_time(raw: str) -> datetime | None:
+    """LoCoMo's ``session_N_date_time`` ("1:56 pm on 8 May, 2023") as a UTC time; None if it
+    does not read so (the entry then carries no ``occurred_at``)."""
+    try:
+        return datetime.strptime(raw.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 async def store(nc: Client, token: str, agent: UUID, conv: Conversation) -> dict[str, Any]:
     """Config first, then every turn through ``engram.memory.save``; the replies' tallies."""
     config = {"retention": {"max_entries": MAX_ENTRIES}}
     await _call(nc, CONFIG_PUT, {"agent_config_id": str(agent), "config": config}, token, timeout=10)
     tally: Counter[str] = Counter()
-    for start in range(0, len(conv.turns), SAVE_BATCH):
-        batch = conv.turns[start : start + SAVE_BATCH]
+    for batch in batches(conv.turns):
         payload = {
             "agent_config_id": str(agent),
             "principal": {"kind": "none"},
+            "session_id": f"session-{batch[0].session}",
             "wait": True,
             "entries": [
                 {
@@ -234,6 +258,7 @@ async def store(nc: Client, token: str, agent: UUID, conv: Conversation) -> dict
                     "importance": 0.5,
                     "memory_type": "episodic",
                     "metadata": {"dia_id": t.dia_id, "session": t.session, "session_date": t.session_date},
+                    **({"occurred_at": when.isoformat()} if (when := session_time(t.session_date)) else {}),
                 }
                 for t in batch
             ],
