@@ -393,14 +393,16 @@ class Recall:
                 fused = fuse_hybrid(cands, list(lexical), list(vector), every, scope.now)
             else:
                 fused = fuse_convex(cands, lexical, vector, every, scope.now)
-            if semantic.neighbourhood:
-                hits = [r.candidate.id for r in fused]
-                fused = with_neighbours(fused, await queries.adjacent(session, scope, hits, NEIGHBOUR_REACH))
+            floor = None
             if min_score is not None:
-                # A neighbour no leg found is, like a lexical-only hit, outside the dense leg's nearest.
-                others = [r.candidate.id for r in fused if r.candidate.id not in vector]
-                fits = above_floor(vector, others, min_score, complete=len(hits) < depth * 2)
-                fused = [r for r in fused if r.candidate.id in fits]
+                floor = _Floor(vector, min_score, complete=len(hits) < depth * 2)
+                fused = floor.keep(fused)
+            if semantic.neighbourhood:
+                # The neighbours of the hits that would be returned, competing for their places.
+                ids = [r.candidate.id for r in fused[:top_k]]
+                fused = with_neighbours(fused, await queries.adjacent(session, scope, ids, NEIGHBOUR_REACH))
+                if floor is not None:  # a neighbour passes the floor like any other entry
+                    fused = floor.keep(fused)
             if semantic.time_grounding:
                 fused = grounded(fused, cue_periods(cue))
             # Ranked on ranking_inputs' partial rows: read the winners whole (an entry erased in
@@ -509,6 +511,20 @@ def above_floor(
     if not complete and weakest >= min_score:
         fits |= {i for i in others if i not in vector}
     return fits
+
+
+@dataclass(frozen=True)
+class _Floor:
+    """``min_score`` for hybrid (:func:`above_floor`) over a ranking."""
+
+    vector: dict[UUID, float]
+    min_score: float
+    complete: bool
+
+    def keep(self, ranked: list[Ranked]) -> list[Ranked]:
+        ids = [r.candidate.id for r in ranked]
+        fits = above_floor(self.vector, ids, self.min_score, complete=self.complete)
+        return [r for r in ranked if r.candidate.id in fits]
 
 
 def _full_result(c: Candidate) -> RecallResult:

@@ -30,8 +30,9 @@ Methods (``VARIANTS``):
   English stop list), so that part of question handling is the baseline.
 - ``mmr``: maximal marginal relevance (λ = 0.5, Carbonell & Goldstein's balanced setting) over the
   fused top 50 by cosine between entry vectors: near-duplicate turns give way to others.
-- ``neighbourhood ±r``: ``with_neighbours``: an entry d places from a hit in its session gains
-  0.5^d of the hit's score, for d up to r, and joins the candidates (the product reaches 2).
+- ``neighbourhood ±r``: ``with_neighbours``: an entry d places from one of the first ten fused
+  hits in its session gains 0.5^d of the hit's score, for d up to r, and joins the candidates
+  (the product reaches 2).
 - ``time grounding``: ``grounded``: entries whose ``occurred_at`` falls within a date the cue
   names come first (``services/recall/time_grounding.py``).
 - ``hybrid (product)``: convex, then neighbourhood ±2, then time grounding, as recall runs it.
@@ -177,8 +178,13 @@ def mmr(legs: Legs, vectors: dict[UUID, np.ndarray], lam: float = 0.5, pool: int
 
 
 def _neighbours(legs: Legs, reach: int) -> list[Ranked]:
-    near = {hit: [(d, c) for d, c in ns if d <= reach] for hit, ns in legs.adjacent.items()}
-    return with_neighbours(_convex(legs), near)
+    """As recall: the neighbours of the first ``TOP_K`` fused hits."""
+    fused = _convex(legs)
+    near = {
+        r.candidate.id: [(d, c) for d, c in legs.adjacent.get(r.candidate.id, []) if d <= reach]
+        for r in fused[:TOP_K]
+    }
+    return with_neighbours(fused, near)
 
 
 def neighbourhood(reach: int) -> Ranker:
