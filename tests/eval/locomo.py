@@ -25,6 +25,10 @@ The measurement (``../shared/eval/README.md``):
   request-reply with a few requests in flight. Evidence recall@k = |evidence ∩ the ``dia_id``s
   in the metadata of the first k results| / |evidence|, averaged over questions; latency is
   ``perf_counter`` around each request (so it includes the in-flight queueing), p50/p99.
+- Then ``hybrid`` again under each of ``HYBRID_VARIANTS`` (the agent configs' ``semantic_recall``
+  changed through ``engram.config.put``): without the neighbourhood, without time grounding,
+  without both (fusion alone), and with rank fusion, so each method's effect on recall and on
+  latency is measured in the same run (cue vectors are cached by then).
 
 Evidence normalization: each evidence string is split on ``;``, ``,`` and whitespace (LoCoMo has
 ``"D8:6; D9:17"``); each piece must read ``D<session>:<turn>`` with an optional stray colon after
@@ -77,6 +81,13 @@ EMBEDDERS = ("hashing-384", "all-MiniLM-L6-v2")
 #: Asked in this order; ``semantic`` after ``hybrid`` (see the module docstring on the cue cache).
 STRATEGIES = ("pack", "hybrid", "semantic")
 KS = (5, 10)
+#: hybrid's settings measured besides the default (``semantic_recall`` of the agent configs).
+HYBRID_VARIANTS: dict[str, dict[str, Any]] = {
+    "hybrid (no neighbourhood)": {"fusion": "convex", "neighbourhood": False, "time_grounding": True},
+    "hybrid (no time grounding)": {"fusion": "convex", "neighbourhood": True, "time_grounding": False},
+    "hybrid (fusion alone)": {"fusion": "convex", "neighbourhood": False, "time_grounding": False},
+    "hybrid (rrf)": {"fusion": "rrf", "neighbourhood": True, "time_grounding": True},
+}
 TOP_K = 10
 SAVE_BATCH = 100
 MAX_ENTRIES = 5000
@@ -501,21 +512,30 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
                             f"errors {scored['errors']}  ({wall:.1f}s)",
                             flush=True,
                         )
-                    # hybrid again with rank fusion (SPEC 5.1's RRF) instead of the default
-                    # convex score combination, so both fusions are measured in the same run.
-                    for agent in agents.values():
-                        await _call(
-                            nc,
-                            CONFIG_PUT,
-                            {"agent_config_id": str(agent), "config": {"semantic_recall": {"fusion": "rrf"}}},
-                            token,
-                            timeout=10,
+                    # hybrid again under other settings, each method's effect measured in the same
+                    # run: rank fusion (SPEC 5.1's RRF) instead of the convex score combination,
+                    # and without the neighbourhood and/or time grounding.
+                    for label, semantic_recall in HYBRID_VARIANTS.items():
+                        for agent in agents.values():
+                            await _call(
+                                nc,
+                                CONFIG_PUT,
+                                {
+                                    "agent_config_id": str(agent),
+                                    "config": {"semantic_recall": semantic_recall},
+                                },
+                                token,
+                                timeout=10,
+                            )
+                        await asyncio.sleep(1.2)  # the recall service trusts a config for a second
+                        answers = await ask(nc, token, "hybrid", work, args.concurrency, args.request_timeout)
+                        scored = score("hybrid", answers)
+                        result["strategies"][label] = scored
+                        print(
+                            f"  {label} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
+                            f"p50 {scored['p50_ms']} ms  p99 {scored['p99_ms']} ms",
+                            flush=True,
                         )
-                    await asyncio.sleep(1.2)  # the recall service trusts a config for a second
-                    answers = await ask(nc, token, "hybrid", work, args.concurrency, args.request_timeout)
-                    scored = score("hybrid", answers)
-                    result["strategies"]["hybrid (rrf)"] = scored
-                    print(f"  hybrid (rrf) R@5 {scored['r@5']}  R@10 {scored['r@10']}", flush=True)
             finally:
                 await pg.close()
                 await nc.drain()
