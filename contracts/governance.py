@@ -79,6 +79,10 @@ class EntryView(Outbound):
     derived_from: list[UUID]
     embedding_status: str
     metadata: dict[str, Any]
+    #: when what it records happened, as its writer said (None: not said)
+    occurred_at: datetime | None = None
+    #: its place in its session: only the order among one session's entries means anything
+    session_position: int | None = None
 
 
 class _Scoped(Inbound):

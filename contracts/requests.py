@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import Field, JsonValue, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from contracts.common import Inbound, Outbound, Principal
 from contracts.config import MemoryConfig
@@ -35,6 +36,14 @@ class SaveEntry(Inbound):
     memory_type: str = Field(default="semantic", min_length=1, max_length=64)
     layer: Literal["memory", "observation"] = "memory"
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    #: When what the entry records happened (a conversation turn's time), if not now; a time
+    #: without a zone is taken as UTC, as for ``engram.session.ended``.
+    occurred_at: datetime | None = None
+
+    @field_validator("occurred_at")
+    @classmethod
+    def _utc_when_naive(cls, value: datetime | None) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 class SaveRequest(Inbound):

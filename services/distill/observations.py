@@ -19,7 +19,7 @@ _FIELD_CHARS = 300
 
 def observation_drafts(session: SessionEnded) -> list[Draft]:
     """One observation per tool call of the trace."""
-    return [_observation(i, call) for i, call in enumerate(session.tool_trace)]
+    return [_observation(i, call, session) for i, call in enumerate(session.tool_trace)]
 
 
 def _short(value: object) -> str:
@@ -28,7 +28,7 @@ def _short(value: object) -> str:
     return clip_outside_pii(text, _FIELD_CHARS + 1)
 
 
-def _observation(index: int, call: ToolCall) -> Draft:
+def _observation(index: int, call: ToolCall, session: SessionEnded) -> Draft:
     outcome = f"error: {_short(call.error)}" if call.error else f"-> {_short(call.output)}"
     return Draft(
         text=f"{call.tool}({_short(call.input)}) {outcome}",
@@ -36,4 +36,5 @@ def _observation(index: int, call: ToolCall) -> Draft:
         memory_type="episodic",
         layer="observation",
         metadata={"call_index": index, "tool": call.tool, "failed": call.error is not None},
+        occurred_at=session.occurred_at,
     )

@@ -86,6 +86,8 @@ class Draft:
     layer: str = "memory"
     metadata: dict[str, Any] = field(default_factory=dict)
     confidence: float = 1.0
+    #: when what it records happened, as the writer said (None: not said).
+    occurred_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,7 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
                 rows[key] = _Row(_row_params(item, draft, decision, now))
             occurrences.append(_Occurrence(index, key, draft, decision))
 
+    await _place_in_sessions(session, [row for row in rows.values() if row.params["session_id"] is not None])
     stored = await _upsert(session, rows) if rows else {}
     events: list[tuple[MemoryWritten, dict[str, str] | None]] = []
     first_seen: set[tuple[UUID, UUID, str, str]] = set()
@@ -370,6 +373,8 @@ def _row_params(item: SaveItem, draft: Draft, decision: PolicyDecision, now: dat
         "quarantine_reasons": list(decision.quarantine_reasons),
         "provenance": ctx.provenance if decision.quarantined else {},
         "expires_at": _expires_at(item.config, draft, now),
+        "occurred_at": draft.occurred_at,
+        "session_position": None,  # set by _place_in_sessions
         "created_at": now,
         "updated_at": now,
         "last_accessed_at": None,
@@ -385,6 +390,21 @@ def _row_params(item: SaveItem, draft: Draft, decision: PolicyDecision, now: dat
         "consent": None,
         "metadata": draft.metadata,
     }
+
+
+_POSITIONS = text("SELECT nextval('memory_entry_session_position') FROM generate_series(1, :n)")
+
+
+async def _place_in_sessions(session: AsyncSession, rows: Sequence[_Row]) -> None:
+    """Number the new rows of entries saved with a session in the order their drafts came
+    (``rows`` keeps it): within a session, a smaller ``session_position`` was saved earlier,
+    which is what recall's neighbourhood reads. One sequence for all sessions, so concurrent
+    writers never collide; a reinforced entry keeps the place it was first saved at."""
+    if not rows:
+        return
+    numbers = sorted((await session.execute(_POSITIONS, {"n": len(rows)})).scalars())
+    for row, number in zip(rows, numbers, strict=True):
+        row.params["session_position"] = number
 
 
 async def _upsert(

@@ -49,6 +49,7 @@ async def _save(infra: Infra, batch: Batch, msg: Msg, request: AcceptedSave) -> 
             memory_type=e.memory_type,
             layer=e.layer,
             metadata=dict(e.metadata),
+            occurred_at=e.occurred_at,
         )
         for e in request.entries
     ]

@@ -161,7 +161,12 @@ async def _distill(distiller: Distiller, work: _Work, config: MemoryConfig, org_
         )
     else:
         details["reason"] = skip
-    drafts = [Draft(text=x.text, importance=x.importance, memory_type=x.memory_type) for x in lessons]
+    drafts = [
+        Draft(
+            text=x.text, importance=x.importance, memory_type=x.memory_type, occurred_at=session.occurred_at
+        )
+        for x in lessons
+    ]
     if config.keep_observations and skip not in _WRITE_OFF:
         drafts += observation_drafts(session)
     work.span.set_attribute("engram.lessons", len(lessons))

@@ -58,6 +58,8 @@ def entry_view(row: Any, *, show_quarantined: bool = True) -> EntryView:
         derived_from=[UUID(str(x)) for x in row.derived_from or []],
         embedding_status=row.embedding_status,
         metadata=dict(row.metadata or {}),
+        occurred_at=row.occurred_at,
+        session_position=row.session_position,
     )
 
 

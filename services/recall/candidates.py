@@ -34,6 +34,8 @@ class Candidate:
     owner_key: str
     #: when the entry leaves recall (None: never); bounds how long a reply with it may be cached.
     expires_at: datetime | None = None
+    #: when what it records happened, as its writer said (None: not said; ``created_at`` stands in).
+    occurred_at: datetime | None = None
 
 
 def display_text(candidate: Candidate) -> str:

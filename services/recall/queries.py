@@ -37,6 +37,7 @@ from shared.ports import TenantFilter
 
 __all__ = [
     "Scope",
+    "adjacent",
     "by_ids",
     "cue_statistics",
     "lexical_ids",
@@ -65,6 +66,7 @@ _COLUMNS = (
     ENTRIES.c.reliability,
     ENTRIES.c.owner_key,
     ENTRIES.c.expires_at,
+    ENTRIES.c.occurred_at,
 )
 
 
@@ -150,6 +152,7 @@ def _candidates(rows: Sequence[Any]) -> list[Candidate]:
             reliability=r.reliability,
             owner_key=r.owner_key,
             expires_at=r.expires_at,
+            occurred_at=r.occurred_at,
         )
         for r in rows
     ]
@@ -201,35 +204,93 @@ async def pack_candidates(session: AsyncSession, scope: Scope, each: int = 250) 
 
 async def ranking_inputs(session: AsyncSession, scope: Scope, ids: Sequence[UUID]) -> list[Candidate]:
     """The given entries that the scope allows, with only what fusion reads (id, importance,
-    created_at, pinned): hybrid re-checks a few hundred hits, and reading their text and
+    created_at, pinned, occurred_at): hybrid re-checks a few hundred hits, and reading their text and
     metadata cost more than the rest of the call. Text and the other fields are empty — rank
     with these, then read the winners with :func:`by_ids`; never return them."""
     if not ids:
         return []
-    stmt = select(ENTRIES.c.id, ENTRIES.c.importance, ENTRIES.c.created_at, ENTRIES.c.pinned).where(
-        scope.predicate(), ENTRIES.c.id.in_(list(ids))
+    stmt = select(*_RANKING_COLUMNS).where(scope.predicate(), ENTRIES.c.id.in_(list(ids)))
+    return [_partial(r) for r in (await session.execute(stmt)).all()]
+
+
+_RANKING_COLUMNS = (
+    ENTRIES.c.id,
+    ENTRIES.c.importance,
+    ENTRIES.c.created_at,
+    ENTRIES.c.pinned,
+    ENTRIES.c.occurred_at,
+)
+
+
+def _partial(r: Any) -> Candidate:
+    """A candidate with only what fusion reads (see :func:`ranking_inputs`)."""
+    return Candidate(
+        id=r.id,
+        text="",
+        importance=r.importance,
+        created_at=r.created_at,
+        updated_at=r.created_at,
+        memory_type="",
+        layer="",
+        session_id=None,
+        metadata={},
+        pinned=r.pinned,
+        quarantined=False,
+        source="",
+        reinforcement_count=0,
+        confidence=0.0,
+        reliability=0.0,
+        owner_key="",
+        occurred_at=r.occurred_at,
     )
-    return [
-        Candidate(
-            id=r.id,
-            text="",
-            importance=r.importance,
-            created_at=r.created_at,
-            updated_at=r.created_at,
-            memory_type="",
-            layer="",
-            session_id=None,
-            metadata={},
-            pinned=r.pinned,
-            quarantined=False,
-            source="",
-            reinforcement_count=0,
-            confidence=0.0,
-            reliability=0.0,
-            owner_key="",
+
+
+async def adjacent(
+    session: AsyncSession, scope: Scope, ids: Sequence[UUID], reach: int
+) -> dict[UUID, list[tuple[int, Candidate]]]:
+    """For each given entry that has a place in a session, the ``reach`` entries just before and
+    just after it in that session that the scope allows, with their distance (1 = next to it),
+    as :func:`ranking_inputs` reads them (partial rows).
+
+    A session is an owner's: the same ``session_id`` under another owner key is another session,
+    even where the caller may see both. Each neighbour passes the whole scope predicate, so a
+    neighbour is never an entry the caller could not have recalled; where the entry next in line
+    is not visible (another layer, filtered out, expired), the nearest visible one stands in.
+    """
+    if not ids or reach < 1:
+        return {}
+    hit = ENTRIES.alias("hit")
+    sides = []
+    for before in (True, False):
+        order = ENTRIES.c.session_position.desc() if before else ENTRIES.c.session_position.asc()
+        nearest = (
+            select(*_RANKING_COLUMNS, func.row_number().over(order_by=order).label("distance"))
+            .where(
+                scope.predicate(),
+                ENTRIES.c.owner_key == hit.c.owner_key,
+                ENTRIES.c.session_id == hit.c.session_id,
+                ENTRIES.c.session_position < hit.c.session_position
+                if before
+                else ENTRIES.c.session_position > hit.c.session_position,
+            )
+            .order_by(order)
+            .limit(reach)
+            .lateral()
         )
-        for r in (await session.execute(stmt)).all()
-    ]
+        sides.append(
+            select(hit.c.id.label("hit"), *nearest.c)
+            .select_from(hit.join(nearest, true()))
+            .where(
+                hit.c.id.in_(list(ids)),
+                hit.c.org_id == scope.org_id,
+                hit.c.agent_config_id == scope.agent_config_id,
+                hit.c.session_position.is_not(None),
+            )
+        )
+    out: dict[UUID, list[tuple[int, Candidate]]] = {}
+    for row in (await session.execute(sides[0].union_all(sides[1]))).all():
+        out.setdefault(row.hit, []).append((int(row.distance), _partial(row)))
+    return out
 
 
 async def by_ids(session: AsyncSession, scope: Scope, ids: Sequence[UUID]) -> list[Candidate]:

@@ -26,6 +26,8 @@ __all__ = [
     "HYBRID_IMPORTANCE_PRIOR",
     "HYBRID_RECENCY_PRIOR",
     "LENGTH_SCALE",
+    "NEIGHBOUR_REACH",
+    "NEIGHBOUR_SHARE",
     "PACK_CHAR_BUDGET",
     "STOP_WORDS",
     "Ranked",
@@ -39,6 +41,7 @@ __all__ = [
     "recency",
     "relevance",
     "tokens",
+    "with_neighbours",
 ]
 
 FULL_CAP = 1000
@@ -51,6 +54,13 @@ LENGTH_SCALE = 20.0
 #: of one list (so they break ties and nudge near neighbours, never reorder a list wholesale).
 HYBRID_IMPORTANCE_PRIOR = 0.001
 HYBRID_RECENCY_PRIOR = 0.001
+#: What an entry gains from a hit next to it in its session, as a share of the hit's score: half,
+#: the midpoint between ignoring a neighbour and counting it as the hit (chosen before measuring),
+#: halving again with each further place (``share ** distance``).
+NEIGHBOUR_SHARE = 0.5
+#: How many places on each side of a hit its neighbourhood reaches: at three the share is 1/8,
+#: and reaching further changed nothing on the evaluation's tune split (docs/decisions.md).
+NEIGHBOUR_REACH = 2
 
 # fmt: off
 STOP_WORDS = frozenset({
@@ -236,6 +246,31 @@ def fuse_convex(
         return fused + prior
 
     return _by_score((known[i] for i in {*lex, *vec}), score)[: max(top_k, 0)]
+
+
+def with_neighbours(
+    fused: Sequence[Ranked],
+    adjacent: dict[UUID, list[tuple[int, Candidate]]],
+    share: float = NEIGHBOUR_SHARE,
+) -> list[Ranked]:
+    """hybrid's neighbourhood: an entry ``d`` places from a hit in its session gains
+    ``share ** d`` of the hit's score (of its best such hit; gains do not add up), and joins the
+    ranking if no retriever found it. A hit that is a fragment of a conversation ("we named him
+    Biscuit") then brings the turns around it that hold the rest ("I adopted a puppy").
+    ``adjacent`` maps a hit to its neighbours and their distances (:func:`queries.adjacent`);
+    ties fall back to newest, then id.
+    """
+    score = {r.candidate.id: r.score for r in fused}
+    cands = {r.candidate.id: r.candidate for r in fused}
+    boosted = dict(score)
+    for r in fused:
+        for distance, n in adjacent.get(r.candidate.id, ()):
+            if n.id == r.candidate.id:
+                continue
+            cands.setdefault(n.id, n)
+            gain = share**distance * r.score
+            boosted[n.id] = max(boosted.get(n.id, 0.0), score.get(n.id, 0.0) + gain)
+    return _by_score(cands.values(), lambda c: boosted[c.id])
 
 
 def _min_max(scores: dict[UUID, float]) -> dict[UUID, float]:

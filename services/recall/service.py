@@ -7,13 +7,14 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
 from contracts.common import Principal
-from contracts.config import MemoryConfig
+from contracts.config import MemoryConfig, SemanticRecallConfig
 from contracts.errors import InvalidRequest, SemanticDisabled, VectorUnavailable
 from contracts.recall import (
     MAX_EXPAND_EXAMINED,
@@ -30,6 +31,7 @@ from services.recall.budget import QUARANTINE_PLACEHOLDER, fit_budget
 from services.recall.candidates import Candidate
 from services.recall.overrides import apply_overrides
 from services.recall.ranking import (
+    NEIGHBOUR_REACH,
     Ranked,
     fuse_convex,
     fuse_hybrid,
@@ -38,8 +40,10 @@ from services.recall.ranking import (
     rank_last_k,
     rank_pack,
     rank_semantic,
+    with_neighbours,
 )
 from services.recall.side_effects import Disclosure, SideEffects
+from services.recall.time_grounding import cue_periods, grounded
 from shared.access import Caller
 from shared.auth import Credential
 from shared.cache import CueVectorCache, ResultCache
@@ -201,13 +205,13 @@ class Recall:
         diagnostics: dict[str, Any] = {}
         try:
             ranked = await self._rank(
-                strategy, scope, cue, top_k, diagnostics, config.semantic_recall.fusion, request.min_score
+                strategy, scope, cue, top_k, diagnostics, config.semantic_recall, request.min_score
             )
         except VectorUnavailable:
             if explicit:
                 raise
             strategy, warnings = fallback, [*warnings, "semantic_unavailable_fallback"]
-            ranked = await self._rank(strategy, scope, cue, top_k, diagnostics, config.semantic_recall.fusion)
+            ranked = await self._rank(strategy, scope, cue, top_k, diagnostics, config.semantic_recall)
         if strategy in _VECTOR_STRATEGIES and not await self._index_complete():
             # Some entries' vectors are another embedder's: neither leg (the lexical vectors live
             # beside the dense ones) can find them until `engram reindex`. Answer, but say so.
@@ -337,7 +341,7 @@ class Recall:
         cue: str,
         top_k: int,
         diag: dict[str, Any],
-        fusion: str = "convex",
+        semantic: SemanticRecallConfig,
         min_score: float | None = None,
     ) -> list[Ranked]:
         async with self._db.read() as session:
@@ -384,13 +388,22 @@ class Recall:
             # Fused over both legs whole, then floored: the floor changes which entries are
             # returned, never how the others score.
             every = len(cands)
-            if fusion == "rrf":
+            if semantic.fusion == "rrf":
                 fused = fuse_hybrid(cands, list(lexical), list(vector), every, scope.now)
             else:
                 fused = fuse_convex(cands, lexical, vector, every, scope.now)
+            floor = None
             if min_score is not None:
-                fits = above_floor(vector, lexical, min_score, complete=len(hits) < depth * 2)
-                fused = [r for r in fused if r.candidate.id in fits]
+                floor = _Floor(vector, min_score, complete=len(hits) < depth * 2)
+                fused = floor.keep(fused)
+            if semantic.neighbourhood:
+                # The neighbours of the hits that would be returned, competing for their places.
+                ids = [r.candidate.id for r in fused[:top_k]]
+                fused = with_neighbours(fused, await queries.adjacent(session, scope, ids, NEIGHBOUR_REACH))
+                if floor is not None:  # a neighbour passes the floor like any other entry
+                    fused = floor.keep(fused)
+            if semantic.time_grounding:
+                fused = grounded(fused, cue_periods(cue))
             # Ranked on ranking_inputs' partial rows: read the winners whole (an entry erased in
             # between is left out).
             winners = fused[:top_k]
@@ -478,21 +491,36 @@ def has_content(cue: str) -> bool:
 
 
 def above_floor(
-    vector: dict[UUID, float], lexical: dict[UUID, float], min_score: float, *, complete: bool
+    vector: dict[UUID, float], others: Iterable[UUID], min_score: float, *, complete: bool
 ) -> set[UUID]:
     """hybrid's entries whose cosine similarity to the cue is at least ``min_score``.
 
-    The dense leg scored its hits. An entry only the lexical leg found is not among the dense
-    leg's nearest, so its cosine is at most the weakest dense hit's: below the floor when that one
-    is. When the dense leg returned fewer than it asked for (``complete``), it returned every
-    entry with a vector, so a lexical-only one has none yet and cannot be shown to fit. Otherwise
-    (many entries above the floor already) it is kept: its similarity is unknown, not low.
+    The dense leg scored its hits. An entry it did not find (``others``: only the lexical leg
+    found it, or it is a hit's neighbour) is not among the dense leg's nearest, so its cosine is
+    at most the weakest dense hit's: below the floor when that one is. When the dense leg returned
+    fewer than it asked for (``complete``), it returned every entry with a vector, so such an
+    entry has none yet and cannot be shown to fit. Otherwise (many entries above the floor
+    already) it is kept: its similarity is unknown, not low.
     """
     fits = {i for i, score in vector.items() if score >= min_score}
     weakest = min(vector.values(), default=-1.0)
     if not complete and weakest >= min_score:
-        fits |= {i for i in lexical if i not in vector}
+        fits |= {i for i in others if i not in vector}
     return fits
+
+
+@dataclass(frozen=True)
+class _Floor:
+    """``min_score`` for hybrid (:func:`above_floor`) over a ranking."""
+
+    vector: dict[UUID, float]
+    min_score: float
+    complete: bool
+
+    def keep(self, ranked: list[Ranked]) -> list[Ranked]:
+        ids = [r.candidate.id for r in ranked]
+        fits = above_floor(self.vector, ids, self.min_score, complete=self.complete)
+        return [r for r in ranked if r.candidate.id in fits]
 
 
 def _full_result(c: Candidate) -> RecallResult:

@@ -77,6 +77,16 @@ class MemoryEntry(SQLModel, table=True):
             "embedding_dimension",
             postgresql_where=sa.text("embedding_status = 'indexed'"),
         ),
+        # Recall's neighbourhood: the entries next to a hit in its session (migration 0007).
+        sa.Index(
+            "ix_memory_entries_session_position",
+            "org_id",
+            "agent_config_id",
+            "owner_key",
+            "session_id",
+            "session_position",
+            postgresql_where=sa.text("session_position IS NOT NULL"),
+        ),
         # The retention sweeper reads only entries that expire, oldest expiry first.
         sa.Index(
             "ix_memory_entries_expiry", "expires_at", postgresql_where=sa.text("expires_at IS NOT NULL")
@@ -113,6 +123,11 @@ class MemoryEntry(SQLModel, table=True):
     #: Where the text came from (event id, request id, writer), for quarantine review.
     provenance: dict[str, Any] = _json(dict)
     expires_at: datetime | None = _ts(nullable=True)
+    #: When what the entry records happened, as its writer said (a session's time); NULL: not said.
+    occurred_at: datetime | None = _ts(nullable=True)
+    #: Its place in its session (``session_id``): from the ``memory_entry_session_position``
+    #: sequence in save order, so only the order within a session means anything; NULL without one.
+    session_position: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
     created_at: datetime = _ts()
     updated_at: datetime = _ts()
     last_accessed_at: datetime | None = _ts(nullable=True)

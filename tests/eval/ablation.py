@@ -3,33 +3,39 @@ tests.eval.ablation``): evidence recall@5/@10 per LoCoMo category and overall, o
 a held-out split of the dev data.
 
 The conversations are stored once through Engram's real write path, as ``make eval`` does
-(:mod:`tests.eval.locomo`: all-MiniLM-L6-v2, one agent config per conversation, the shared pool),
-and embedded by the embed service. Then the services stop and, per question, hybrid's two legs are
-run once in-process exactly as recall runs them (the dense search, ``cue_statistics`` + the
-lexical sparse search, both 200 deep, candidates re-read through ``queries.by_ids``); every method
-re-ranks those same legs, so differences are the methods', not the retrievers' or the machine's.
+(:mod:`tests.eval.locomo`: all-MiniLM-L6-v2, one agent config per conversation, the shared pool,
+one save request per LoCoMo session with its ``session_id`` and ``occurred_at``), and embedded by
+the embed service. Then the services stop and, per question, hybrid's two legs are run once
+in-process exactly as recall runs them (the dense search and ``cue_statistics`` + the lexical
+sparse search, each twice ``HYBRID_DEPTH`` deep, the hits re-checked through
+``queries.ranking_inputs`` and the lexical leg cut to its best ``HYBRID_DEPTH``), and so are the
+hits' session neighbours (``queries.adjacent``, read from the stored ``session_position``). Every
+method re-ranks those same legs with the product's own functions where it has them, so
+differences are the methods', not the retrievers' or the machine's; ``convex`` here is what
+``make eval``'s hybrid was before neighbourhood and time grounding.
 
-Split: conversations 26 and 30 are the tune split, 41, 42 and 43 held out. No constant is fitted:
-each method's one constant is its literature default, and a method is kept only if it helps on
-both splits. (The lexical leg is fused 200 deep here, recall keeps its best 100: ``convex`` here
-is 0.665 R@10 where ``make eval``'s hybrid is 0.670.)
+Split: conversations 26 and 30 are the tune split, 41, 42 and 43 held out. Each method's constant
+is its literature default or was chosen before measuring, except the neighbourhood's reach, chosen
+on the tune split alone (the variants ±1 to ±4 are listed); a method is kept only if it helps on
+both splits.
 
 Methods (``VARIANTS``):
 
 - ``convex``: the product's fusion (``fuse_convex``: min-max normalized scores, equal weights).
 - ``rrf``: reciprocal rank fusion (k=60), SPEC 5.1's reference.
-- ``dbsf``: distribution-based score fusion (each leg's scores scaled by its own mean ± 3 standard deviations,
-  Qdrant's DBSF): uses the score distribution, no constant beyond that convention.
+- ``dbsf``: distribution-based score fusion (each leg's scores scaled by its own mean ± 3 standard
+  deviations, Qdrant's DBSF): uses the score distribution, no constant beyond that convention.
 - ``entities x2``: query-side question handling: lexemes of capitalized words (names, places)
   count twice in the lexical query. Stop words and question words are already gone (Postgres's
   English stop list), so that part of question handling is the baseline.
-- ``neighbourhood``: a turn's score gains half its best same-session neighbour's (turns ±1), and
-  neighbours of hits join as candidates: a hit that is a fragment brings its adjacent context.
 - ``mmr``: maximal marginal relevance (λ = 0.5, Carbonell & Goldstein's balanced setting) over the
   fused top 50 by cosine between entry vectors: near-duplicate turns give way to others.
-
-Time grounding is not a re-ranking of these legs (LoCoMo's temporal questions ask *when* something
-happened; the evidence is the turn about it, which the date does not help find), so it is not here.
+- ``neighbourhood ±r``: ``with_neighbours``: an entry d places from one of the first ten fused
+  hits in its session gains 0.5^d of the hit's score, for d up to r, and joins the candidates
+  (the product reaches 2).
+- ``time grounding``: ``grounded``: entries whose ``occurred_at`` falls within a date the cue
+  names come first (``services/recall/time_grounding.py``).
+- ``hybrid (product)``: convex, then neighbourhood ±2, then time grounding, as recall runs it.
 """
 
 from __future__ import annotations
@@ -60,7 +66,9 @@ from sqlalchemy import func, select
 from contracts.common import Principal
 from services.recall import queries
 from services.recall.candidates import Candidate
-from services.recall.ranking import fuse_convex, fuse_hybrid
+from services.recall.ranking import NEIGHBOUR_REACH, Ranked, fuse_convex, fuse_hybrid, with_neighbours
+from services.recall.service import HYBRID_DEPTH
+from services.recall.time_grounding import Period, cue_periods, grounded
 from services.runtime import build_embedder, build_vector_index, running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
@@ -83,7 +91,8 @@ from tests.eval.locomo import (
 
 EMBEDDER = "all-MiniLM-L6-v2"
 TUNE = ("26", "30")
-DEPTH = 200  # what recall asks each leg for (HYBRID_DEPTH x 2)
+#: The neighbourhood reaches compared (the product's is NEIGHBOUR_REACH).
+MAX_REACH = 4
 TOP_K = 10
 KS = (5, 10)
 
@@ -97,27 +106,30 @@ class Legs:
     dense: dict[UUID, float]
     lexical: dict[UUID, float]
     lexical_entities: dict[UUID, float]
+    #: the legs' hits the scope allows, as ``ranking_inputs`` reads them
     candidates: dict[UUID, Candidate]
-    #: (session, turn) -> candidate id, for every stored turn of the conversation
-    positions: dict[tuple[int, int], UUID]
+    #: each candidate's session neighbours up to MAX_REACH places away (``queries.adjacent``)
+    adjacent: dict[UUID, list[tuple[int, Candidate]]]
+    periods: list[Period]
+    #: entry id -> LoCoMo dia_id, for every stored turn of the conversation
+    dia: dict[UUID, str]
 
 
 Ranker = Callable[[Legs, dict[UUID, np.ndarray]], list[UUID]]
 
 
-def _position(candidate: Candidate) -> tuple[int, int] | None:
-    m = re.fullmatch(r"D(\d+):(\d+)", str(candidate.metadata.get("dia_id", "")))
-    return (int(m[1]), int(m[2])) if m else None
-
-
-def _ids(ranked: Sequence[Any]) -> list[UUID]:
+def _ids(ranked: Sequence[Ranked]) -> list[UUID]:
     return [r.candidate.id for r in ranked]
 
 
-def convex(legs: Legs, _: dict[UUID, np.ndarray], lexical: dict[UUID, float] | None = None) -> list[UUID]:
+def _convex(legs: Legs, lexical: dict[UUID, float] | None = None) -> list[Ranked]:
     cands = list(legs.candidates.values())
     lex = legs.lexical if lexical is None else lexical
-    return _ids(fuse_convex(cands, lex, legs.dense, len(cands), utcnow()))
+    return fuse_convex(cands, lex, legs.dense, len(cands), utcnow())
+
+
+def convex(legs: Legs, _: dict[UUID, np.ndarray]) -> list[UUID]:
+    return _ids(_convex(legs))
 
 
 def rrf(legs: Legs, _: dict[UUID, np.ndarray]) -> list[UUID]:
@@ -135,21 +147,6 @@ def _dbsf_scale(scores: dict[UUID, float]) -> dict[UUID, float]:
     return {i: min(1.0, max(0.0, (s - low) / (high - low))) for i, s in scores.items()}
 
 
-def _fused_scores(legs: Legs) -> dict[UUID, float]:
-    """convex's fused scores (without priors: equal for every LoCoMo turn)."""
-    lex, vec = _min_max(legs.lexical), _min_max(legs.dense)
-    return {i: 0.5 * vec.get(i, 0.0) + 0.5 * lex.get(i, 0.0) for i in {*lex, *vec} if i in legs.candidates}
-
-
-def _min_max(scores: dict[UUID, float]) -> dict[UUID, float]:
-    if not scores:
-        return {}
-    low, high = min(scores.values()), max(scores.values())
-    if high - low <= 1e-12:
-        return dict.fromkeys(scores, 1.0)
-    return {i: (s - low) / (high - low) for i, s in scores.items()}
-
-
 def _ordered(scores: dict[UUID, float]) -> list[UUID]:
     return sorted(scores, key=lambda i: (-scores[i], str(i)))
 
@@ -160,28 +157,12 @@ def dbsf(legs: Legs, _: dict[UUID, np.ndarray]) -> list[UUID]:
     return _ordered({i: vec.get(i, 0.0) + lex.get(i, 0.0) for i in {*lex, *vec}})
 
 
-def entities(legs: Legs, vectors: dict[UUID, np.ndarray]) -> list[UUID]:
-    return convex(legs, vectors, legs.lexical_entities)
-
-
-def neighbourhood(legs: Legs, _: dict[UUID, np.ndarray]) -> list[UUID]:
-    fused = _fused_scores(legs)
-    where = {i: _position(c) for i, c in legs.candidates.items()}
-    smoothed: dict[UUID, float] = defaultdict(float)
-    smoothed.update(fused)
-    for i, score in fused.items():
-        pos = where.get(i)
-        if pos is None:
-            continue
-        for turn in (pos[1] - 1, pos[1] + 1):
-            neighbour = legs.positions.get((pos[0], turn))
-            if neighbour is not None and neighbour != i:
-                smoothed[neighbour] = max(smoothed[neighbour], fused.get(neighbour, 0.0) + 0.5 * score)
-    return _ordered(dict(smoothed))
+def entities(legs: Legs, _: dict[UUID, np.ndarray]) -> list[UUID]:
+    return _ids(_convex(legs, legs.lexical_entities))
 
 
 def mmr(legs: Legs, vectors: dict[UUID, np.ndarray], lam: float = 0.5, pool: int = 50) -> list[UUID]:
-    fused = _fused_scores(legs)
+    fused = {r.candidate.id: r.score for r in _convex(legs)}
     ranked = _ordered(fused)[:pool]
     chosen: list[UUID] = []
     while ranked and len(chosen) < TOP_K:
@@ -196,24 +177,44 @@ def mmr(legs: Legs, vectors: dict[UUID, np.ndarray], lam: float = 0.5, pool: int
     return chosen
 
 
+def _neighbours(legs: Legs, reach: int) -> list[Ranked]:
+    """As recall: the neighbours of the first ``TOP_K`` fused hits."""
+    fused = _convex(legs)
+    near = {
+        r.candidate.id: [(d, c) for d, c in legs.adjacent.get(r.candidate.id, []) if d <= reach]
+        for r in fused[:TOP_K]
+    }
+    return with_neighbours(fused, near)
+
+
+def neighbourhood(reach: int) -> Ranker:
+    return lambda legs, _: _ids(_neighbours(legs, reach))
+
+
+def time_grounding(legs: Legs, _: dict[UUID, np.ndarray]) -> list[UUID]:
+    return _ids(grounded(_convex(legs), legs.periods))
+
+
+def product(legs: Legs, _: dict[UUID, np.ndarray]) -> list[UUID]:
+    return _ids(grounded(_neighbours(legs, NEIGHBOUR_REACH), legs.periods))
+
+
 VARIANTS: dict[str, Ranker] = {
-    "convex (product)": convex,
+    "convex": convex,
     "rrf": rrf,
     "dbsf": dbsf,
     "entities x2": entities,
-    "neighbourhood": neighbourhood,
     "mmr": mmr,
+    **{f"neighbourhood ±{r}": neighbourhood(r) for r in range(1, MAX_REACH + 1)},
+    "time grounding": time_grounding,
+    "hybrid (product)": product,
 }
 
 
 def _score(all_legs: list[Legs], ranker: Ranker, vectors: dict[UUID, np.ndarray]) -> dict[str, Any]:
     per_cat: dict[str, dict[int, list[float]]] = defaultdict(lambda: {k: [] for k in KS})
     for legs in all_legs:
-        ranked = ranker(legs, vectors)
-        dia = [
-            legs.candidates[i].metadata.get("dia_id") if i in legs.candidates else _dia(legs, i)
-            for i in ranked
-        ]
+        dia = [legs.dia.get(i) for i in ranker(legs, vectors)]
         evidence = set(legs.question.evidence)
         for k in KS:
             r = len({d for d in dia[:k] if d} & evidence) / len(evidence)
@@ -223,13 +224,6 @@ def _score(all_legs: list[Legs], ranker: Ranker, vectors: dict[UUID, np.ndarray]
         name: {"n": len(v[KS[0]]), **{f"r@{k}": round(statistics.fmean(v[k]), 4) for k in KS}}
         for name, v in per_cat.items()
     }
-
-
-def _dia(legs: Legs, entry: UUID) -> str | None:
-    for (session, turn), i in legs.positions.items():
-        if i == entry:
-            return f"D{session}:{turn}"
-    return None
 
 
 async def _retrieve(
@@ -248,13 +242,12 @@ async def _retrieve(
             tenant = scope.tenant()
             async with db.read() as session:
                 everything = await queries.newest(session, scope, 5000)
-            positions = {pos: c.id for c in everything if (pos := _position(c)) is not None}
-            texts = [c.text for c in everything]
-            for c, v in zip(everything, await embedder.embed(texts), strict=True):
+            dia = {c.id: str(c.metadata.get("dia_id")) for c in everything}
+            for c, v in zip(everything, await embedder.embed([c.text for c in everything]), strict=True):
                 vectors[c.id] = np.asarray(v, dtype=np.float32)
             cue_vectors = await embedder.embed([q.question for q in conv.questions])
             for q, cue_vector in zip(conv.questions, cue_vectors, strict=True):
-                dense = {h.id: h.score for h in await index.search(cue_vector, tenant, DEPTH)}
+                dense = {h.id: h.score for h in await index.search(cue_vector, tenant, HYBRID_DEPTH * 2)}
                 async with db.read() as session:
                     documents, containing = await queries.cue_statistics(session, scope, q.question)
                     capitalized = " ".join(re.findall(r"\b[A-Z][\w'-]*", q.question))
@@ -270,26 +263,28 @@ async def _retrieve(
                 for lexeme in entity_lexemes:
                     if term_index(lexeme) in boosted:
                         boosted[term_index(lexeme)] *= 2
-                lexical = {h.id: h.score for h in await index.search_lexical(weights, tenant, DEPTH)}
-                lexical_e = {h.id: h.score for h in await index.search_lexical(boosted, tenant, DEPTH)}
+                found = [await index.search_lexical(w, tenant, HYBRID_DEPTH * 2) for w in (weights, boosted)]
                 async with db.read() as session:
-                    cands = await queries.by_ids(session, scope, list({*dense, *lexical, *lexical_e}))
-                by_id = {c.id: c for c in everything}
+                    hits = {*dense, *(h.id for leg in found for h in leg)}
+                    cands = {c.id: c for c in await queries.ranking_inputs(session, scope, list(hits))}
+                    # As recall: the lexical leg's best HYBRID_DEPTH that the scope allows.
+                    lexical, lexical_e = (
+                        dict([(h.id, h.score) for h in leg if h.id in cands][:HYBRID_DEPTH]) for leg in found
+                    )
+                    adjacent = await queries.adjacent(session, scope, list(cands), MAX_REACH)
                 out.append(
                     Legs(
                         q,
                         conv.name,
-                        dense,
+                        {i: s for i, s in dense.items() if i in cands},
                         lexical,
                         lexical_e,
-                        {c.id: by_id.get(c.id, c) for c in cands},
-                        positions,
+                        {i: c for i, c in cands.items() if i in dense or i in lexical or i in lexical_e},
+                        adjacent,
+                        cue_periods(q.question),
+                        dia,
                     )
                 )
-            # Neighbours outside the legs are candidates too (neighbourhood brings them in).
-            for legs in out:
-                if legs.conversation == conv.name:
-                    legs.candidates = {**{c.id: c for c in everything}, **legs.candidates}
     finally:
         await index.close()
         await db.close()

@@ -13,16 +13,22 @@ The measurement (``../shared/eval/README.md``):
 - One agent config per conversation, all in one organization; its ``retention.max_entries`` is
   raised to 5000 first (``engram.config.put``).
 - Every turn becomes one memory through the real write path, ``engram.memory.save`` with a service
-  token, ``principal: {"kind": "none"}`` (the shared pool), ``wait: true``, 100 entries a request:
-  episodic, importance 0.5, text ``"<speaker>: <text>"`` plus ``" [image: <blip_caption>]"`` where
-  the turn shared a photo, metadata ``{"dia_id", "session", "session_date"}``. Turns the write
-  policy denies are skipped by Engram; the harness reports stored vs skipped turns (from Postgres).
+  token, ``principal: {"kind": "none"}`` (the shared pool), ``wait: true``, one LoCoMo session a
+  request, in order, with ``session_id`` ``"session-<N>"`` (so Engram records each turn's place in
+  its session): episodic, importance 0.5, text ``"<speaker>: <text>"`` plus
+  ``" [image: <blip_caption>]"`` where the turn shared a photo, ``occurred_at`` the session's date,
+  metadata ``{"dia_id", "session", "session_date"}``. Turns the write policy denies are skipped by
+  Engram; the harness reports stored vs skipped turns (from Postgres).
 - It waits (bounded) until every stored entry has ``embedding_status = 'indexed'``.
 - Each question of categories 1-4 is the cue of one ``engram.recall`` per strategy (``pack``,
   ``hybrid``, ``semantic``; ``last_k``/``importance`` take no cue), ``top_k`` 10, over NATS
   request-reply with a few requests in flight. Evidence recall@k = |evidence ∩ the ``dia_id``s
   in the metadata of the first k results| / |evidence|, averaged over questions; latency is
   ``perf_counter`` around each request (so it includes the in-flight queueing), p50/p99.
+- Then ``hybrid`` again under each of ``HYBRID_VARIANTS`` (the agent configs' ``semantic_recall``
+  changed through ``engram.config.put``): without the neighbourhood, without time grounding,
+  without both (fusion alone), and with rank fusion, so each method's effect on recall and on
+  latency is measured in the same run (cue vectors are cached by then).
 
 Evidence normalization: each evidence string is split on ``;``, ``,`` and whitespace (LoCoMo has
 ``"D8:6; D9:17"``); each piece must read ``D<session>:<turn>`` with an optional stray colon after
@@ -52,6 +58,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -74,6 +81,13 @@ EMBEDDERS = ("hashing-384", "all-MiniLM-L6-v2")
 #: Asked in this order; ``semantic`` after ``hybrid`` (see the module docstring on the cue cache).
 STRATEGIES = ("pack", "hybrid", "semantic")
 KS = (5, 10)
+#: hybrid's settings measured besides the default (``semantic_recall`` of the agent configs).
+HYBRID_VARIANTS: dict[str, dict[str, Any]] = {
+    "hybrid (no neighbourhood)": {"fusion": "convex", "neighbourhood": False, "time_grounding": True},
+    "hybrid (no time grounding)": {"fusion": "convex", "neighbourhood": True, "time_grounding": False},
+    "hybrid (fusion alone)": {"fusion": "convex", "neighbourhood": False, "time_grounding": False},
+    "hybrid (rrf)": {"fusion": "rrf", "neighbourhood": True, "time_grounding": True},
+}
 TOP_K = 10
 SAVE_BATCH = 100
 MAX_ENTRIES = 5000
@@ -217,16 +231,37 @@ async def _call(
 # ---------------------------------------------------------------------------------- the write
 
 
+def batches(turns: list[Turn]) -> list[list[Turn]]:
+    """The turns in save requests, in order: one LoCoMo session per request (as a platform saves
+    a conversation under its session id), split where a session has more than ``SAVE_BATCH``."""
+    out: list[list[Turn]] = []
+    for t in turns:
+        if out and out[-1][-1].session == t.session and len(out[-1]) < SAVE_BATCH:
+            out[-1].append(t)
+        else:
+            out.append([t])
+    return out
+
+
+def session_time(raw: str) -> datetime | None:
+    """LoCoMo's ``session_N_date_time`` ("1:56 pm on 8 May, 2023") as a UTC time; None if it
+    does not read so (the entry then carries no ``occurred_at``)."""
+    try:
+        return datetime.strptime(raw.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 async def store(nc: Client, token: str, agent: UUID, conv: Conversation) -> dict[str, Any]:
     """Config first, then every turn through ``engram.memory.save``; the replies' tallies."""
     config = {"retention": {"max_entries": MAX_ENTRIES}}
     await _call(nc, CONFIG_PUT, {"agent_config_id": str(agent), "config": config}, token, timeout=10)
     tally: Counter[str] = Counter()
-    for start in range(0, len(conv.turns), SAVE_BATCH):
-        batch = conv.turns[start : start + SAVE_BATCH]
+    for batch in batches(conv.turns):
         payload = {
             "agent_config_id": str(agent),
             "principal": {"kind": "none"},
+            "session_id": f"session-{batch[0].session}",
             "wait": True,
             "entries": [
                 {
@@ -234,6 +269,7 @@ async def store(nc: Client, token: str, agent: UUID, conv: Conversation) -> dict
                     "importance": 0.5,
                     "memory_type": "episodic",
                     "metadata": {"dia_id": t.dia_id, "session": t.session, "session_date": t.session_date},
+                    **({"occurred_at": when.isoformat()} if (when := session_time(t.session_date)) else {}),
                 }
                 for t in batch
             ],
@@ -476,21 +512,30 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
                             f"errors {scored['errors']}  ({wall:.1f}s)",
                             flush=True,
                         )
-                    # hybrid again with rank fusion (SPEC 5.1's RRF) instead of the default
-                    # convex score combination, so both fusions are measured in the same run.
-                    for agent in agents.values():
-                        await _call(
-                            nc,
-                            CONFIG_PUT,
-                            {"agent_config_id": str(agent), "config": {"semantic_recall": {"fusion": "rrf"}}},
-                            token,
-                            timeout=10,
+                    # hybrid again under other settings, each method's effect measured in the same
+                    # run: rank fusion (SPEC 5.1's RRF) instead of the convex score combination,
+                    # and without the neighbourhood and/or time grounding.
+                    for label, semantic_recall in HYBRID_VARIANTS.items():
+                        for agent in agents.values():
+                            await _call(
+                                nc,
+                                CONFIG_PUT,
+                                {
+                                    "agent_config_id": str(agent),
+                                    "config": {"semantic_recall": semantic_recall},
+                                },
+                                token,
+                                timeout=10,
+                            )
+                        await asyncio.sleep(1.2)  # the recall service trusts a config for a second
+                        answers = await ask(nc, token, "hybrid", work, args.concurrency, args.request_timeout)
+                        scored = score("hybrid", answers)
+                        result["strategies"][label] = scored
+                        print(
+                            f"  {label} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
+                            f"p50 {scored['p50_ms']} ms  p99 {scored['p99_ms']} ms",
+                            flush=True,
                         )
-                    await asyncio.sleep(1.2)  # the recall service trusts a config for a second
-                    answers = await ask(nc, token, "hybrid", work, args.concurrency, args.request_timeout)
-                    scored = score("hybrid", answers)
-                    result["strategies"]["hybrid (rrf)"] = scored
-                    print(f"  hybrid (rrf) R@5 {scored['r@5']}  R@10 {scored['r@10']}", flush=True)
             finally:
                 await pg.close()
                 await nc.drain()

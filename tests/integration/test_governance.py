@@ -78,9 +78,31 @@ async def test_list_pages_by_importance_and_get_shows_everything(
         "embedding_status",
         "owner",
         "expires_at",
+        "occurred_at",
+        "session_position",
     ):
         assert field in entry
     assert entry["owner"] == ALICE
+    # Saved without a session or a time: no place in a session, and when it happened is not said.
+    assert (entry["session_position"], entry["occurred_at"]) == (None, None)
+    said = {"text": "a turn", "occurred_at": "2023-05-08T13:56:00Z"}
+    reply = await request(
+        nc,
+        "engram.memory.save",
+        {
+            "agent_config_id": str(agent),
+            "session_id": "s1",
+            "entries": [said],
+            "wait": True,
+            "principal": ALICE,
+        },
+        service_token,
+    )
+    turn = await request(
+        nc, "engram.memory.get", {"agent_config_id": str(agent), "entry_id": reply["ids"][0]}, alice
+    )
+    assert turn["entry"]["occurred_at"] == "2023-05-08T13:56:00Z"
+    assert isinstance(turn["entry"]["session_position"], int)
 
 
 async def test_manage_ops_pin_disable_edit_with_history_merge_and_rescope(

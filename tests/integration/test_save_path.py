@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import pytest
@@ -15,6 +16,7 @@ from services.distill.save_path import Draft, SaveContext, save_entries
 from shared import audit
 from shared.db.engine import Database
 from shared.db.models import MemoryEntry, OutboxMessage
+from shared.policy import fingerprint
 
 pytestmark = pytest.mark.integration
 
@@ -157,3 +159,30 @@ async def test_write_policy_redacts_blocks_and_quarantines(db: Database, org: UU
         report = await audit.verify(s, org)
     assert report.ok
     assert report.checked >= 3
+
+
+async def test_entries_of_a_session_are_numbered_in_save_order(db: Database, org: UUID, agent: UUID) -> None:
+    """Entries saved with a session get increasing ``session_position`` in the order they came,
+    within a request and across requests; without a session they get none; a reinforced entry
+    keeps its first place; ``occurred_at`` is what the writer said (or NULL)."""
+    said = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    session = _ctx(org, agent)
+    # The upsert writes rows in fingerprint order; these two sort against their save order.
+    assert fingerprint("zebra turn") > fingerprint("apple turn")
+    await _save(
+        db,
+        session,
+        [Draft("zebra turn", 0.5, "episodic", occurred_at=said), Draft("apple turn", 0.5, "episodic")],
+    )
+    await _save(db, session, [Draft("mango turn", 0.5, "episodic"), Draft("zebra turn", 0.5, "episodic")])
+    await _save(db, replace(session, session_id=None), [Draft("no session", 0.5, "fact")])
+    by_text = {e.text: e for e in await _entries(db, org)}
+    order = sorted(
+        (t for t, e in by_text.items() if e.session_position is not None),
+        key=lambda t: by_text[t].session_position or 0,
+    )
+    assert order == ["zebra turn", "apple turn", "mango turn"]
+    assert by_text["no session"].session_position is None
+    assert by_text["zebra turn"].reinforcement_count == 1
+    assert by_text["zebra turn"].occurred_at == said
+    assert by_text["apple turn"].occurred_at is None

@@ -12,6 +12,7 @@ from services.recall.ranking import (
     FULL_CAP,
     HYBRID_IMPORTANCE_PRIOR,
     HYBRID_RECENCY_PRIOR,
+    Ranked,
     fuse_hybrid,
     pack_score,
     rank_full,
@@ -22,6 +23,7 @@ from services.recall.ranking import (
     recency,
     relevance,
     tokens,
+    with_neighbours,
 )
 from services.recall.service import above_floor
 from tests.unit.recall_support import NOW, cand, ids, uid
@@ -297,3 +299,30 @@ def test_hybrid_floor_judges_lexical_only_hits_by_the_weakest_dense_hit() -> Non
     assert above_floor(vector, lexical, 0.2, complete=False) == {near, far, lexical_only}
     assert above_floor(vector, lexical, 0.2, complete=True) == {near, far}
     assert above_floor({}, lexical, -1.0, complete=True) == set()
+
+
+# --- neighbourhood ------------------------------------------------------------------------------
+
+
+def test_a_hits_neighbours_gain_a_share_that_halves_with_distance() -> None:
+    """An entry next to a hit gains half the hit's score, two places away a quarter, and joins
+    the ranking though no retriever found it."""
+    hit, other = Ranked(cand(1), 0.8), Ranked(cand(2), 0.45)
+    adjacent = {uid(1): [(1, cand(10)), (2, cand(11))]}
+    out = with_neighbours([hit, other], adjacent)
+    assert [(r.candidate.id, r.score) for r in out] == [
+        (uid(1), 0.8),
+        (uid(2), 0.45),
+        (uid(10), pytest.approx(0.4)),
+        (uid(11), pytest.approx(0.2)),
+    ]
+
+
+def test_a_neighbour_keeps_its_own_score_plus_its_best_hits_share() -> None:
+    """Gains do not add up: an entry between two hits gains the share of the better one, on top
+    of its own score; a hit listed as its own neighbour gains nothing."""
+    fused = [Ranked(cand(1), 0.6), Ranked(cand(2), 0.2), Ranked(cand(3), 0.4)]
+    adjacent = {uid(1): [(1, cand(2)), (1, cand(1))], uid(3): [(1, cand(2))]}
+    out = {r.candidate.id: r.score for r in with_neighbours(fused, adjacent)}
+    assert out == {uid(1): 0.6, uid(2): pytest.approx(0.2 + 0.3), uid(3): 0.4}
+    assert with_neighbours(fused, {}) == sorted(fused, key=lambda r: -r.score)
