@@ -59,7 +59,7 @@ from contracts.errors import NotFound, WritePolicyDenied
 from contracts.governance import EntryView
 from contracts.requests import MAX_ENTRY_CHARS, SaveEntry, SaveOutcome
 
-__all__ = ["MEMORY_TYPE", "EngramStore"]
+__all__ = ["MEMORY_TYPE", "EngramStore", "item_entry"]
 
 #: The memory type of every entry the store writes; its listing reads only these.
 MEMORY_TYPE = "langgraph"
@@ -94,6 +94,26 @@ def _stored(entry: EntryView) -> _Stored | None:
         updated_at=entry.created_at,
     )
     return _Stored(entry.id, item)
+
+
+def item_entry(
+    namespace: tuple[str, ...],
+    key: str,
+    value: dict[str, Any],
+    *,
+    importance: float = 0.5,
+    created: datetime | None = None,
+) -> SaveEntry:
+    """The entry an item is stored as (what ``put`` saves; bulk loaders may save these directly)."""
+    meta: dict[str, Any] = {"namespace": list(namespace), "key": key, "value": value}
+    if created is not None:
+        meta["created_at"] = created.isoformat()
+    return SaveEntry(
+        text=_text(namespace, key, value),
+        importance=importance,
+        memory_type=MEMORY_TYPE,
+        metadata={_META: meta},
+    )
 
 
 def _text(namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> str:
@@ -258,15 +278,7 @@ class EngramStore(BaseStore):
         value: dict[str, Any],
         created: datetime | None,
     ) -> UUID:
-        meta: dict[str, Any] = {"namespace": list(namespace), "key": key, "value": value}
-        if created is not None:
-            meta["created_at"] = created.isoformat()
-        entry = SaveEntry(
-            text=_text(namespace, key, value),
-            importance=self._importance,
-            memory_type=MEMORY_TYPE,
-            metadata={_META: meta},
-        )
+        entry = item_entry(namespace, key, value, importance=self._importance, created=created)
         outcome = await self._client.save(self._agent, [entry], principal=owner, wait=True)
         ids = outcome.ids if isinstance(outcome, SaveOutcome) else []
         if not ids:
