@@ -32,7 +32,7 @@ from shared.policy import (
     PolicyDecision,
     apply_metadata_policy,
     apply_write_policy,
-    find_injection,
+    check_carried_fields,
     fingerprint,
 )
 from shared.time import utcnow
@@ -328,11 +328,10 @@ def _admit(draft: Draft, config: MemoryConfig, result: SaveResult) -> tuple[Poli
         if decision.denied is not None:
             reason = f"policy:{decision.denied}"
         else:
-            # The type is free-form and recall's narrative format shows it: an attack there
-            # quarantines the entry like an attack in its text.
-            type_attack = find_injection(draft.memory_type)
-            if type_attack and not decision.quarantined:
-                decision = replace(decision, quarantined=True, quarantine_reasons=("memory_type",))
+            # The type and metadata are free-form and shown beside the text: an attack there
+            # quarantines the entry like an attack in its text (checked before PII redaction, as
+            # the text is, so a placeholder cannot break up an attack phrase).
+            decision = check_carried_fields(decision, draft.memory_type, draft.metadata)
             metadata, kinds, denied = apply_metadata_policy(draft.metadata, config.pii_handling)
             if denied is not None:
                 reason = f"policy:{denied}"

@@ -2,8 +2,9 @@
 
 Every page is a new request: the token is verified and the caller authorized again, and the page
 token — signed over caller, organization, filters, position and expiry — only says where to go on.
-Each page is an audit record (``memory.exported``) naming the ids it disclosed. Export is the
-owner's copy of their data, so quarantined text is included (flagged ``quarantined``).
+Each page is an audit record (``memory.exported``) naming the ids it disclosed. A quarantined
+entry is exported flagged ``quarantined``, its text and metadata withheld as in a listing, unless
+the caller holds ``memory.admin`` (docs/decisions.md, "Quarantined metadata").
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ async def export_page(db: Database, pages: PageTokens, caller: Caller, request: 
             audit_details={"owner": request.actor_ref, "continued": request.page_token is not None},
             agent_config_id=agent_config_id,
             session_id=session_id,
+            show_quarantined=caller.is_admin,
         ),
     )
 

@@ -34,7 +34,7 @@ from shared.config_store import load_config
 from shared.db.models import ENTRIES
 from shared.erasure import decay_or_erase, lineage
 from shared.outbox import enqueue
-from shared.policy import apply_write_policy, fingerprint
+from shared.policy import apply_write_policy, check_carried_fields, fingerprint
 from shared.time import utcnow
 
 __all__ = ["manage_entry"]
@@ -99,7 +99,8 @@ async def manage_entry(session: AsyncSession, caller: Caller, request: ManageReq
         details["owner"] = request.owner
     await _audit(session, caller, request, affected, details)
     assert current is not None
-    return ManageReply(op=op, entry=entry_view(await _row(session, current)), affected=affected)
+    shown = entry_view(await _row(session, current), show_quarantined=caller.is_admin)
+    return ManageReply(op=op, entry=shown, affected=affected)
 
 
 async def _row(session: AsyncSession, entry_id: UUID) -> Any:
@@ -118,11 +119,13 @@ def _not_superseded(row: Any) -> None:
         )
 
 
-def _policy_text(text: str, pii_handling: Any) -> Any:
+def _policy_text(text: str, pii_handling: Any, row: Any, metadata: dict[str, Any]) -> Any:
+    """The write policy's decision on new text for ``row``, whose type and ``metadata`` the entry
+    keeps: an attack in those quarantines the new entry as it did the old one."""
     decision = apply_write_policy(text, pii_handling)
     if decision.denied is not None:
         raise WritePolicyDenied("the new text is refused by the write policy", {"reason": decision.denied})
-    return decision
+    return check_carried_fields(decision, row.memory_type, metadata)
 
 
 async def _free(session: AsyncSession, row: Any, owner_key: str, fp: str, *, ignore: set[UUID]) -> None:
@@ -184,7 +187,7 @@ async def _edit(
     session: AsyncSession, caller: Caller, row: Any, request: ManageRequest, config: Any, now: Any
 ) -> UUID:
     assert request.text is not None
-    decision = _policy_text(request.text, config.pii_handling)
+    decision = _policy_text(request.text, config.pii_handling, row, dict(row.metadata or {}))
     values = _text_values(decision, now)
     await _free(session, row, row.owner_key, values["fingerprint"], ignore={row.id})
     importance = request.importance if request.importance is not None else row.importance
@@ -233,7 +236,8 @@ async def _merge(
         _not_superseded(s)
         if s.owner_key != row.owner_key:
             raise InvalidRequest("merged entries must have the same owner (rescope first)")
-    decision = _policy_text(request.text, config.pii_handling)
+    metadata = {**dict(row.metadata or {}), "merged_from": [str(i) for i in ids]}
+    decision = _policy_text(request.text, config.pii_handling, row, metadata)
     values = _text_values(decision, now)
     await _free(session, row, row.owner_key, values["fingerprint"], ignore=set(ids))
     new_id = uuid4()
@@ -256,7 +260,7 @@ async def _merge(
                 "created_at": now,
                 "access_count": 0,
                 "last_accessed_at": None,
-                "metadata": {**dict(row.metadata or {}), "merged_from": [str(i) for i in ids]},
+                "metadata": metadata,
             }
         )
     )

@@ -38,7 +38,8 @@ class PageQuery:
     audit_details: dict[str, Any]
     agent_config_id: UUID | None
     session_id: str | None
-    show_quarantined: bool = True
+    #: a quarantined entry's text and metadata, shown to ``memory.admin`` callers only
+    show_quarantined: bool
 
 
 async def read_page(db: Database, pages: PageTokens, caller: Caller, query: PageQuery) -> Page:

@@ -20,9 +20,12 @@ ENTRY_COLUMNS = tuple(c for c in ENTRIES.c if c.name != "search")
 QUARANTINE_PLACEHOLDER = "[quarantined memory withheld]"
 
 
-def entry_view(row: Any, *, show_quarantined: bool = True) -> EntryView:
+def entry_view(row: Any, *, show_quarantined: bool) -> EntryView:
+    """``row`` as shown; a quarantined entry's text and metadata (what its writer chose) are
+    withheld unless ``show_quarantined`` (a ``memory.admin`` caller reviewing quarantine)."""
     owner = Principal(kind=row.owner_kind, id=row.owner_id) if row.owner_kind else None
-    text = row.text if (show_quarantined or not row.quarantined) else QUARANTINE_PLACEHOLDER
+    withheld = row.quarantined and not show_quarantined
+    text = QUARANTINE_PLACEHOLDER if withheld else row.text
     return EntryView(
         id=row.id,
         org_id=row.org_id,
@@ -57,7 +60,7 @@ def entry_view(row: Any, *, show_quarantined: bool = True) -> EntryView:
         superseded_by=row.superseded_by,
         derived_from=[UUID(str(x)) for x in row.derived_from or []],
         embedding_status=row.embedding_status,
-        metadata=dict(row.metadata or {}),
+        metadata={} if withheld else dict(row.metadata or {}),
     )
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-__all__ = ["QUARANTINE_PLACEHOLDER", "Candidate", "display_text"]
+__all__ = ["QUARANTINE_PLACEHOLDER", "Candidate", "display_metadata", "display_text"]
 
 #: What a quarantined entry's text becomes in every result and context (SPEC 5.4): fixed and bounded.
 QUARANTINE_PLACEHOLDER = "[memory withheld: flagged as a possible prompt injection]"
@@ -40,3 +40,9 @@ class Candidate:
 def display_text(candidate: Candidate) -> str:
     """The text recall may show for ``candidate``: the placeholder when it is quarantined."""
     return QUARANTINE_PLACEHOLDER if candidate.quarantined else candidate.text
+
+
+def display_metadata(candidate: Candidate) -> dict[str, Any]:
+    """The metadata recall may show for ``candidate``: none when it is quarantined (its writer
+    chose the metadata as it chose the text)."""
+    return {} if candidate.quarantined else candidate.metadata
