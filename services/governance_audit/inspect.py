@@ -58,6 +58,7 @@ async def list_entries(db: Database, pages: PageTokens, caller: Caller, request:
         "memory_types": request.memory_types,
         "min_importance": request.min_importance,
         "session_id": session_id,
+        "metadata": request.metadata,
         "page_size": request.page_size,
         "principal": caller.ref,
     }
@@ -75,6 +76,9 @@ async def list_entries(db: Database, pages: PageTokens, caller: Caller, request:
         conditions.append(ENTRIES.c.importance >= request.min_importance)
     if session_id is not None:
         conditions.append(ENTRIES.c.session_id == session_id)
+    if request.metadata is not None:
+        # JSONB containment, served by the GIN index on metadata (migration 0008).
+        conditions.append(ENTRIES.c.metadata.contains(request.metadata))
     return await read_page(
         db,
         pages,
