@@ -35,6 +35,7 @@ from shared.policy import (
     check_carried_fields,
     fingerprint,
 )
+from shared.tenancy import owner_key
 from shared.time import utcnow
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "SaveContext",
     "SaveItem",
     "SaveResult",
-    "owner_key",
     "save_batch",
     "save_entries",
 ]
@@ -119,11 +119,6 @@ class SaveResult:
     #: Entries (occurrences) whose text had something redacted.
     redacted: int = 0
     pruned: list[UUID] = field(default_factory=list)
-
-
-def owner_key(owner: Principal | None) -> str:
-    """The dedupe scope: ``""`` for the shared pool, ``"<kind>:<id>"`` for an owner."""
-    return "" if owner is None or owner.kind == "none" else owner.ref
 
 
 def _expires_at(config: MemoryConfig, draft: Draft, now: datetime) -> datetime | None:

@@ -23,8 +23,8 @@ from uuid import UUID
 
 from contracts.common import Principal
 from contracts.errors import Forbidden, InvalidRequest, NotFound
-from services.recall.visibility import SHARED_POOL, owner_key
 from shared.auth import ADMIN, PURGE, READ, WRITE, Credential, act_as
+from shared.tenancy import SHARED_POOL, owner_key
 
 __all__ = ["Action", "Caller", "resolve_caller", "target_key"]
 

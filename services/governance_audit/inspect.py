@@ -17,12 +17,12 @@ from contracts.governance import EntryView, GetReply, GetRequest, ListRequest, P
 from services.governance_audit.access import Caller, target_key
 from services.governance_audit.paging import PageQuery, read_page
 from services.governance_audit.views import ENTRY_COLUMNS, entry_view, load_entry
-from services.recall.visibility import SHARED_POOL
 from shared import audit
 from shared.config_store import require_known_agent_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.page_tokens import PageTokens
+from shared.tenancy import SHARED_POOL
 
 __all__ = ["get_entry", "list_entries"]
 

@@ -12,13 +12,13 @@ from sqlalchemy import select, update
 
 from contracts.errors import InvalidRequest, NotFound
 from contracts.recall import FeedbackReply, FeedbackRequest
-from services.recall.visibility import visible_owner_keys
 from shared import audit
 from shared.auth import WRITE, Credential, act_as
 from shared.config_store import load_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, RECALLS
 from shared.erasure import decay_or_erase
+from shared.tenancy import visible_owner_keys
 
 __all__ = ["give_feedback"]
 

@@ -41,13 +41,13 @@ from services.recall.ranking import (
 )
 from services.recall.render import render_context
 from services.recall.side_effects import Disclosure, SideEffects
-from services.recall.visibility import visible_owner_keys
 from shared.auth import READ, Credential, act_as
 from shared.cache import CueVectorCache, ResultCache
 from shared.config_store import load_config, org_memory_enabled
 from shared.db.engine import Database
 from shared.lexical import query_weights
 from shared.ports import Embedder, VectorIndex
+from shared.tenancy import visible_owner_keys
 from shared.time import utcnow
 from shared.vectors.coverage import VectorCoverage
 

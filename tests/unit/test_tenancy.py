@@ -1,4 +1,4 @@
-"""Who sees what (SPEC 3): the owner keys a recall may read, never widened."""
+"""Tenancy (SPEC 3): how owners are keyed, and the owner keys a recall may read, never widened."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from contracts.common import Principal, PrincipalKind
 from contracts.errors import InvalidRequest, SessionRequired
-from services.recall.visibility import ConfigScope, visible_owner_keys
+from shared.tenancy import SHARED_POOL, ConfigScope, owner_key, visible_owner_keys
 
 SCOPES: list[ConfigScope] = ["workload", "actor", "session"]
 KINDS: list[PrincipalKind] = ["end_user", "actor"]
@@ -44,6 +44,22 @@ def _principal(kind: PrincipalKind, ident: str | None) -> Principal:
         return Principal(kind=kind, id=ident)
     except ValidationError:
         return Principal.model_construct(kind=kind, id=ident)
+
+
+def test_one_owner_key_for_writers_and_readers() -> None:
+    """The save path keys ``None`` (no owner) and ``none`` alike; readers key principals the same
+    way, so what one writes the other finds."""
+    assert owner_key(None) == owner_key(Principal(kind="none")) == SHARED_POOL
+    assert owner_key(Principal(kind="end_user", id="alice")) == "end_user:alice"
+    assert owner_key(Principal(kind="actor", id="Alice")) == "actor:Alice"
+
+
+@pytest.mark.parametrize("ident", [None, "", "  "])
+def test_an_owner_without_an_id_is_refused_not_pooled(ident: str | None) -> None:
+    """A principal that skipped validation must not be keyed ``end_user:None`` (shared by every
+    such bug) nor fall into the shared pool."""
+    with pytest.raises(InvalidRequest):
+        owner_key(Principal.model_construct(kind="end_user", id=ident))
 
 
 @pytest.mark.parametrize(

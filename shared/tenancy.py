@@ -1,4 +1,5 @@
-"""Who sees what (SPEC 3, never relaxable): the owner keys a caller's recall may read.
+"""Tenancy of memory entries (SPEC 3, never relaxable): how an owner is keyed, and which owner
+keys a caller may see. Every service that writes or reads entries keys owners through here.
 
 An owner key is how an entry's owner is stored: ``""`` for the shared pool, ``"<kind>:<id>"``
 for an end user or actor. Ids are used exactly as given — no case folding, trimming or unicode
@@ -20,10 +21,14 @@ SHARED_POOL = ""
 ConfigScope = Literal["workload", "actor", "session"]
 
 
-def owner_key(principal: Principal) -> str:
-    """The owner key of entries that ``principal`` owns: ``""`` for ``none``, else ``"<kind>:<id>"``."""
-    if principal.kind == "none":
+def owner_key(principal: Principal | None) -> str:
+    """The owner key of entries that ``principal`` owns: ``""`` (the shared pool) for ``None`` or
+    ``none``, else ``"<kind>:<id>"``. An owner without an id (a model built without validation)
+    is refused rather than keyed ``"<kind>:None"``, which would pool everyone without one."""
+    if principal is None or principal.kind == "none":
         return SHARED_POOL
+    if not _resolved(principal):
+        raise InvalidRequest(f"a {principal.kind} owner needs an id")
     return f"{principal.kind}:{principal.id}"
 
 
