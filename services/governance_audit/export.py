@@ -22,6 +22,7 @@ from services.governance_audit.paging import PageQuery, read_page
 from shared.config_store import require_known_agent_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
+from shared.entries import in_scope
 from shared.page_tokens import PageTokens
 
 __all__ = ["export_page"]
@@ -43,13 +44,9 @@ async def export_page(db: Database, pages: PageTokens, caller: Caller, request: 
         "session_id": session_id,
         "principal": caller.ref,
     }
-    conditions: list[ColumnElement[bool]] = [ENTRIES.c.org_id == caller.org_id, ENTRIES.c.owner_key == key]
-    if agent_config_id is not None:
-        conditions.append(ENTRIES.c.agent_config_id == agent_config_id)
+    conditions = [in_scope(caller.org_id, agent_config_id, (key,), session_id=session_id)]
     if request.lifecycle is not None:
         conditions.append(ENTRIES.c.lifecycle.in_(request.lifecycle))
-    if session_id is not None:
-        conditions.append(ENTRIES.c.session_id == session_id)
     return await read_page(
         db,
         pages,

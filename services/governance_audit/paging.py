@@ -12,9 +12,10 @@ from sqlalchemy import ColumnElement, select
 
 from contracts.governance import Page
 from services.governance_audit.access import Caller
-from services.governance_audit.views import ENTRY_COLUMNS, entry_view
+from services.governance_audit.views import entry_view
 from shared import audit
 from shared.db.engine import Database
+from shared.entries import ENTRY_COLUMNS
 from shared.page_tokens import PageTokens
 
 __all__ = ["PageQuery", "read_page"]
