@@ -4,16 +4,20 @@ for service tokens only, the principal acted for; tenancy comes from the token."
 
 from __future__ import annotations
 
+import json
+import math
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import Field, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from contracts.common import Inbound, Outbound, Principal
 
 __all__ = [
     "LIFECYCLES",
+    "MAX_METADATA_FILTER_BYTES",
+    "MAX_METADATA_FILTER_DEPTH",
     "DeleteRequest",
     "EntryView",
     "ExportRequest",
@@ -40,6 +44,9 @@ ManageOp = Literal[
 _ACTOR_REF = r"^(none|(end_user|actor):[^\s:\x00-\x1f\x7f]{1,200})$"
 #: Page tokens are opaque to callers; this only bounds what the parser is asked to look at.
 _MAX_PAGE_TOKEN = 2048
+#: Bounds of ``ListRequest.metadata``: its size as compact JSON, and how deep it nests.
+MAX_METADATA_FILTER_BYTES = 4096
+MAX_METADATA_FILTER_DEPTH = 8
 
 
 class EntryView(Outbound):
@@ -78,7 +85,10 @@ class EntryView(Outbound):
     superseded_by: UUID | None
     derived_from: list[UUID]
     embedding_status: str
-    metadata: dict[str, Any]
+    metadata: dict[str, Any] = Field(
+        description="The writer's metadata; `{}` for a quarantined entry unless the caller holds "
+        "memory.admin (withheld like its text)"
+    )
     #: when what it records happened, as its writer said (None: not said)
     occurred_at: datetime | None = None
     #: its place in its session: only the order among one session's entries means anything
@@ -103,8 +113,45 @@ class ListRequest(_Scoped):
     memory_types: list[str] | None = Field(default=None, min_length=1, max_length=50)
     min_importance: float | None = Field(default=None, ge=0, le=1)
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
+    metadata: dict[str, JsonValue] | None = Field(
+        default=None,
+        min_length=1,
+        description="Only entries whose metadata contains this object (JSON containment: each key's "
+        "value matches recursively, an array matches when it holds every listed element, a scalar "
+        f"is equal); at most {MAX_METADATA_FILTER_BYTES} bytes as JSON, {MAX_METADATA_FILTER_DEPTH} "
+        "levels deep",
+    )
     page_size: int = Field(default=20, ge=1, le=100)
     page_token: str | None = Field(default=None, min_length=1, max_length=_MAX_PAGE_TOKEN)
+
+    @field_validator("metadata")
+    @classmethod
+    def _bounded_metadata(cls, value: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
+        if value is not None:
+            _check_json(value, 1)
+            if len(json.dumps(value, separators=(",", ":"))) > MAX_METADATA_FILTER_BYTES:
+                raise ValueError(f"the metadata filter exceeds {MAX_METADATA_FILTER_BYTES} bytes as JSON")
+        return value
+
+
+def _check_json(value: JsonValue, depth: int) -> None:
+    """What Postgres's ``jsonb`` could not hold (NUL characters, non-finite numbers) or what nests
+    too deep is refused here, so it is ``INVALID_REQUEST`` and never a database error."""
+    if depth > MAX_METADATA_FILTER_DEPTH:
+        raise ValueError(f"the metadata filter nests deeper than {MAX_METADATA_FILTER_DEPTH} levels")
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("the metadata filter holds a NUL character")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("the metadata filter holds a number that is not finite")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_json(key, depth)
+            _check_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json(item, depth + 1)
 
 
 class ExportRequest(Inbound):

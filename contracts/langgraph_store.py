@@ -11,18 +11,20 @@ How items map onto Engram (docs/decisions.md, "LangGraph store"):
   or for ``principal``, or for the shared pool. Two organizations never meet: tenancy is the
   token's, as for every Engram request.
 - **Where**: an item is one memory entry of type ``langgraph``. Its namespace, key and value live
-  in the entry's metadata (``{"langgraph": {"namespace": [...], "key": ..., "value": {...}}}``);
-  its text is ``"<ns>/<key>: <value as JSON>"`` so recall can search it. Namespaces are compared
-  as tuples of whole segments — ``("users", "al")`` is never a prefix of ``("users", "alice")``.
+  in the entry's metadata (``{"langgraph": {"namespace": [...], "path": "a.b", "prefixes": ["a",
+  "a.b"], "key": ..., "value": {...}}}``); its text is ``"<ns>/<key>: <value as JSON>"`` so recall
+  can search it. Namespaces are compared as tuples of whole segments — ``("users", "al")`` is never
+  a prefix of ``("users", "alice")``: labels hold no period, so ``path`` and ``prefixes`` (the
+  namespace's own prefixes, joined) name exactly the namespaces they are.
+- **Reads are filtered by Engram**: a get asks ``memory.list`` for the entries whose metadata holds
+  the key's ``path`` and ``key``, a search for its prefix (and string-valued ``filter`` keys), so
+  their cost follows the namespace, not the store (Postgres's GIN index on metadata).
 - **Put** saves the new entry and then deletes the key's older entries (no moment without the item);
   ``value=None`` deletes them. Every write passes Engram's write policy (PII handling applies to
-  the value too; a value read as a prompt injection is quarantined and comes back withheld).
+  the value too; a value read as a prompt injection is quarantined: a get answers it withheld, a
+  search leaves it out — Engram withholds a quarantined entry's metadata, so its key is not known).
 - **Search** with a ``query`` ranks by Engram's hybrid recall (BM25 + vectors); ``filter``,
   ``offset`` and ``limit`` apply after the namespace prefix, as LangGraph's own stores do.
-
-Engram lists an owner's entries by importance, not by metadata, so every operation reads the
-owner's ``langgraph`` entries (one listing per batch): fine for the hundreds to low thousands of
-items an agent keeps per owner, not a bulk key-value store.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import contextlib
 import json
 from collections.abc import Iterable
 from datetime import datetime
+from itertools import takewhile
 from typing import Any, Literal
 from uuid import UUID
 
@@ -59,7 +62,7 @@ from contracts.errors import NotFound, WritePolicyDenied
 from contracts.governance import EntryView
 from contracts.requests import MAX_ENTRY_CHARS, SaveEntry, SaveOutcome
 
-__all__ = ["MEMORY_TYPE", "EngramStore"]
+__all__ = ["MEMORY_TYPE", "EngramStore", "item_entry"]
 
 #: The memory type of every entry the store writes; its listing reads only these.
 MEMORY_TYPE = "langgraph"
@@ -78,22 +81,64 @@ class _Stored:
         self.item = item
 
 
-def _stored(entry: EntryView) -> _Stored | None:
+def _stored(
+    entry: EntryView, namespace: tuple[str, ...] | None = None, key: str | None = None
+) -> _Stored | None:
+    """The item ``entry`` holds. A quarantined entry's value is withheld; if Engram withheld its
+    metadata too (a caller without ``memory.admin``), it is the item at ``namespace``/``key`` when
+    the read asked for exactly that, else nothing the store can place."""
     meta = entry.metadata.get(_META)
     if not isinstance(meta, dict):
+        if entry.quarantined and namespace is not None and key is not None:
+            at = entry.created_at
+            return _Stored(
+                entry.id, Item(value=WITHHELD, key=key, namespace=namespace, created_at=at, updated_at=at)
+            )
         return None
-    namespace, key, value = meta.get("namespace"), meta.get("key"), meta.get("value")
-    if not isinstance(namespace, list) or not isinstance(key, str) or not isinstance(value, dict):
+    namespace_, key_, value = meta.get("namespace"), meta.get("key"), meta.get("value")
+    if not isinstance(namespace_, list) or not isinstance(key_, str) or not isinstance(value, dict):
         return None
     created = meta.get("created_at")
     item = Item(
         value=WITHHELD if entry.quarantined else value,
-        key=key,
-        namespace=tuple(str(s) for s in namespace),
+        key=key_,
+        namespace=tuple(str(s) for s in namespace_),
         created_at=datetime.fromisoformat(created) if isinstance(created, str) else entry.created_at,
         updated_at=entry.created_at,
     )
     return _Stored(entry.id, item)
+
+
+def _path(namespace: tuple[str, ...]) -> str:
+    """A namespace as one string: labels never hold a period (LangGraph checks every op)."""
+    return ".".join(namespace)
+
+
+def item_entry(
+    namespace: tuple[str, ...],
+    key: str,
+    value: dict[str, Any],
+    *,
+    importance: float = 0.5,
+    created: datetime | None = None,
+) -> SaveEntry:
+    """The entry an item is stored as (what ``put`` saves; bulk loaders may save these directly)."""
+    meta: dict[str, Any] = {
+        "namespace": list(namespace),
+        # What reads filter on (exact namespace; whole-segment prefixes), as JSON containment.
+        "path": _path(namespace),
+        "prefixes": [_path(namespace[:i]) for i in range(1, len(namespace) + 1)],
+        "key": key,
+        "value": value,
+    }
+    if created is not None:
+        meta["created_at"] = created.isoformat()
+    return SaveEntry(
+        text=_text(namespace, key, value),
+        importance=importance,
+        memory_type=MEMORY_TYPE,
+        metadata={_META: meta},
+    )
 
 
 def _text(namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> str:
@@ -101,18 +146,12 @@ def _text(namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> str:
     return text[:MAX_ENTRY_CHARS]
 
 
-class _Snapshot:
-    """The owner's items, read once per batch: ``(namespace, key) → newest first``."""
-
-    def __init__(self, stored: list[_Stored]) -> None:
-        self.by_key: dict[tuple[tuple[str, ...], str], list[_Stored]] = {}
-        for s in sorted(stored, key=lambda s: (s.item.updated_at, str(s.entry_id)), reverse=True):
-            self.by_key.setdefault((s.item.namespace, s.item.key), []).append(s)
-
-    def current(self) -> list[Item]:
-        """One item per key (the newest, should concurrent puts have left two), newest first."""
-        items = [versions[0].item for versions in self.by_key.values()]
-        return sorted(items, key=lambda i: i.updated_at, reverse=True)
+def _current(stored: list[_Stored]) -> dict[tuple[tuple[str, ...], str], list[_Stored]]:
+    """``(namespace, key) → its entries, newest first`` (concurrent puts may leave two a moment)."""
+    by_key: dict[tuple[tuple[str, ...], str], list[_Stored]] = {}
+    for s in sorted(stored, key=lambda s: (s.item.updated_at, str(s.entry_id)), reverse=True):
+        by_key.setdefault((s.item.namespace, s.item.key), []).append(s)
+    return by_key
 
 
 class EngramStore(BaseStore):
@@ -162,27 +201,21 @@ class EngramStore(BaseStore):
         return asyncio.run_coroutine_threadsafe(self.abatch(ops), loop).result()
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Each op in order; one read of an owner's items serves every op until a write."""
+        """Each op in order, each reading only what it needs (so a write is seen by the next op)."""
         self._loop = self._loop or asyncio.get_running_loop()
         results: list[Result] = []
-        snapshots: dict[str, _Snapshot] = {}
         for op in ops:
             validate_op_namespace(op)
             owner = self._owner_of_op(op)
-            ref = json.dumps(owner, sort_keys=True)
-            if ref not in snapshots:
-                snapshots[ref] = await self._snapshot(owner)
-            snapshot = snapshots[ref]
             if isinstance(op, GetOp):
-                versions = snapshot.by_key.get((tuple(op.namespace), op.key))
+                versions = await self._versions(owner, tuple(op.namespace), op.key)
                 results.append(versions[0].item if versions else None)
             elif isinstance(op, SearchOp):
-                results.append(await self._search(op, owner, snapshot))
+                results.append(await self._search(op, owner))
             elif isinstance(op, ListNamespacesOp):
-                results.append(_namespaces(op, snapshot))
+                results.append(await self._namespaces(op, owner))
             elif isinstance(op, PutOp):
-                await self._put(op, owner, snapshot)
-                del snapshots[ref]  # the next op reads what this one wrote
+                await self._put(op, owner)
                 results.append(None)
             else:
                 raise TypeError(f"unknown store operation {type(op).__name__}")
@@ -216,26 +249,45 @@ class EngramStore(BaseStore):
         return {**fields, "principal": owner} if owner else fields
 
     # -- operations --------------------------------------------------------------------------
-    async def _snapshot(self, owner: dict[str, Any] | None) -> _Snapshot:
+    async def _read(
+        self,
+        owner: dict[str, Any] | None,
+        contains: dict[str, Any],
+        namespace: tuple[str, ...] | None = None,
+        key: str | None = None,
+    ) -> list[_Stored]:
+        """The owner's items whose stored metadata contains ``contains`` (Engram filters them)."""
         stored: list[_Stored] = []
         token: str | None = None
         while True:
             fields = self._scoped(
-                owner, memory_types=[MEMORY_TYPE], lifecycle=["active"], page_size=100, page_token=token
+                owner,
+                memory_types=[MEMORY_TYPE],
+                lifecycle=["active"],
+                metadata={_META: contains} if contains else None,
+                page_size=100,
+                page_token=token,
             )
             try:
                 page = await self._client.list_entries(self._agent, **fields)
             except NotFound:
                 # An agent config nothing was ever saved to (nor configured) holds no items.
-                return _Snapshot(stored)
-            stored += [s for e in page.entries if (s := _stored(e)) is not None]
+                return stored
+            stored += [s for e in page.entries if (s := _stored(e, namespace, key)) is not None]
             token = page.next_page_token
             if token is None:
-                return _Snapshot(stored)
+                return stored
 
-    async def _put(self, op: PutOp, owner: dict[str, Any] | None, snapshot: _Snapshot) -> None:
+    async def _versions(
+        self, owner: dict[str, Any] | None, namespace: tuple[str, ...], key: str
+    ) -> list[_Stored]:
+        """The entries holding ``namespace``/``key``, newest first."""
+        found = await self._read(owner, {"path": _path(namespace), "key": key}, namespace, key)
+        return _current(found).get((namespace, key), [])
+
+    async def _put(self, op: PutOp, owner: dict[str, Any] | None) -> None:
         namespace = tuple(op.namespace)
-        old = snapshot.by_key.get((namespace, op.key), [])
+        old = await self._versions(owner, namespace, op.key)
         keep: UUID | None = None
         if op.value is not None:
             value = dict(op.value)
@@ -258,15 +310,7 @@ class EngramStore(BaseStore):
         value: dict[str, Any],
         created: datetime | None,
     ) -> UUID:
-        meta: dict[str, Any] = {"namespace": list(namespace), "key": key, "value": value}
-        if created is not None:
-            meta["created_at"] = created.isoformat()
-        entry = SaveEntry(
-            text=_text(namespace, key, value),
-            importance=self._importance,
-            memory_type=MEMORY_TYPE,
-            metadata={_META: meta},
-        )
+        entry = item_entry(namespace, key, value, importance=self._importance, created=created)
         outcome = await self._client.save(self._agent, [entry], principal=owner, wait=True)
         ids = outcome.ids if isinstance(outcome, SaveOutcome) else []
         if not ids:
@@ -281,17 +325,22 @@ class EngramStore(BaseStore):
             with contextlib.suppress(NotFound):  # a concurrent put or delete took it first
                 await self._client.delete(self._agent, entry_id, **self._scoped(owner))
 
-    async def _search(
-        self, op: SearchOp, owner: dict[str, Any] | None, snapshot: _Snapshot
-    ) -> list[SearchItem]:
+    async def _search(self, op: SearchOp, owner: dict[str, Any] | None) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
+        contains: dict[str, Any] = {"prefixes": [_path(prefix)]} if prefix else {}
+        # String equality is the same in JSON containment and in LangGraph's filter; other values
+        # (numbers vs booleans, operators, nested objects) are left to the exact check below.
+        equal = {k: v for k, v in (op.filter or {}).items() if isinstance(v, str)}
+        if equal:
+            contains["value"] = equal
+        current = [versions[0] for versions in _current(await self._read(owner, contains)).values()]
         matching = [
-            i
-            for i in snapshot.current()
-            if i.namespace[: len(prefix)] == prefix
-            and all(_compare_values(i.value.get(k), v) for k, v in (op.filter or {}).items())
+            s
+            for s in sorted(current, key=lambda s: s.item.updated_at, reverse=True)
+            if s.item.namespace[: len(prefix)] == prefix
+            and all(_compare_values(s.item.value.get(k), v) for k, v in (op.filter or {}).items())
         ]
-        scores: dict[tuple[tuple[str, ...], str], float] = {}
+        scores: dict[UUID, float] = {}
         if op.query and matching:
             reply = await self._client.recall(
                 self._agent,
@@ -299,40 +348,44 @@ class EngramStore(BaseStore):
                     owner,
                     cue=op.query,
                     strategy="hybrid",
-                    format="full",
+                    format="compact",
                     top_k=1000,
                     token_budget=1_000_000,
                     filters={"memory_types": [MEMORY_TYPE]},
                 ),
             )
             for r in reply.results:
-                meta = (r.metadata or {}).get(_META)
-                namespace = meta.get("namespace") if isinstance(meta, dict) else None
-                if isinstance(meta, dict) and isinstance(namespace, list):
-                    scores.setdefault((tuple(str(s) for s in namespace), str(meta.get("key"))), r.score)
+                scores.setdefault(r.id, r.score)
             # Ranked matches first, best first; the rest keep their order (newest first).
-            matching.sort(key=lambda i: -scores.get((i.namespace, i.key), float("-inf")))
+            matching.sort(key=lambda s: -scores.get(s.entry_id, float("-inf")))
         page = matching[op.offset : op.offset + op.limit]
         return [
             SearchItem(
-                namespace=i.namespace,
-                key=i.key,
-                value=i.value,
-                created_at=i.created_at,
-                updated_at=i.updated_at,
-                score=scores.get((i.namespace, i.key)),
+                namespace=s.item.namespace,
+                key=s.item.key,
+                value=s.item.value,
+                created_at=s.item.created_at,
+                updated_at=s.item.updated_at,
+                score=scores.get(s.entry_id),
             )
-            for i in page
+            for s in page
         ]
 
-
-def _namespaces(op: ListNamespacesOp, snapshot: _Snapshot) -> list[tuple[str, ...]]:
-    found = {ns for ns, _ in snapshot.by_key}
-    if op.match_conditions:
-        found = {ns for ns in found if all(_does_match(c, ns) for c in op.match_conditions)}
-    if op.max_depth is not None:
-        found = {ns[: op.max_depth] for ns in found}
-    return sorted(found)[op.offset : op.offset + op.limit]
+    async def _namespaces(self, op: ListNamespacesOp, owner: dict[str, Any] | None) -> list[tuple[str, ...]]:
+        # The longest prefix condition's labels before any wildcard narrow the read.
+        prefixes: list[tuple[str, ...]] = [
+            tuple(c.path) for c in op.match_conditions or () if c.match_type == "prefix"
+        ]
+        longest = max(prefixes, key=len) if prefixes else ()
+        fixed = tuple(takewhile(lambda label: label != "*", longest))
+        found = {
+            s.item.namespace for s in await self._read(owner, {"prefixes": [_path(fixed)]} if fixed else {})
+        }
+        if op.match_conditions:
+            found = {ns for ns in found if all(_does_match(c, ns) for c in op.match_conditions)}
+        if op.max_depth is not None:
+            found = {ns[: op.max_depth] for ns in found}
+        return sorted(found)[op.offset : op.offset + op.limit]
 
 
 def _running_here(loop: asyncio.AbstractEventLoop) -> bool:

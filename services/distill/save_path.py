@@ -1,9 +1,10 @@
 """The one save path (SPEC 4.3): every writer — distill, elective saves, observations — ends here.
 
 Per entry: importance floor → type policy → write policy (PII, size, injection flag) →
-normalize + fingerprint → owner-scoped upsert (insert, or reinforce the existing row) →
-``memory.written`` in the outbox. Then the ``max_entries`` prune, then the audit records of the
-outcome. The caller owns the transaction, so rows, outbox, inbox and audit commit together.
+normalize + fingerprint → erasure tombstones → the owner-scoped upsert and its ``memory.written``
+events (:class:`shared.entries.EntryStore`, the table's gateway). Then the ``max_entries``
+prune, then the audit records of the outcome. The caller owns the transaction, so rows, outbox,
+inbox and audit commit together.
 A batch of writers goes through in one pass (:func:`save_batch`); one writer is a batch of one.
 """
 
@@ -16,23 +17,18 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import func, literal_column, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.common import Principal
 from contracts.config import MemoryConfig
-from contracts.events import MemoryWritten
-from contracts.subjects import MEMORY_WRITTEN
 from shared import audit
-from shared.db.models import ENTRIES
+from shared.entries import DedupeKey, EntryStore, NewEntry, dedupe_key
 from shared.erasure import erased_before, prune_over_cap
-from shared.outbox import enqueue_many
 from shared.policy import (
     PolicyDecision,
     apply_metadata_policy,
     apply_write_policy,
-    find_injection,
+    check_carried_fields,
     fingerprint,
 )
 from shared.tenancy import owner_key
@@ -47,30 +43,6 @@ __all__ = [
     "save_batch",
     "save_entries",
 ]
-
-_INSERT = pg_insert(ENTRIES)
-#: Insert, or — same owner scope, same fingerprint — reinforce: keep the higher importance and
-#: count (a new row arrives with ``reinforcement_count`` = its recurrences within the batch).
-#: One statement, built once, so racing writers still produce one row.
-_UPSERT = _INSERT.on_conflict_do_update(
-    index_elements=["org_id", "agent_config_id", "owner_key", "fingerprint"],
-    index_where=text("lifecycle <> 'superseded'"),
-    set_={
-        "importance": func.greatest(ENTRIES.c.importance, _INSERT.excluded.importance),
-        "reinforcement_count": ENTRIES.c.reinforcement_count + _INSERT.excluded.reinforcement_count + 1,
-        "updated_at": _INSERT.excluded.updated_at,
-    },
-).returning(
-    ENTRIES.c.id,
-    literal_column("(xmax = 0)"),
-    ENTRIES.c.version,
-    ENTRIES.c.importance,
-    # The key, to match returned rows to the batch's rows (RETURNING order is not guaranteed).
-    ENTRIES.c.org_id,
-    ENTRIES.c.agent_config_id,
-    ENTRIES.c.owner_key,
-    ENTRIES.c.fingerprint,
-)
 
 #: Entries below this importance are not worth remembering (SPEC 4.3: 0.09 skipped, 0.1 kept).
 MIN_IMPORTANCE = 0.1
@@ -146,19 +118,11 @@ class SaveItem:
     also_audit: Sequence[audit.AuditEntry] = ()
 
 
-@dataclass
-class _Row:
-    """One row of the batch upsert: the first draft of a dedupe key, and how often it recurs."""
-
-    params: dict[str, Any]
-    occurrences: int = 1
-
-
 @dataclass(frozen=True)
 class _Occurrence:
+    """A draft the save path stores: which item it came from, and the policy's decision."""
+
     item: int
-    key: tuple[UUID, UUID, str, str]
-    draft: Draft
     decision: PolicyDecision
 
 
@@ -186,7 +150,7 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
     """
     now = utcnow()
     results = [SaveResult() for _ in items]
-    rows: dict[tuple[UUID, UUID, str, str], _Row] = {}
+    new: list[NewEntry] = []
     occurrences: list[_Occurrence] = []
     tombstones = await _tombstones(session, items)
     for index, item in enumerate(items):
@@ -195,52 +159,24 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
             if admitted is None:
                 continue
             decision, draft = admitted
-            owner = owner_key(item.ctx.owner)
-            key = (item.ctx.org_id, item.ctx.agent_config_id, owner, fingerprint(decision.text))
-            if tombstones and _erased(tombstones, item.ctx, key):
+            row = _row_params(item, draft, decision, now)
+            if tombstones and _erased(tombstones, item.ctx, dedupe_key(row)):
                 results[index].skipped += 1
                 results[index].skip_reasons["erased"] += 1
                 continue
-            if key in rows:
-                row = rows[key]
-                row.occurrences += 1
-                row.params["importance"] = max(row.params["importance"], draft.importance)
-            else:
-                rows[key] = _Row(_row_params(item, draft, decision, now))
-            occurrences.append(_Occurrence(index, key, draft, decision))
+            new.append(NewEntry(row, item.ctx.trace_headers))
+            occurrences.append(_Occurrence(index, decision))
 
-    await _place_in_sessions(session, [row for row in rows.values() if row.params["session_id"] is not None])
-    stored = await _upsert(session, rows) if rows else {}
-    events: list[tuple[MemoryWritten, dict[str, str] | None]] = []
-    first_seen: set[tuple[UUID, UUID, str, str]] = set()
-    for occ in occurrences:
-        entry_id, inserted, version, importance = stored[occ.key]
-        saved = inserted and occ.key not in first_seen
-        first_seen.add(occ.key)
-        result, ctx = results[occ.item], items[occ.item].ctx
-        result.saved += saved
-        result.reinforced += not saved
-        result.ids.append(entry_id)
+    stored = await EntryStore(session).upsert(new)
+    for occ, upserted in zip(occurrences, stored, strict=True):
+        result = results[occ.item]
+        result.saved += upserted.saved
+        result.reinforced += not upserted.saved
+        result.ids.append(upserted.entry_id)
         result.redactions.update(occ.decision.redactions)
         result.redacted += bool(occ.decision.redactions)
         if occ.decision.quarantined:
-            result.quarantined.append(entry_id)
-        event = MemoryWritten(
-            org_id=ctx.org_id,
-            agent_config_id=ctx.agent_config_id,
-            entry_id=entry_id,
-            outcome="saved" if saved else "reinforced",
-            owner=ctx.owner if owner_key(ctx.owner) else None,
-            session_id=ctx.session_id,
-            layer="observation" if occ.draft.layer == "observation" else "memory",
-            memory_type=occ.draft.memory_type,
-            source=ctx.source,
-            importance=importance,
-            version=version,
-            quarantined=occ.decision.quarantined,
-        )
-        events.append((event, ctx.trace_headers))
-    await enqueue_many(session, [(MEMORY_WRITTEN, e, e.event_id, h) for e, h in events])
+            result.quarantined.append(upserted.entry_id)
 
     # Prune each agent config that grew, once, with the cap its config sets.
     by_org_prunes: dict[UUID, list[audit.AuditEntry]] = {}
@@ -293,7 +229,7 @@ async def _tombstones(session: AsyncSession, items: Sequence[SaveItem]) -> list[
     return found
 
 
-def _erased(tombstones: list[Any], ctx: SaveContext, key: tuple[UUID, UUID, str, str]) -> bool:
+def _erased(tombstones: list[Any], ctx: SaveContext, key: DedupeKey) -> bool:
     org_id, agent_config_id, owner, fp = key
     at = ctx.observed_at
     if at is None:
@@ -326,11 +262,10 @@ def _admit(draft: Draft, config: MemoryConfig, result: SaveResult) -> tuple[Poli
         if decision.denied is not None:
             reason = f"policy:{decision.denied}"
         else:
-            # The type is free-form and recall's narrative format shows it: an attack there
-            # quarantines the entry like an attack in its text.
-            type_attack = find_injection(draft.memory_type)
-            if type_attack and not decision.quarantined:
-                decision = replace(decision, quarantined=True, quarantine_reasons=("memory_type",))
+            # The type and metadata are free-form and shown beside the text: an attack there
+            # quarantines the entry like an attack in its text (checked before PII redaction, as
+            # the text is, so a placeholder cannot break up an attack phrase).
+            decision = check_carried_fields(decision, draft.memory_type, draft.metadata)
             metadata, kinds, denied = apply_metadata_policy(draft.metadata, config.pii_handling)
             if denied is not None:
                 reason = f"policy:{denied}"
@@ -374,7 +309,7 @@ def _row_params(item: SaveItem, draft: Draft, decision: PolicyDecision, now: dat
         "provenance": ctx.provenance if decision.quarantined else {},
         "expires_at": _expires_at(item.config, draft, now),
         "occurred_at": draft.occurred_at,
-        "session_position": None,  # set by _place_in_sessions
+        "session_position": None,  # numbered by EntryStore.upsert (shared/entries.py)
         "created_at": now,
         "updated_at": now,
         "last_accessed_at": None,
@@ -390,39 +325,6 @@ def _row_params(item: SaveItem, draft: Draft, decision: PolicyDecision, now: dat
         "consent": None,
         "metadata": draft.metadata,
     }
-
-
-_POSITIONS = text("SELECT nextval('memory_entry_session_position') FROM generate_series(1, :n)")
-
-
-async def _place_in_sessions(session: AsyncSession, rows: Sequence[_Row]) -> None:
-    """Number the new rows of entries saved with a session in the order their drafts came
-    (``rows`` keeps it): within a session, a smaller ``session_position`` was saved earlier,
-    which is what recall's neighbourhood reads. One sequence for all sessions, so concurrent
-    writers never collide; a reinforced entry keeps the place it was first saved at."""
-    if not rows:
-        return
-    numbers = sorted((await session.execute(_POSITIONS, {"n": len(rows)})).scalars())
-    for row, number in zip(rows, numbers, strict=True):
-        row.params["session_position"] = number
-
-
-async def _upsert(
-    session: AsyncSession, rows: dict[tuple[UUID, UUID, str, str], _Row]
-) -> dict[tuple[UUID, UUID, str, str], tuple[UUID, bool, int, float]]:
-    """One multi-row upsert for the batch: ``key → (id, inserted, version, importance)``.
-
-    Keys are unique within the batch (recurrences were folded into ``reinforcement_count``), as
-    Postgres requires of one ``ON CONFLICT DO UPDATE`` statement; rows go in key order, so two
-    batches lock the rows they share in the same order and cannot deadlock.
-    """
-    ordered = sorted(rows.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]), kv[0][2], kv[0][3]))
-    params = [{**row.params, "reinforcement_count": row.occurrences - 1} for _, row in ordered]
-    returned = await session.execute(_UPSERT, params)
-    out = {}
-    for entry_id, inserted, version, importance, org_id, agent_config_id, owner, fp in returned:
-        out[(org_id, agent_config_id, owner, fp)] = (entry_id, bool(inserted), version, importance)
-    return out
 
 
 def _audit_entries(ctx: SaveContext, result: SaveResult) -> list[audit.AuditEntry]:

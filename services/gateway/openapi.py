@@ -56,12 +56,12 @@ def _parameters(op: Operation[Any, Any], schemas: dict[str, Any]) -> list[dict[s
                 "description": "For service tokens: act for this principal, as `<kind>:<id>` "
                 "(`end_user:alice`) or `none`.",
             }
-        parameter: dict[str, Any] = {
-            "name": name,
-            "in": "query",
-            "required": name in required,
-            "schema": schema,
-        }
+        parameter: dict[str, Any] = {"name": name, "in": "query", "required": name in required}
+        if name in shape.object_fields:
+            # An object travels as its JSON text (``?metadata={"k":"v"}``, URL-encoded).
+            parameter["content"] = {_JSON: {"schema": schema}}
+        else:
+            parameter["schema"] = schema
         if name in shape.list_fields:
             parameter |= {"style": "form", "explode": True}
         parameters.append(parameter)

@@ -36,6 +36,8 @@ class Shape:
     list_fields: frozenset[str]
     #: Fields holding a principal: ``?principal=end_user:alice`` in a query.
     principal_fields: frozenset[str]
+    #: Fields holding a JSON object: in a query, the object as JSON (``?metadata={"k":"v"}``).
+    object_fields: frozenset[str]
     #: Whether the request travels in the JSON body (else in the query).
     in_body: bool
 
@@ -48,7 +50,9 @@ class Shape:
             for n, f in fields.items()
             if any(isinstance(a, type) and issubclass(a, Principal) for a in _unwrap(f.annotation))
         }
-        return cls(op, frozenset(lists), frozenset(principals), op.http_method in ("POST", "PUT", "PATCH"))
+        objects = {n for n, f in fields.items() if any(get_origin(a) is dict for a in _unwrap(f.annotation))}
+        in_body = op.http_method in ("POST", "PUT", "PATCH")
+        return cls(op, frozenset(lists), frozenset(principals), frozenset(objects), in_body)
 
     @property
     def query_fields(self) -> dict[str, Any]:
@@ -68,6 +72,8 @@ class Shape:
             elif key in self.principal_fields:
                 kind, _, ident = value.partition(":")
                 payload[key] = {"kind": kind, "id": ident or None}
+            elif key in self.object_fields:
+                payload[key] = _json_query_value(key, value)
             else:
                 payload[key] = value
         return {**payload, **path}
@@ -77,6 +83,13 @@ class Shape:
             if key in body and str(body[key]) != value:
                 raise InvalidRequest(f"{key} in the body differs from the path")
         return {**body, **path}
+
+
+def _json_query_value(key: str, value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"query parameter {key} must be a JSON object") from exc
 
 
 def decode_object(body: bytes) -> dict[str, Any]:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 from uuid import UUID, uuid4
 
-from sqlalchemy import ColumnElement, and_
-
 from contracts.governance import DeleteRequest, PruneReply, PruneRequest, PurgeReceipt, PurgeRequest
 from services.governance_audit.views import load_entry
 from shared.access import Caller, target_key
 from shared.cache import ResultCache
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
+from shared.entries import EntryStore, in_scope
 from shared.erasure import Erased, Tombstone, erase, prune_over_cap
 from shared.ports import VectorIndex
 
@@ -46,16 +45,11 @@ class Erasures:
         if caller.session_only is not None:
             caller.credential.require_session(request.session_id)
         agent_config_id = caller.agent_config(request.agent_config_id)
-        parts: list[ColumnElement[bool]] = [ENTRIES.c.owner_key == key]
-        if agent_config_id is not None:
-            parts.append(ENTRIES.c.agent_config_id == agent_config_id)
-        if request.session_id is not None:
-            parts.append(ENTRIES.c.session_id == request.session_id)
         async with self._db.transaction() as session:
             erased = await erase(
                 session,
                 org_id=caller.org_id,
-                where=and_(*parts),
+                where=in_scope(caller.org_id, agent_config_id, (key,), session_id=request.session_id),
                 reason="purge",
                 requested_by=caller.ref,
                 actor_ref=request.actor_ref,
@@ -74,7 +68,7 @@ class Erasures:
         caller.credential.require("memory.write")
         async with self._db.transaction() as session:
             row = await load_entry(
-                session, caller, request.entry_id, request.agent_config_id, for_update=True
+                EntryStore(session), caller, request.entry_id, request.agent_config_id, for_update=True
             )
             caller.require("write", row.owner_key)
             erased = await erase(

@@ -2,8 +2,9 @@
 
 Every page is a new request: the token is verified and the caller authorized again, and the page
 token — signed over caller, organization, filters, position and expiry — only says where to go on.
-Each page is an audit record (``memory.exported``) naming the ids it disclosed. Export is the
-owner's copy of their data, so quarantined text is included (flagged ``quarantined``).
+Each page is an audit record (``memory.exported``) naming the ids it disclosed. A quarantined
+entry is exported flagged ``quarantined``, its text and metadata withheld as in a listing, unless
+the caller holds ``memory.admin`` (docs/decisions.md, "Quarantined metadata").
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from shared.access import Caller, target_key
 from shared.config_store import require_known_agent_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
+from shared.entries import in_scope
 from shared.page_tokens import PageTokens
 
 __all__ = ["export_page"]
@@ -42,13 +44,9 @@ async def export_page(db: Database, pages: PageTokens, caller: Caller, request: 
         "session_id": session_id,
         "principal": caller.ref,
     }
-    conditions: list[ColumnElement[bool]] = [ENTRIES.c.org_id == caller.org_id, ENTRIES.c.owner_key == key]
-    if agent_config_id is not None:
-        conditions.append(ENTRIES.c.agent_config_id == agent_config_id)
+    conditions = [in_scope(caller.org_id, agent_config_id, (key,), session_id=session_id)]
     if request.lifecycle is not None:
         conditions.append(ENTRIES.c.lifecycle.in_(request.lifecycle))
-    if session_id is not None:
-        conditions.append(ENTRIES.c.session_id == session_id)
     return await read_page(
         db,
         pages,
@@ -66,6 +64,7 @@ async def export_page(db: Database, pages: PageTokens, caller: Caller, request: 
             audit_details={"owner": request.actor_ref, "continued": request.page_token is not None},
             agent_config_id=agent_config_id,
             session_id=session_id,
+            show_quarantined=caller.is_admin,
         ),
     )
 

@@ -11,16 +11,17 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import ColumnElement, and_, or_
 
 from contracts.governance import EntryView, GetReply, GetRequest, ListRequest, Page
 from services.governance_audit.paging import PageQuery, read_page
-from services.governance_audit.views import ENTRY_COLUMNS, entry_view, load_entry
+from services.governance_audit.views import entry_view, load_entry
 from shared import audit
 from shared.access import Caller, target_key
 from shared.config_store import require_known_agent_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
+from shared.entries import EntryStore, in_scope
 from shared.page_tokens import PageTokens
 from shared.tenancy import SHARED_POOL
 
@@ -58,13 +59,12 @@ async def list_entries(db: Database, pages: PageTokens, caller: Caller, request:
         "memory_types": request.memory_types,
         "min_importance": request.min_importance,
         "session_id": session_id,
+        "metadata": request.metadata,
         "page_size": request.page_size,
         "principal": caller.ref,
     }
     conditions: list[ColumnElement[bool]] = [
-        ENTRIES.c.org_id == caller.org_id,
-        ENTRIES.c.agent_config_id == agent_config_id,
-        ENTRIES.c.owner_key.in_(keys),
+        in_scope(caller.org_id, agent_config_id, keys, session_id=session_id),
         ENTRIES.c.lifecycle.in_(request.lifecycle or ["active"]),
     ]
     if request.layer is not None:
@@ -73,8 +73,9 @@ async def list_entries(db: Database, pages: PageTokens, caller: Caller, request:
         conditions.append(ENTRIES.c.memory_type.in_(request.memory_types))
     if request.min_importance is not None:
         conditions.append(ENTRIES.c.importance >= request.min_importance)
-    if session_id is not None:
-        conditions.append(ENTRIES.c.session_id == session_id)
+    if request.metadata is not None:
+        # JSONB containment, served by the GIN index on metadata (migration 0008).
+        conditions.append(ENTRIES.c.metadata.contains(request.metadata))
     return await read_page(
         db,
         pages,
@@ -126,19 +127,15 @@ async def get_entry(db: Database, caller: Caller, request: GetRequest) -> GetRep
     caller.agent_config(request.agent_config_id)
     caller.credential.require("memory.read")
     async with db.transaction() as session:
-        row = await load_entry(session, caller, request.entry_id, request.agent_config_id)
+        entries = EntryStore(session)
+        row = await load_entry(entries, caller, request.entry_id, request.agent_config_id)
         show = caller.is_admin
         history: list[EntryView] = []
         if request.history:
             previous = row.supersedes
             while previous is not None and len(history) < 100:
-                older = (
-                    await session.execute(
-                        select(*ENTRY_COLUMNS).where(
-                            ENTRIES.c.id == previous, ENTRIES.c.org_id == caller.org_id
-                        )
-                    )
-                ).first()
+                # Versions share the entry's agent config; rescope moves them with it.
+                older = await entries.get(caller.org_id, request.agent_config_id, previous)
                 if older is None:
                     break
                 history.append(entry_view(older, show_quarantined=show))

@@ -11,10 +11,11 @@ from uuid import UUID
 from sqlalchemy import ColumnElement, select
 
 from contracts.governance import Page
-from services.governance_audit.views import ENTRY_COLUMNS, entry_view
+from services.governance_audit.views import entry_view
 from shared import audit
 from shared.access import Caller
 from shared.db.engine import Database
+from shared.entries import ENTRY_COLUMNS
 from shared.page_tokens import PageTokens
 
 __all__ = ["PageQuery", "read_page"]
@@ -38,7 +39,8 @@ class PageQuery:
     audit_details: dict[str, Any]
     agent_config_id: UUID | None
     session_id: str | None
-    show_quarantined: bool = True
+    #: a quarantined entry's text and metadata, shown to ``memory.admin`` callers only
+    show_quarantined: bool
 
 
 async def read_page(db: Database, pages: PageTokens, caller: Caller, query: PageQuery) -> Page:

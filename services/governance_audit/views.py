@@ -5,24 +5,22 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from contracts.common import Principal
 from contracts.governance import EntryView
 from shared.access import Caller
-from shared.db.models import ENTRIES
+from shared.entries import EntryStore
 
-__all__ = ["ENTRY_COLUMNS", "QUARANTINE_PLACEHOLDER", "entry_view", "load_entry"]
+__all__ = ["QUARANTINE_PLACEHOLDER", "entry_view", "load_entry"]
 
-#: Every column but the derived full-text vector.
-ENTRY_COLUMNS = tuple(c for c in ENTRIES.c if c.name != "search")
 QUARANTINE_PLACEHOLDER = "[quarantined memory withheld]"
 
 
-def entry_view(row: Any, *, show_quarantined: bool = True) -> EntryView:
+def entry_view(row: Any, *, show_quarantined: bool) -> EntryView:
+    """``row`` as shown; a quarantined entry's text and metadata (what its writer chose) are
+    withheld unless ``show_quarantined`` (a ``memory.admin`` caller reviewing quarantine)."""
     owner = Principal(kind=row.owner_kind, id=row.owner_id) if row.owner_kind else None
-    text = row.text if (show_quarantined or not row.quarantined) else QUARANTINE_PLACEHOLDER
+    withheld = row.quarantined and not show_quarantined
+    text = QUARANTINE_PLACEHOLDER if withheld else row.text
     return EntryView(
         id=row.id,
         org_id=row.org_id,
@@ -57,22 +55,16 @@ def entry_view(row: Any, *, show_quarantined: bool = True) -> EntryView:
         superseded_by=row.superseded_by,
         derived_from=[UUID(str(x)) for x in row.derived_from or []],
         embedding_status=row.embedding_status,
-        metadata=dict(row.metadata or {}),
+        metadata={} if withheld else dict(row.metadata or {}),
         occurred_at=row.occurred_at,
         session_position=row.session_position,
     )
 
 
 async def load_entry(
-    session: AsyncSession, caller: Caller, entry_id: UUID, agent_config_id: UUID, *, for_update: bool = False
+    entries: EntryStore, caller: Caller, entry_id: UUID, agent_config_id: UUID, *, for_update: bool = False
 ) -> Any:
     """The entry ``entry_id`` of the caller's organization and ``agent_config_id``, if the caller
     may see it; ``NOT_FOUND`` otherwise (:meth:`Caller.require_sees`). ``for_update`` locks it."""
-    stmt = select(*ENTRY_COLUMNS).where(
-        ENTRIES.c.id == entry_id,
-        ENTRIES.c.org_id == caller.org_id,
-        ENTRIES.c.agent_config_id == agent_config_id,
-    )
-    if for_update:
-        stmt = stmt.with_for_update()
-    return caller.require_sees((await session.execute(stmt)).first())
+    row = await entries.get(caller.org_id, agent_config_id, entry_id, for_update=for_update)
+    return caller.require_sees(row)

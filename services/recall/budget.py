@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from services.recall.candidates import QUARANTINE_PLACEHOLDER, display_text
+from services.recall.candidates import QUARANTINE_PLACEHOLDER, display_metadata, display_text
 from services.recall.ranking import Ranked
 
 __all__ = [
@@ -62,7 +62,8 @@ def serialize_result(
     """The JSON object ``r`` becomes in ``fmt`` (JSON-native values: id and dates as strings).
 
     ``text`` replaces the entry's text (a budget preview). A quarantined entry always shows
-    ``QUARANTINE_PLACEHOLDER`` whatever ``text`` says, and is marked ``quarantined: true``;
+    ``QUARANTINE_PLACEHOLDER`` whatever ``text`` says and no metadata, and is marked
+    ``quarantined: true``;
     ``content_truncated: true`` is added when set. ``full`` always carries both flags.
     """
     c = r.candidate
@@ -83,7 +84,7 @@ def serialize_result(
             importance=c.importance,
             created_at=c.created_at.isoformat(),
             session_id=c.session_id,
-            metadata=c.metadata,
+            metadata=display_metadata(c),
         )
     if fmt == "full":
         out.update(

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from shared.memory_block import QUARANTINE_PLACEHOLDER
 
-__all__ = ["QUARANTINE_PLACEHOLDER", "Candidate", "display_text"]
+__all__ = ["QUARANTINE_PLACEHOLDER", "Candidate", "display_metadata", "display_text"]
 
 
 @dataclass(frozen=True)
@@ -41,3 +41,9 @@ class Candidate:
 def display_text(candidate: Candidate) -> str:
     """The text recall may show for ``candidate``: the placeholder when it is quarantined."""
     return QUARANTINE_PLACEHOLDER if candidate.quarantined else candidate.text
+
+
+def display_metadata(candidate: Candidate) -> dict[str, Any]:
+    """The metadata recall may show for ``candidate``: none when it is quarantined (its writer
+    chose the metadata as it chose the text)."""
+    return {} if candidate.quarantined else candidate.metadata

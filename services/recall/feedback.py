@@ -17,6 +17,7 @@ from shared.access import Caller
 from shared.config_store import load_config
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, RECALLS
+from shared.entries import in_scope
 from shared.erasure import decay_or_erase
 from shared.tenancy import visible_owner_keys
 
@@ -40,9 +41,7 @@ async def give_feedback(db: Database, caller: Caller, request: FeedbackRequest) 
                     select(ENTRIES.c.id, ENTRIES.c.reliability, ENTRIES.c.memory_type, ENTRIES.c.pinned)
                     .where(
                         ENTRIES.c.id == request.entry_id,
-                        ENTRIES.c.org_id == credential.org_id,
-                        ENTRIES.c.agent_config_id == request.agent_config_id,
-                        ENTRIES.c.owner_key.in_(owner_keys or ("\x00",)),
+                        in_scope(credential.org_id, request.agent_config_id, owner_keys),
                     )
                     .with_for_update()
                 )

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from contracts.recall import RecallFilters
 from services.recall.candidates import Candidate
 from shared.db.models import ENTRIES, LEXICAL_SCOPES, LEXICAL_TERMS
+from shared.entries import in_scope
 from shared.lexical import BM25_B as _BM25_B
 from shared.lexical import BM25_K1 as _BM25_K1
 from shared.lexical import idf
@@ -99,14 +100,10 @@ class Scope:
         if not self.owner_keys:
             raise ValueError("a scope without owner keys sees nothing; do not query")
         parts: list[ColumnElement[bool]] = [
-            ENTRIES.c.org_id == self.org_id,
-            ENTRIES.c.agent_config_id == self.agent_config_id,
-            ENTRIES.c.owner_key.in_(self.owner_keys),
+            in_scope(self.org_id, self.agent_config_id, self.owner_keys, session_id=self.session_only),
             ENTRIES.c.lifecycle == "active",
             or_(ENTRIES.c.expires_at.is_(None), ENTRIES.c.expires_at > self.now),
         ]
-        if self.session_only is not None:
-            parts.append(ENTRIES.c.session_id == self.session_only)
         if self.layer is not None:
             parts.append(ENTRIES.c.layer == self.layer)
         if self.memory_types is not None:

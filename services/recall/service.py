@@ -28,7 +28,7 @@ from contracts.recall import (
 )
 from services.recall import queries
 from services.recall.budget import QUARANTINE_PLACEHOLDER, fit_budget
-from services.recall.candidates import Candidate
+from services.recall.candidates import Candidate, display_metadata
 from services.recall.overrides import apply_overrides
 from services.recall.ranking import (
     NEIGHBOUR_REACH,
@@ -533,7 +533,7 @@ def _full_result(c: Candidate) -> RecallResult:
         importance=c.importance,
         created_at=c.created_at,
         session_id=c.session_id,
-        metadata=c.metadata,
+        metadata=display_metadata(c),
         source=c.source,
         reinforcement_count=c.reinforcement_count,
         quarantined=c.quarantined,

@@ -65,6 +65,13 @@ class MemoryEntry(SQLModel, table=True):
         sa.Index("ix_memory_entries_scope", "org_id", "agent_config_id", "owner_key", "created_at"),
         sa.Index("ix_memory_entries_importance", "org_id", "agent_config_id", "owner_key", "importance"),
         sa.Index("ix_memory_entries_search", "search", postgresql_using="gin"),
+        # memory.list's metadata filter (``@>``): LangGraph items by namespace and key.
+        sa.Index(
+            "ix_memory_entries_metadata",
+            "metadata",
+            postgresql_using="gin",
+            postgresql_ops={"metadata": "jsonb_path_ops"},
+        ),
         sa.Index("ix_memory_entries_embedding", "embedding_status", "created_at"),
         sa.Index("ix_memory_entries_newest", "org_id", "agent_config_id", "pinned", "created_at"),
         sa.Index(

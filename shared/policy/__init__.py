@@ -8,7 +8,13 @@ the same rules.
 from shared.policy.injection import INJECTION_REASONS, find_injection, is_injection
 from shared.policy.normalize import fingerprint, normalize
 from shared.policy.pii import PII_KINDS, PiiFinding, clip_outside_pii, find_pii, redact_pii
-from shared.policy.write_policy import PiiHandling, PolicyDecision, apply_metadata_policy, apply_write_policy
+from shared.policy.write_policy import (
+    PiiHandling,
+    PolicyDecision,
+    apply_metadata_policy,
+    apply_write_policy,
+    check_carried_fields,
+)
 
 __all__ = [
     "INJECTION_REASONS",
@@ -18,6 +24,7 @@ __all__ = [
     "PolicyDecision",
     "apply_metadata_policy",
     "apply_write_policy",
+    "check_carried_fields",
     "clip_outside_pii",
     "find_injection",
     "find_pii",

@@ -6,13 +6,20 @@ stored with its reasons but never placed in a prompt (SPEC 5.4).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 from shared.policy.injection import find_injection
 from shared.policy.pii import find_pii, redact_pii
 
-__all__ = ["PiiHandling", "PolicyDecision", "apply_metadata_policy", "apply_write_policy"]
+__all__ = [
+    "PiiHandling",
+    "PolicyDecision",
+    "apply_metadata_policy",
+    "apply_write_policy",
+    "check_carried_fields",
+]
 
 PiiHandling = Literal["redact", "block", "allow"]
 DEFAULT_MAX_CHARS = 8000
@@ -62,6 +69,38 @@ def apply_write_policy(
         if blocked:
             return _denied(text, "pii:" + ",".join(blocked))
     return PolicyDecision(stored, redactions, bool(reasons), reasons, None)
+
+
+def check_carried_fields(
+    decision: PolicyDecision, memory_type: str, metadata: Mapping[str, Any]
+) -> PolicyDecision:
+    """``decision`` (on the text) with the free-form fields an entry carries beside it checked too:
+    the type (recall's narrative format shows it) and every string of the metadata, keys included
+    (results, listings and exports return it). An attack in either quarantines the entry as one in
+    the text does, with ``memory_type`` or ``metadata`` among the reasons; then both are withheld
+    wherever the text is (docs/decisions.md, "Quarantined metadata")."""
+    reasons = list(decision.quarantine_reasons)
+    if find_injection(memory_type):
+        reasons.append("memory_type")
+    if any(find_injection(s) for s in _strings(metadata)):
+        reasons.append("metadata")
+    if len(reasons) == len(decision.quarantine_reasons):
+        return decision
+    return replace(decision, quarantined=True, quarantine_reasons=tuple(reasons))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value, object keys included (iteratively: nesting is the writer's)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
 
 
 def _denied(text: str, reason: str) -> PolicyDecision:

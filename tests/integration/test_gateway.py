@@ -176,6 +176,35 @@ async def test_list_get_manage_delete(http: httpx.AsyncClient, service_token: st
     _error(gone, "NOT_FOUND", 404)
 
 
+async def test_list_takes_a_metadata_filter_as_json_in_the_query(
+    http: httpx.AsyncClient, service_token: str, agent: UUID
+) -> None:
+    """GET /v1/memories?metadata={...} (the object as JSON, as the OpenAPI document says) filters
+    like ``metadata`` on NATS; a value that is no JSON object is a 400 INVALID_REQUEST."""
+    saved = await http.post(
+        "/v1/memories",
+        json={
+            "agent_config_id": str(agent),
+            "principal": ALICE,
+            "entries": [{"text": "In thread one.", "metadata": {"thread": "t1"}}, {"text": "Elsewhere."}],
+            "wait": True,
+        },
+        headers=bearer(service_token),
+    )
+    assert saved.status_code == 200, saved.text
+    scoped = [("agent_config_id", str(agent)), ("principal", "end_user:alice")]
+    page = await http.get(
+        "/v1/memories", params=[*scoped, ("metadata", '{"thread": "t1"}')], headers=bearer(service_token)
+    )
+    assert page.status_code == 200, page.text
+    assert [e["text"] for e in page.json()["entries"]] == ["In thread one."]
+    for bad in ("thread", "{", "[1]", "{}"):
+        reply = await http.get(
+            "/v1/memories", params=[*scoped, ("metadata", bad)], headers=bearer(service_token)
+        )
+        _error(reply, "INVALID_REQUEST", 400)
+
+
 async def test_export_streams_every_page_as_json_lines(
     http: httpx.AsyncClient, service_token: str, agent: UUID
 ) -> None:

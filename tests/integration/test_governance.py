@@ -105,6 +105,94 @@ async def test_list_pages_by_importance_and_get_shows_everything(
     assert isinstance(turn["entry"]["session_position"], int)
 
 
+async def test_list_filters_by_metadata_containment_within_the_callers_scope(
+    engram: Infra, nc: Client, tokens: TokenService, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """``metadata`` keeps the entries whose metadata contains it (objects key by key, arrays by
+    element, scalars equal), still only the caller's own; its pages are bound to it."""
+    entries = [
+        ("Red one.", {"thread": {"id": "t1", "tags": ["a", "b"]}, "n": 1}),
+        ("Red two.", {"thread": {"id": "t1", "tags": ["b"]}, "n": 2}),
+        ("Blue one.", {"thread": {"id": "t2"}, "n": 1}),
+        ("Bare.", {}),
+    ]
+    body = {
+        "agent_config_id": str(agent),
+        "principal": ALICE,
+        "entries": [{"text": t, "metadata": m} for t, m in entries],
+        "wait": True,
+    }
+    reply = await request(nc, "engram.memory.save", body, service_token)
+    assert reply.get("status") == 200, reply
+    # Bob has an entry with the very same metadata: never in Alice's listing.
+    bob_body = {**body, "principal": {"kind": "end_user", "id": "bob"}, "entries": [body["entries"][0]]}
+    assert (await request(nc, "engram.memory.save", bob_body, service_token)).get("status") == 200
+    alice = mint(tokens, org, "end_user:alice", {"memory.read"})
+
+    async def texts(metadata: Any, **extra: Any) -> list[str]:
+        page = await request(
+            nc, "engram.memory.list", {"agent_config_id": str(agent), "metadata": metadata, **extra}, alice
+        )
+        assert "error" not in page, page
+        return sorted(e["text"] for e in page["entries"])
+
+    assert await texts({"thread": {"id": "t1"}}) == ["Red one.", "Red two."]
+    assert await texts({"thread": {"tags": ["a"]}}) == ["Red one."]
+    assert await texts({"thread": {"tags": ["b"]}, "n": 2}) == ["Red two."]
+    assert await texts({"n": 1}) == ["Blue one.", "Red one."]
+    assert await texts({"n": "1"}) == []
+    assert await texts({"thread": {"id": "t3"}}) == []
+
+    first = await request(
+        nc,
+        "engram.memory.list",
+        {"agent_config_id": str(agent), "metadata": {"thread": {"id": "t1"}}, "page_size": 1},
+        alice,
+    )
+    assert len(first["entries"]) == 1
+    assert first["next_page_token"]
+    rebound = await request(
+        nc,
+        "engram.memory.list",
+        {
+            "agent_config_id": str(agent),
+            "metadata": {"thread": {"id": "t2"}},
+            "page_size": 1,
+            "page_token": first["next_page_token"],
+        },
+        alice,
+    )
+    assert rebound["error"]["code"] == "INVALID_REQUEST"
+    assert await texts({"thread": {"id": "t1"}}, page_size=1, page_token=first["next_page_token"]) == [
+        t for t in ["Red one.", "Red two."] if t != first["entries"][0]["text"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"metadata": {}}',
+        b'{"metadata": []}',
+        b'{"metadata": "thread"}',
+        b'{"metadata": {"k": "a\\u0000b"}}',
+        b'{"metadata": {"k\\u0000": 1}}',
+        b'{"metadata": {"k": NaN}}',
+        b'{"metadata": {"k": Infinity}}',
+        b'{"metadata": {"k": [[[[[[[[["deep"]]]]]]]]]}}',
+        b'{"metadata": {"k": "' + b"x" * 5000 + b'"}}',
+    ],
+)
+async def test_a_bad_metadata_filter_is_an_invalid_request(
+    engram: Infra, nc: Client, tokens: TokenService, org: UUID, agent: UUID, raw: bytes
+) -> None:
+    """Empty, not an object, a NUL (Postgres's jsonb cannot hold one), a non-finite number, too
+    deep or too large: INVALID_REQUEST, never a database error."""
+    alice = mint(tokens, org, "end_user:alice", {"memory.read"})
+    payload = raw.replace(b"{", b'{"agent_config_id": "' + str(agent).encode() + b'", ', 1)
+    reply = await request(nc, "engram.memory.list", payload, alice)
+    assert reply["error"]["code"] == "INVALID_REQUEST", reply
+
+
 async def test_manage_ops_pin_disable_edit_with_history_merge_and_rescope(
     engram: Infra, nc: Client, db: Database, tokens: TokenService, org: UUID, agent: UUID, service_token: str
 ) -> None:

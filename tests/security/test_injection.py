@@ -1,7 +1,8 @@
 """Prompt-injection text in memories (SPEC 4.3, 5.4): every attack of the shared corpus is
 quarantined at write time, and no recall strategy, format or budget renders it into ``context``
 (the placeholder and ``memory_context_quarantined`` instead); ``expand``, ``list`` and ``get`` by a
-caller without ``memory.admin`` show the placeholder too."""
+caller without ``memory.admin`` show the placeholder too. The same attacks in an entry's metadata
+quarantine it, and its metadata never comes back through recall, list, get or export."""
 
 from __future__ import annotations
 
@@ -208,3 +209,147 @@ async def test_memory_type_cannot_carry_an_injection_into_the_context(
         quarantine_warning=int("memory_context_quarantined" in recalled["warnings"]),
     )
     assert payload not in recalled["context"]
+
+
+def strings_of(value: Any) -> list[str]:
+    """Every string in a decoded JSON reply, object keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (k, *strings_of(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in strings_of(v)]
+    return []
+
+
+async def test_injection_in_metadata_never_comes_back(
+    interface: Interface,
+    nc: Client,
+    db: Database,
+    tokens: TokenService,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
+) -> None:
+    """Each attack of the corpus rides in the metadata of a harmless lesson (as a value, and one
+    as a key; one attack also in the text, with an attack in its metadata too). Saved over NATS,
+    then read by Alice through ``interface`` (NATS, the HTTP gateway): every recall format,
+    expand, list, get and her own export. No attack string may come back in any string of any
+    reply; a benign control's metadata does come back; an operator reviewing sees it."""
+    name = interface.label("injection-metadata")
+    entries: list[dict[str, Any]] = [
+        {"text": f"Deploy step {i} needs a second approver.", "metadata": {"note": attack, "n": i}}
+        for i, attack in enumerate(ATTACKS)
+    ]
+    entries.append({"text": "Rollbacks need a ticket.", "metadata": {ATTACKS[0]: "as a key"}})
+    entries.append({"text": ATTACKS[1], "metadata": {"nested": [{"deeper": ATTACKS[2]}]}})
+    control = {"text": "Releases happen on Tuesdays.", "metadata": {"thread": "release-notes"}}
+    ids: list[str] = []
+    for start in range(0, len(entries), 50):
+        body = {
+            "agent_config_id": str(agent),
+            "principal": ALICE,
+            "entries": entries[start : start + 50],
+            "wait": True,
+        }
+        reply = await request(nc, "engram.memory.save", body, service_token, timeout=20)
+        assert reply.get("status") == 200, reply
+        ids += [str(i) for i in reply["ids"]]
+    control_reply = await request(
+        nc,
+        "engram.memory.save",
+        {"agent_config_id": str(agent), "principal": ALICE, "entries": [control], "wait": True},
+        service_token,
+    )
+    (control_id,) = control_reply["ids"]
+    async with db.read() as session:
+        flags = dict(
+            (
+                await session.execute(
+                    select(ENTRIES.c.id, ENTRIES.c.quarantined).where(ENTRIES.c.org_id == org)
+                )
+            ).all()
+        )
+    not_quarantined = [i for i in ids if not flags[UUID(i)]]
+
+    alice = mint(tokens, org, "end_user:alice", {"memory.read", "memory.write"})
+    tally = Tally(name)
+    scoped = {"agent_config_id": str(agent)}
+
+    def check(label: str, reply: dict[str, Any]) -> None:
+        tally.note(reply)
+        if error_code(reply):
+            tally.problem(f"{label}: {reply['error']}")
+            return
+        leaked = {a for s in strings_of(reply) for a in ATTACKS if a in s}
+        if leaked:
+            tally.problem(f"{label}: {len(leaked)} attack(s) came back, e.g. {sorted(leaked)[0][:60]!r}")
+
+    for fmt in FORMATS:
+        for strategy in ("last_k", "hybrid"):
+            body = {**scoped, "strategy": strategy, "format": fmt, "cue": "approver", "top_k": 100}
+            check(f"recall {strategy}/{fmt}", await interface("engram.recall", body, alice))
+    check("expand", await interface("engram.recall.expand", {**scoped, "ids": ids[:20]}, alice))
+    listed = await interface("engram.memory.list", {**scoped, "page_size": 100}, alice)
+    check("list", listed)
+    for entry in ids:
+        check(f"get {entry}", await interface("engram.memory.get", {**scoped, "entry_id": entry}, alice))
+    exported = await interface("engram.memory.export", {**scoped, "actor_ref": "end_user:alice"}, alice)
+    check("export", exported)
+
+    shown = {e["id"]: e["metadata"] for e in listed.get("entries", [])}
+    if shown.get(control_id) != control["metadata"]:
+        tally.problem(f"the control's metadata did not come back: {shown.get(control_id)!r}")
+    reviewed = await interface("engram.memory.get", {**scoped, "entry_id": ids[0]}, service_token)
+    if reviewed.get("entry", {}).get("metadata", {}).get("note") != ATTACKS[0]:
+        tally.problem("an operator reviewing quarantine does not see the metadata")
+    report(
+        name,
+        **interface.counts(),
+        requests=tally.requests,
+        attacks=len(ATTACKS),
+        entries=len(ids),
+        not_quarantined_at_write=len(not_quarantined),
+        exported=len(exported.get("entries", [])),
+        problems=len(tally.problems),
+        problem_samples=tally.problems[:10],
+    )
+    assert not_quarantined == []
+    assert tally.problems == []
+    assert len(listed["entries"]) == len(ids) + 1
+
+
+async def test_editing_or_merging_keeps_a_metadata_attack_quarantined(
+    engram: Infra, nc: Client, tokens: TokenService, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """An edit or merge keeps the entry's metadata (and type), so harmless new text does not lift
+    a quarantine that an attack there set: the new version stays quarantined and withheld."""
+    body = {
+        "agent_config_id": str(agent),
+        "principal": ALICE,
+        "entries": [
+            {"text": "Deploys need a second approver.", "metadata": {"note": ATTACKS[0]}},
+            {"text": "Rollbacks need a ticket."},
+        ],
+        "wait": True,
+    }
+    first, second = (await request(nc, "engram.memory.save", body, service_token))["ids"]
+    alice = mint(tokens, org, "end_user:alice", {"memory.read", "memory.write"})
+    scoped = {"agent_config_id": str(agent)}
+    edited = await request(
+        nc,
+        "engram.memory.manage",
+        {**scoped, "entry_id": first, "op": "edit", "text": "Deploys need two."},
+        alice,
+    )
+    merged = await request(
+        nc,
+        "engram.memory.manage",
+        {**scoped, "entry_id": edited["entry"]["id"], "op": "merge", "merge_with": [second], "text": "Both."},
+        alice,
+    )
+    for reply in (edited, merged):
+        assert reply["entry"]["quarantined"] is True, reply
+        assert reply["entry"]["metadata"] == {}
+        assert reply["entry"]["text"] == LIST_PLACEHOLDER
+        assert ATTACKS[0] not in strings_of(reply)

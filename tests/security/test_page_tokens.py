@@ -37,6 +37,7 @@ def list_filters(agent: UUID, keys: list[str], principal: str, **kw: Any) -> dic
         "memory_types": kw.get("memory_types"),
         "min_importance": kw.get("min_importance"),
         "session_id": kw.get("session_id"),
+        "metadata": kw.get("metadata"),
         "page_size": kw.get("page_size", 20),
         "principal": principal,
     }

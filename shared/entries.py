@@ -1,0 +1,252 @@
+"""The memory-entry table's one gateway (STYLE habit 17, after eventsourcing's recorders and
+Graphiti's ``*Operations``): services read and write ``memory_entries`` through here.
+
+- **Tenancy**: :func:`in_scope` is the predicate every read of entries starts from — the
+  organization, the agent config and the owner keys (:mod:`shared.tenancy` keys owners) — so no
+  reader retypes it or leaves a part out.
+- **Writes**: :class:`EntryStore` stores entries — the save path's owner-scoped upsert, manage's
+  new versions and merges — and changes them. Every write that changes what an entry says
+  announces ``memory.written`` through the outbox in the caller's transaction, so the row and its
+  event commit together (SPEC 4.3) and the embed service (re-)indexes it.
+
+Erasure stays in :mod:`shared.erasure` (tombstones, cascades to derived entries, ``memory.purged``);
+recall's side effects and the indexer's status updates touch only their own columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+from uuid import UUID
+
+from sqlalchemy import ColumnElement, and_, false, func, literal_column, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from contracts.common import Principal
+from contracts.events import MemoryWritten
+from contracts.subjects import MEMORY_WRITTEN
+from shared.db.models import ENTRIES
+from shared.outbox import enqueue_many
+
+__all__ = ["ENTRY_COLUMNS", "DedupeKey", "EntryStore", "NewEntry", "Upserted", "dedupe_key", "in_scope"]
+
+#: Every column but the derived full-text vector: what a read of whole entries selects.
+ENTRY_COLUMNS = tuple(c for c in ENTRIES.c if c.name != "search")
+
+#: The owner-scoped dedupe key (SPEC 4.3): ``(org_id, agent_config_id, owner_key, fingerprint)``.
+DedupeKey = tuple[UUID, UUID, str, str]
+
+_INSERT = pg_insert(ENTRIES)
+#: Insert, or — same owner scope, same fingerprint — reinforce: keep the higher importance and
+#: count (a new row arrives with ``reinforcement_count`` = its recurrences within the batch).
+#: One statement, built once, so racing writers still produce one row.
+_UPSERT = _INSERT.on_conflict_do_update(
+    index_elements=["org_id", "agent_config_id", "owner_key", "fingerprint"],
+    index_where=text("lifecycle <> 'superseded'"),
+    set_={
+        "importance": func.greatest(ENTRIES.c.importance, _INSERT.excluded.importance),
+        "reinforcement_count": ENTRIES.c.reinforcement_count + _INSERT.excluded.reinforcement_count + 1,
+        "updated_at": _INSERT.excluded.updated_at,
+    },
+).returning(
+    ENTRIES.c.id,
+    literal_column("(xmax = 0)"),
+    ENTRIES.c.version,
+    ENTRIES.c.importance,
+    # The key, to match returned rows to the batch's rows (RETURNING order is not guaranteed).
+    ENTRIES.c.org_id,
+    ENTRIES.c.agent_config_id,
+    ENTRIES.c.owner_key,
+    ENTRIES.c.fingerprint,
+)
+
+
+def in_scope(
+    org_id: UUID,
+    agent_config_id: UUID | None,
+    owner_keys: Iterable[str],
+    *,
+    session_id: str | None = None,
+) -> ColumnElement[bool]:
+    """Entries of ``org_id`` and ``agent_config_id`` (None: every agent config of the organization,
+    as export and purge may span them) owned by one of ``owner_keys`` — and with ``session_id``,
+    of exactly that session. No owner keys is a caller who sees nothing: it matches nothing."""
+    keys = tuple(dict.fromkeys(owner_keys))
+    if not keys:
+        return false()
+    parts: list[ColumnElement[bool]] = [ENTRIES.c.org_id == org_id]
+    if agent_config_id is not None:
+        parts.append(ENTRIES.c.agent_config_id == agent_config_id)
+    parts.append(ENTRIES.c.owner_key == keys[0] if len(keys) == 1 else ENTRIES.c.owner_key.in_(keys))
+    if session_id is not None:
+        parts.append(ENTRIES.c.session_id == session_id)
+    return and_(*parts)
+
+
+def dedupe_key(row: Mapping[str, Any]) -> DedupeKey:
+    """The owner-scoped dedupe key of a row about to be stored."""
+    return (row["org_id"], row["agent_config_id"], row["owner_key"], row["fingerprint"])
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    """One occurrence of a text a writer stores: the whole row, and the trace its event carries
+    (None: the current span's)."""
+
+    row: Mapping[str, Any]
+    trace_headers: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Upserted:
+    """What happened to one :class:`NewEntry`: stored as a new row (``saved``) or reinforced one."""
+
+    entry_id: UUID
+    saved: bool
+
+
+class EntryStore:
+    """The memory-entry table within the caller's transaction (the caller commits)."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    # -- reads ----------------------------------------------------------------------------------
+    async def get(
+        self, org_id: UUID, agent_config_id: UUID, entry_id: UUID, *, for_update: bool = False
+    ) -> Any:
+        """Entry ``entry_id`` of the organization and agent config (every column), or None. Its
+        owner is the caller's to check: an entry of another owner must answer as a missing one."""
+        stmt = select(*ENTRY_COLUMNS).where(
+            ENTRIES.c.id == entry_id,
+            ENTRIES.c.org_id == org_id,
+            ENTRIES.c.agent_config_id == agent_config_id,
+        )
+        if for_update:
+            stmt = stmt.with_for_update()
+        return (await self._session.execute(stmt)).first()
+
+    async def holding(self, key: DedupeKey) -> list[UUID]:
+        """The current (not superseded) entries under a dedupe key: what the unique index holds."""
+        org_id, agent_config_id, owner_key, fingerprint = key
+        found = await self._session.execute(
+            select(ENTRIES.c.id).where(
+                in_scope(org_id, agent_config_id, (owner_key,)),
+                ENTRIES.c.fingerprint == fingerprint,
+                ENTRIES.c.lifecycle != "superseded",
+            )
+        )
+        return list(found.scalars().all())
+
+    # -- writes ---------------------------------------------------------------------------------
+    async def upsert(self, new: Sequence[NewEntry]) -> list[Upserted]:
+        """Store a batch of occurrences with the owner-scoped dedupe, in one statement.
+
+        Occurrences of one dedupe key fold into one row (the first's, with the highest importance
+        and ``reinforcement_count`` = the further occurrences); a stored row under the key is
+        reinforced instead. The first occurrence of a key is ``saved`` when its row is new, every
+        other one reinforced — exactly what storing them one after another gives. Each occurrence
+        is announced on ``memory.written`` (``saved`` or ``reinforced``) with its own trace.
+        """
+        if not new:
+            return []
+        folded: dict[DedupeKey, dict[str, Any]] = {}
+        counts: dict[DedupeKey, int] = {}
+        for occurrence in new:
+            key = dedupe_key(occurrence.row)
+            if key in folded:
+                row = folded[key]
+                row["importance"] = max(row["importance"], occurrence.row["importance"])
+                counts[key] += 1
+            else:
+                folded[key], counts[key] = dict(occurrence.row), 1
+        await _place_in_sessions(
+            self._session, [row for row in folded.values() if row["session_id"] is not None]
+        )
+        # Key order, so two batches lock the rows they share in the same order (no deadlock);
+        # keys are unique within the statement, as one ON CONFLICT DO UPDATE requires.
+        ordered = sorted(folded, key=lambda k: (str(k[0]), str(k[1]), k[2], k[3]))
+        returned = await self._session.execute(
+            _UPSERT, [{**folded[k], "reinforcement_count": counts[k] - 1} for k in ordered]
+        )
+        stored = {
+            (org_id, agent_config_id, owner, fp): (entry_id, bool(inserted), version, importance)
+            for entry_id, inserted, version, importance, org_id, agent_config_id, owner, fp in returned
+        }
+        out: list[Upserted] = []
+        events: list[tuple[MemoryWritten, dict[str, str] | None]] = []
+        first_seen: set[DedupeKey] = set()
+        for occurrence in new:
+            key = dedupe_key(occurrence.row)
+            entry_id, inserted, version, importance = stored[key]
+            saved = inserted and key not in first_seen
+            first_seen.add(key)
+            out.append(Upserted(entry_id, saved))
+            outcome: Literal["saved", "reinforced"] = "saved" if saved else "reinforced"
+            event = _written(occurrence.row, entry_id, outcome, version=version, importance=importance)
+            events.append((event, occurrence.trace_headers))
+        await self._announce(events)
+        return out
+
+    async def insert(self, row: Mapping[str, Any]) -> None:
+        """Store a whole new row (a new version of an entry, a merge) and announce it ``saved``."""
+        await self._session.execute(ENTRIES.insert().values(dict(row)))
+        await self._announce([(_written(row, row["id"], "saved"), None)])
+
+    async def update(self, entry_id: UUID, *, announce: bool = False, **values: Any) -> None:
+        """Set ``values`` on one entry. ``announce`` when what it says changed (text, owner): the
+        entry as it now is goes out on ``memory.written`` and the embed service re-indexes it."""
+        stmt = update(ENTRIES).where(ENTRIES.c.id == entry_id).values(**values)
+        if not announce:
+            await self._session.execute(stmt)
+            return
+        row = (await self._session.execute(stmt.returning(*ENTRY_COLUMNS))).one()
+        await self._announce([(_written(dict(row._mapping), entry_id, "saved"), None)])
+
+    async def _announce(self, events: Sequence[tuple[MemoryWritten, dict[str, str] | None]]) -> None:
+        await enqueue_many(self._session, [(MEMORY_WRITTEN, e, e.event_id, h) for e, h in events])
+
+
+_POSITIONS = text("SELECT nextval('memory_entry_session_position') FROM generate_series(1, :n)")
+
+
+async def _place_in_sessions(session: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
+    """Number the new rows of entries saved with a session in the order their drafts came
+    (``rows`` keeps it): within a session, a smaller ``session_position`` was saved earlier,
+    which is what recall's neighbourhood reads. One sequence for all sessions, so concurrent
+    writers never collide; a reinforced entry keeps the place it was first saved at (the upsert
+    does not update the column)."""
+    if not rows:
+        return
+    numbers = sorted((await session.execute(_POSITIONS, {"n": len(rows)})).scalars())
+    for row, number in zip(rows, numbers, strict=True):
+        row["session_position"] = number
+
+
+def _written(
+    row: Mapping[str, Any],
+    entry_id: UUID,
+    outcome: Literal["saved", "reinforced"],
+    *,
+    version: int | None = None,
+    importance: float | None = None,
+) -> MemoryWritten:
+    """The ``memory.written`` event of ``row`` (ids and metadata, never text: SPEC 6); ``version``
+    and ``importance`` as the table holds them after an upsert, else the row's own."""
+    kind, owner_id = row["owner_kind"], row["owner_id"]
+    return MemoryWritten(
+        org_id=row["org_id"],
+        agent_config_id=row["agent_config_id"],
+        entry_id=entry_id,
+        outcome=outcome,
+        owner=Principal(kind=kind, id=owner_id) if kind else None,
+        session_id=row["session_id"],
+        layer="observation" if row["layer"] == "observation" else "memory",
+        memory_type=row["memory_type"],
+        source=row["source"],
+        importance=row["importance"] if importance is None else importance,
+        version=row["version"] if version is None else version,
+        quarantined=row["quarantined"],
+    )
