@@ -118,6 +118,17 @@ async def test_a_write_invalidates_and_a_purge_leaves_no_cached_copy(
 
     await eventually(sees_new, timeout=10, what="memory.written invalidating the cached reply")
 
+    # recall sees the new row once it commits, before its memory.written may have reached the
+    # cache; a late invalidation would drop the copy cached below and leave the purge none to
+    # count. Each write's event bumps the generation once: wait for both.
+    cache = ResultCache(REDIS_URL)
+
+    async def both_writes_invalidated() -> bool:
+        return int(await cache.generation(org, agent) or b"0") >= 2
+
+    await eventually(both_writes_invalidated, timeout=10, what="both writes' invalidations applied")
+    await cache.close()
+
     async def cached_again() -> bool:
         # A reply read before an invalidation that lands after it is rightly not stored (the
         # generation moved), so the next recall may be the one that caches.
