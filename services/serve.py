@@ -17,6 +17,7 @@ from contextlib import AsyncExitStack
 
 from services.runtime import running_services
 from shared.health import HealthServer
+from shared.process_memory import settle_heap
 from shared.settings import EngramSettings
 from shared.vectors.edge_lock import EdgeStoreInUse
 
@@ -83,6 +84,7 @@ async def serve(settings: EngramSettings, names: Sequence[str]) -> int:
             health.add_check("nats", nats_connected)
             health.add_check("postgres", postgres_answers)
         started.set()
+        settle_heap()  # start-up is done: what it made lives as long as the process
         await stop.wait()
         if health is not None:
             health.draining = True

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from contracts.common import Principal
 from contracts.events import MemoryWritten
 from contracts.subjects import MEMORY_WRITTEN
+from shared.cooperative import TimeSlice
 from shared.db.models import ENTRIES
 from shared.outbox import enqueue_many
 
@@ -178,7 +179,9 @@ class EntryStore:
         out: list[Upserted] = []
         events: list[tuple[MemoryWritten, dict[str, str] | None]] = []
         first_seen: set[DedupeKey] = set()
+        slicer = TimeSlice()  # a batch is hundreds of events: recall answers in between
         for occurrence in new:
+            await slicer.turn()
             key = dedupe_key(occurrence.row)
             entry_id, inserted, version, importance = stored[key]
             saved = inserted and key not in first_seen

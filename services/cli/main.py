@@ -33,7 +33,7 @@ from shared.embedded.stack import (
     write_connection_file,
 )
 from shared.logging import setup_logging
-from shared.malloc import limit_malloc_arenas
+from shared.process_memory import limit_malloc_arenas, settle_heap
 from shared.settings import EngramSettings
 
 app = typer.Typer(
@@ -85,7 +85,7 @@ def up(
     ),
 ) -> None:
     """Start NATS, Postgres, every service and the HTTP gateway in one process, until Ctrl-C."""
-    limit_malloc_arenas()  # first, before any thread allocates (shared/malloc.py says why)
+    limit_malloc_arenas()  # first, before any thread allocates (shared/process_memory.py says why)
     from services.gateway.server import running_gateway
     from services.runtime import running_services
     from shared.embedded.nats_server import port_in_use
@@ -124,6 +124,7 @@ def up(
             except RuntimeError:  # taken since we looked (another stack): any free port will do
                 probes.port = 0
                 await probes.start()
+            settle_heap()  # start-up is done: what it made lives as long as the process
             metrics_url = f"http://127.0.0.1:{probes.port}/metrics"
             identity = load_dev_identity(settings.data_dir)
             info = {**connection_info(settings, http_url=http.url), "metrics_url": metrics_url}
@@ -197,7 +198,6 @@ def serve(
 ) -> None:
     """Run services in this process against external NATS and Postgres (ENGRAM_NATS_URL,
     ENGRAM_DATABASE_URL), with health probes on ENGRAM_HEALTH_PORT and a graceful drain on SIGTERM."""
-    limit_malloc_arenas()  # first, before any thread allocates (shared/malloc.py says why)
     from services.runtime import SERVICES
     from services.serve import serve as serve_process
     from shared.nats_auth.permissions import GATEWAY
@@ -208,6 +208,7 @@ def serve(
         raise typer.BadParameter(f"unknown service {', '.join(unknown)}; choose from {choices}")
     if GATEWAY in services and len(set(services)) > 1:
         raise typer.BadParameter("the gateway runs in a process of its own: `engram serve gateway`")
+    limit_malloc_arenas()  # before any thread allocates (shared/process_memory.py says why)
     settings = EngramSettings()
     setup_logging(settings.log_level, json=settings.log_json)
     if GATEWAY in services:

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from contracts.common import Principal
 from contracts.config import MemoryConfig
 from shared import audit
+from shared.cooperative import TimeSlice
 from shared.entries import DedupeKey, EntryStore, NewEntry, dedupe_key
 from shared.erasure import erased_before, prune_over_cap
 from shared.policy import (
@@ -153,8 +154,11 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
     new: list[NewEntry] = []
     occurrences: list[_Occurrence] = []
     tombstones = await _tombstones(session, items)
+    # A batch of sessions is hundreds of drafts: let recall answer in between (shared/cooperative.py).
+    slicer = TimeSlice()
     for index, item in enumerate(items):
         for draft in item.drafts:
+            await slicer.turn()
             admitted = _admit(draft, item.config, results[index])
             if admitted is None:
                 continue

@@ -19,6 +19,7 @@ import uvicorn
 from services.gateway.app import build_app
 from services.gateway.bridge import Bridge
 from services.mcp import streamable_http_app
+from shared.process_memory import settle_heap
 from shared.settings import EngramSettings
 
 __all__ = ["RunningGateway", "running_gateway", "serve_gateway"]
@@ -118,6 +119,7 @@ async def serve_gateway(settings: EngramSettings) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with running_gateway(settings, settings.nats_nkey_seed.get_secret_value()):
+            settle_heap()  # start-up is done: what it made lives as long as the process
             await stop.wait()
             log.info("stopping: finishing in-flight requests")
     finally:

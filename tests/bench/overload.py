@@ -189,8 +189,14 @@ async def run(
     max_backlog = 0
     while (elapsed := time.perf_counter() - over_start) < args.seconds:
         rss.append((round(elapsed, 1), round(rss_mib(proc.pid), 1)))
-        max_backlog = max(max_backlog, await backlog(nc))
-        log(f"t={elapsed:5.0f}s rss={rss[-1][1]:.0f} MiB backlog={max_backlog} published={load.published}")
+        now_backlog = await backlog(nc)
+        max_backlog = max(max_backlog, now_backlog)
+        window, failed = load.between(time.perf_counter() - args.sample_s, time.perf_counter())
+        recent = summary(window) if window else {"p50_ms": "-", "p99_ms": "-"}
+        log(
+            f"t={elapsed:5.0f}s rss={rss[-1][1]:.0f} MiB backlog={now_backlog} published={load.published} "
+            f"recall p50/p99 {recent['p50_ms']}/{recent['p99_ms']} ms ({failed} failed)"
+        )
         await asyncio.sleep(args.sample_s)
     load.stop_sessions.set()
     await publishing

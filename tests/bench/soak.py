@@ -179,8 +179,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     # The vector store's background builds, to line up with the RSS samples.
                     text = log_path.read_text(errors="replace")
                     for line in text[log_seen:].splitlines():
-                        if "built sealed-" in line:
-                            builds.append((round(elapsed, 1), line.split("built ", 1)[1][:160]))
+                        # A build swaps in a sealed shard, or moves a small one into the live shard.
+                        if "built sealed-" in line or "into the live shard" in line:
+                            builds.append((round(elapsed, 1), line.split("qdrant_edge: ", 1)[-1][:200]))
                             print(f"[soak] t={elapsed:6.0f}s {builds[-1][1]}", file=sys.stderr, flush=True)
                     log_seen = len(text)
                     m = samples[-1]
@@ -228,7 +229,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(r: dict[str, Any]) -> str:
-    rss = r["rss_mib"]
+    rss, anon, file = r["rss_mib"], r["anon_mib"], r["file_mib"]
     verdict = "met" if abs(rss["drift_pct"]) <= 10 else "MISSED"
     return "\n".join(
         [
@@ -242,6 +243,10 @@ def render(r: dict[str, Any]) -> str:
             f"| engram up RSS: start / after {r['warmup_s']:.0f} s warm-up / end / max | {rss['start']} / "
             f"{rss['after_warmup']} / {rss['end']} / {rss['max_after_warmup']} MiB |",
             f"| drift after warm-up (target ±10%) | {rss['drift_pct']}%: {verdict} |",
+            f"| of which anonymous / file-backed, after warm-up → end | {anon['after_warmup']} → "
+            f"{anon['end']} / {file['after_warmup']} → {file['end']} MiB |",
+            f"| Edge shards at the end (background builds during the run) | {r['samples'][-1]['shards']} "
+            f"({len(r['builds'])}) |",
         ]
     )
 

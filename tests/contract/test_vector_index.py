@@ -584,6 +584,65 @@ async def test_edge_storage_stays_bounded_under_churn_below_the_cap(tmp_path: Pa
         await index.close()
 
 
+async def test_edge_small_builds_go_back_into_the_live_shard(tmp_path: Path) -> None:
+    """A background build left with fewer than ``absorb_below`` points (churn under a cap) makes
+    no shard of its own: its points go back into the live shard, where they stay searchable. Each
+    loaded shard pre-faults tens of MiB of mapped files whatever it holds (``make soak`` saw RSS
+    jump 60 MiB per build); one live shard holds what a tiny sealed shard would."""
+    dimension = 16
+    rng = np.random.default_rng(13)
+    tenant = scope()
+    index = QdrantEdgeIndex(tmp_path / "edge", dimension, seal_threshold=400, check_interval_s=0.05)
+    try:
+        points = [point(v.tolist(), tenant) for v in rng.standard_normal((300, dimension))]
+        await index.upsert(points)
+        first_live = index._manifest_now.live
+        await index.delete([p.id for p in points[50:]])  # 250 deleted: the live shard seals
+
+        for _ in range(2_400):  # the background task seals, exports and absorbs
+            stats = await index.stats()
+            if index._manifest_now.live != first_live and stats.shards == 1 and not stats.building:
+                break
+            await asyncio.sleep(0.05)
+        assert index._manifest_now.live != first_live, "the live shard was never sealed"
+        assert not [p.name for p in (tmp_path / "edge").iterdir() if p.name.startswith("sealed-")]
+        stats = await index.stats()
+        assert (stats.points, stats.pending_points, stats.shards) == (50, 50, 1)
+        for kept in points[:50:7]:
+            assert ids(await index.search(kept.vector, tenant, limit=1)) == [kept.id]
+    finally:
+        await index.close()
+
+
+async def test_edge_absorbing_a_build_keeps_what_changed_meanwhile(tmp_path: Path) -> None:
+    """A write or delete during an absorbed build wins over the exported copy of the point."""
+    dimension = 16
+    rng = np.random.default_rng(17)
+    tenant = scope()
+    index = QdrantEdgeIndex(tmp_path / "edge", dimension, seal_threshold=4_000, check_interval_s=3_600)
+    try:
+        points = [point(v.tolist(), tenant) for v in rng.standard_normal((600, dimension))]
+        await index.upsert(points)
+        build = asyncio.create_task(index._build(seal=True, absorb=True))
+        while index._changed_during_build is None:  # sealed; exporting in chunks now
+            assert not build.done()
+            await asyncio.sleep(0)
+        moved, gone = points[0], points[1]
+        await index.upsert([point(unit(5, dimension), tenant, point_id=moved.id)])
+        await index.delete([gone.id])
+        assert index._changed_during_build is not None, "the build ended before the writes"
+        assert {moved.id, gone.id} <= index._changed_during_build
+
+        await build
+        assert not [p.name for p in (tmp_path / "edge").iterdir() if p.name.startswith("sealed-")]
+        assert await index.count() == 599
+        [hit] = await index.search(unit(5, dimension), tenant, limit=1)
+        assert (hit.id, round(hit.score, 4)) == (moved.id, 1.0)
+        assert gone.id not in ids(await index.search(gone.vector, tenant, limit=10))
+    finally:
+        await index.close()
+
+
 async def test_edge_lexical_vectors_survive_the_build(tmp_path: Path) -> None:
     """The builder process carries each point's lexical vector into the indexed shard: lexical
     scores are the same before and after, and a delete afterwards removes it there too."""
