@@ -23,13 +23,15 @@ class _OptionalRedis:
 
     _when_down = "Redis unavailable"
 
-    def __init__(self, redis_url: str) -> None:
+    def __init__(self, redis_url: str, *, timeout_s: float = 0.2) -> None:
         self._redis = None
         self._warned = False
         if redis_url:
             import redis.asyncio as redis_asyncio  # only when configured
 
-            self._redis = redis_asyncio.from_url(redis_url, socket_timeout=0.2, socket_connect_timeout=0.2)
+            self._redis = redis_asyncio.from_url(
+                redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+            )
 
     def _degraded(self) -> None:
         if not self._warned:
@@ -48,9 +50,15 @@ class CueVectorCache(_OptionalRedis):
     _when_down = "Redis unavailable: cue vectors are cached in-process only"
 
     def __init__(
-        self, model: str, *, redis_url: str = "", local_size: int = 10_000, ttl_s: int = 86_400
+        self,
+        model: str,
+        *,
+        redis_url: str = "",
+        local_size: int = 10_000,
+        ttl_s: int = 86_400,
+        timeout_s: float = 0.2,
     ) -> None:
-        super().__init__(redis_url)
+        super().__init__(redis_url, timeout_s=timeout_s)
         self._model = model
         self._local: OrderedDict[str, list[float]] = OrderedDict()
         self._local_size = local_size
@@ -138,8 +146,15 @@ class ResultCache(_OptionalRedis):
 
     _when_down = "Redis unavailable: recall replies are not cached"
 
-    def __init__(self, redis_url: str = "", *, ttl_s: int = 30, max_value_bytes: int = 256 * 1024) -> None:
-        super().__init__(redis_url)
+    def __init__(
+        self,
+        redis_url: str = "",
+        *,
+        ttl_s: int = 30,
+        max_value_bytes: int = 256 * 1024,
+        timeout_s: float = 0.2,
+    ) -> None:
+        super().__init__(redis_url, timeout_s=timeout_s)
         self._ttl = ttl_s
         self._max = max_value_bytes
 

@@ -44,7 +44,10 @@ async def forget(redis_db: redis_asyncio.Redis, pattern: str) -> None:
 async def test_vectors_are_shared_through_redis(redis_db: redis_asyncio.Redis) -> None:
     """A vector put by one instance is found by another through Redis, bit for bit (float32)."""
     model = f"test-{uuid4()}"  # a model name of its own: its keys are this test's alone
-    one, two = CueVectorCache(model, redis_url=REDIS_URL), CueVectorCache(model, redis_url=REDIS_URL)
+    # A generous timeout: what is tested is sharing through Redis, not the 0.2 s production timeout
+    # (on a loaded host a connect can take longer, and a cache that times out rightly misses).
+    one = CueVectorCache(model, redis_url=REDIS_URL, timeout_s=10)
+    two = CueVectorCache(model, redis_url=REDIS_URL, timeout_s=10)
     vector = (await HashingEmbedder().embed(["the deploy quota"]))[0]
     await one.put("the deploy quota", vector)
     got = await two.get("the deploy quota")

@@ -121,7 +121,7 @@ async def test_a_write_invalidates_and_a_purge_leaves_no_cached_copy(
     # recall sees the new row once it commits, before its memory.written may have reached the
     # cache; a late invalidation would drop the copy cached below and leave the purge none to
     # count. Each write's event bumps the generation once: wait for both.
-    cache = ResultCache(REDIS_URL)
+    cache = ResultCache(REDIS_URL, timeout_s=10)  # the production 0.2 s would miss on a loaded host
 
     async def both_writes_invalidated() -> bool:
         return int(await cache.generation(org, agent) or b"0") >= 2
@@ -152,7 +152,7 @@ async def test_a_write_invalidates_and_a_purge_leaves_no_cached_copy(
 
 async def test_a_put_after_an_invalidation_is_refused(redis_db: redis_asyncio.Redis) -> None:
     """A reply computed from rows read before a purge must not be stored after the purge."""
-    cache = ResultCache(REDIS_URL)
+    cache = ResultCache(REDIS_URL, timeout_s=10)  # the production 0.2 s would miss on a loaded host
     org, agent = UUID(int=1), UUID(int=2)
     key = ResultCache.key(org, agent, "material")
     generation = await cache.generation(org, agent)
