@@ -8,8 +8,8 @@ fresh nats-server from the wheel and a throwaway Postgres database, as ``make so
 1. Calibrate: publish ``--calibrate`` sessions at once and time the pipeline (ingest, distill,
    embed) to drain them: that rate is the sustainable one.
 2. Baseline: recalls alone for ``--baseline-s`` (p50/p99).
-3. Overload: sessions at ``--factor`` x the sustainable rate for ``--seconds``, recalls going on;
-   the service process's RSS sampled from ``/proc`` (and its peak, ``VmHWM``).
+3. Overload: sessions at ``--factor`` x the sustainable rate (or at ``--rate``) for ``--seconds``,
+   recalls going on; the service process's RSS sampled from ``/proc`` (and its peak, ``VmHWM``).
 4. Drain: publishing stops; time until every consumer is drained, and until recall's p99 over
    a 5-second window is back within 2x the baseline's.
 5. Count: every JetStream-acknowledged session must have its ``distill.completed`` audit record
@@ -182,7 +182,9 @@ async def run(
     log(f"baseline recall p50 {base['p50_ms']} ms, p99 {base['p99_ms']} ms")
 
     # 3. Overload.
-    load.session_rate = args.factor * sustainable
+    # A fixed --rate compares two commits at the same load (calibration moves with the machine).
+    overload_rate = args.rate or args.factor * sustainable
+    load.session_rate = overload_rate
     publishing = asyncio.create_task(load.sessions())
     over_start = time.perf_counter()
     rss: list[tuple[float, float]] = []
@@ -234,8 +236,8 @@ async def run(
     dlq = await nc.jetstream().stream_info("ENGRAM_DLQ")
     return {
         "sustainable_sessions_per_s": round(sustainable, 1),
-        "factor": args.factor,
-        "overload_sessions_per_s": round(args.factor * sustainable, 1),
+        "factor": round(overload_rate / sustainable, 1),
+        "overload_sessions_per_s": round(overload_rate, 1),
         "overload_seconds": args.seconds,
         "recall_rate": args.recall_rate,
         "sessions_published": load.published,
@@ -334,6 +336,9 @@ if __name__ == "__main__":
     )
     parser.add_argument("--calibrate", type=int, default=1000, help="sessions in the calibration burst")
     parser.add_argument("--factor", type=float, default=5.0)
+    parser.add_argument(
+        "--rate", type=float, default=0, help="overload sessions/s (default: --factor x the calibrated rate)"
+    )
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--baseline-s", type=float, default=15)
     parser.add_argument("--sample-s", type=float, default=5)
