@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 from faststream import AckPolicy, Context
 from faststream.nats import JStream, NatsRouter, PullSub
-from faststream.nats.annotations import NatsMessage
 from faststream.nats.message import NatsBatchMessage
 from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
@@ -38,6 +37,7 @@ from contracts.operations import stream_by_subject
 from shared.bus import durable_config
 from shared.deadletter import Rejection, dead_letter_all
 from shared.provenance import refuse_forged
+from shared.raw_message import as_message, whole_message
 
 if TYPE_CHECKING:
     from shared.infra import Infra
@@ -259,10 +259,10 @@ def batch_consumer(
             subscriber(on_batch)
         else:
 
-            async def on_message(msg: NatsMessage) -> None:
-                await run([msg.raw_message])
+            async def on_message(body: object) -> None:
+                await run([as_message(body).raw_message])
 
-            subscriber(on_message)
+            subscriber(on_message, decoder=whole_message)
         return handler
 
     return register

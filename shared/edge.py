@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from faststream.nats import NatsRouter
-from faststream.nats.annotations import NatsMessage
 from opentelemetry import trace
 from pydantic import BaseModel
 
@@ -29,6 +28,7 @@ from contracts.operations import OPERATIONS, Operation
 from shared.access import Caller, authorize
 from shared.auth import TokenService, bearer_from_headers
 from shared.metrics import REQUEST_SECONDS, REQUESTS
+from shared.raw_message import as_message, whole_message
 from shared.telemetry import annotate_consumer, annotate_memory_operation
 from shared.wire import error_reply, parse_model
 
@@ -79,9 +79,14 @@ def serve(
     """Subscribe ``handler`` to ``op``'s subject in ``op``'s queue group (instances share load)."""
 
     @router.subscriber(
-        op.subject, queue=op.queue_group, title=f"{op.queue_group}:{op.name}", description=op.summary
+        op.subject,
+        queue=op.queue_group,
+        title=f"{op.queue_group}:{op.name}",
+        description=op.summary,
+        decoder=whole_message,
     )
-    async def on_request(msg: NatsMessage) -> bytes:
+    async def on_request(body: object) -> bytes:
+        msg = as_message(body)
         return await answer(tokens, op, handler, msg.headers, msg.body, observe=observe)
 
 

@@ -7,7 +7,6 @@ import logging
 from uuid import UUID
 
 from faststream.nats import NatsRouter
-from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 
 from contracts.operations import MEMORY_FEEDBACK, RECALL, RECALL_EXPAND
@@ -20,6 +19,7 @@ from shared.cache import ResultCache
 from shared.edge import route, serve_group
 from shared.infra import Infra
 from shared.metrics import RECALL_SECONDS
+from shared.raw_message import as_message, whole_message
 
 __all__ = ["build_router"]
 
@@ -58,15 +58,27 @@ def build_router(infra: Infra, recall: Recall, results: ResultCache | None = Non
         # event (queue group: the cache is shared); a missed event is bounded by the cache TTL.
         # no_reply: these are the relay's JetStream publishes, whose reply subject awaits the
         # stream's ack; an empty answer from here would reach the relay first and fail its publish.
-        @router.subscriber(MEMORY_WRITTEN, queue="recall-cache", no_reply=True, title="recall:cache.written")
-        async def on_written(msg: NatsMessage) -> None:
+        @router.subscriber(
+            MEMORY_WRITTEN,
+            queue="recall-cache",
+            no_reply=True,
+            title="recall:cache.written",
+            decoder=whole_message,
+        )
+        async def on_written(body: object) -> None:
             """A write changes what recall would answer: drop the agent config's cached replies."""
-            await _invalidate(infra, results, msg.raw_message)
+            await _invalidate(infra, results, as_message(body).raw_message)
 
-        @router.subscriber(MEMORY_PURGED, queue="recall-cache", no_reply=True, title="recall:cache.purged")
-        async def on_purged(msg: NatsMessage) -> None:
+        @router.subscriber(
+            MEMORY_PURGED,
+            queue="recall-cache",
+            no_reply=True,
+            title="recall:cache.purged",
+            decoder=whole_message,
+        )
+        async def on_purged(body: object) -> None:
             """An erasure by any path (prune, expiry, reliability) drops cached replies too."""
-            await _invalidate(infra, results, msg.raw_message)
+            await _invalidate(infra, results, as_message(body).raw_message)
 
     return router
 
