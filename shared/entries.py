@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, and_, false, func, literal_column, select, text, update
+from sqlalchemy import BindParameter, ColumnElement, and_, false, func, literal_column, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -28,6 +28,7 @@ from contracts.common import Principal
 from contracts.events import MemoryWritten
 from contracts.subjects import MEMORY_WRITTEN
 from shared.cooperative import TimeSlice
+from shared.db.compiled import one_of
 from shared.db.models import ENTRIES
 from shared.outbox import enqueue_many
 
@@ -65,22 +66,28 @@ _UPSERT = _INSERT.on_conflict_do_update(
 
 
 def in_scope(
-    org_id: UUID,
-    agent_config_id: UUID | None,
-    owner_keys: Iterable[str],
+    org_id: UUID | BindParameter[UUID],
+    agent_config_id: UUID | BindParameter[UUID] | None,
+    owner_keys: Iterable[str | BindParameter[str]] | BindParameter[list[str]],
     *,
-    session_id: str | None = None,
+    session_id: str | BindParameter[str] | None = None,
 ) -> ColumnElement[bool]:
     """Entries of ``org_id`` and ``agent_config_id`` (None: every agent config of the organization,
     as export and purge may span them) owned by one of ``owner_keys`` — and with ``session_id``,
-    of exactly that session. No owner keys is a caller who sees nothing: it matches nothing."""
-    keys = tuple(dict.fromkeys(owner_keys))
-    if not keys:
-        return false()
+    of exactly that session. No owner keys is a caller who sees nothing: it matches nothing.
+    In a compiled template (``shared.db.compiled``) each value may be a named bind, the owner
+    keys a bind of the whole list."""
+    if isinstance(owner_keys, BindParameter):
+        owned = one_of(ENTRIES.c.owner_key, owner_keys)
+    else:
+        keys = tuple(dict.fromkeys(owner_keys))
+        if not keys:
+            return false()
+        owned = ENTRIES.c.owner_key == keys[0] if len(keys) == 1 else ENTRIES.c.owner_key.in_(keys)
     parts: list[ColumnElement[bool]] = [ENTRIES.c.org_id == org_id]
     if agent_config_id is not None:
         parts.append(ENTRIES.c.agent_config_id == agent_config_id)
-    parts.append(ENTRIES.c.owner_key == keys[0] if len(keys) == 1 else ENTRIES.c.owner_key.in_(keys))
+    parts.append(owned)
     if session_id is not None:
         parts.append(ENTRIES.c.session_id == session_id)
     return and_(*parts)

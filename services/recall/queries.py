@@ -4,7 +4,7 @@ the caller may see — the predicate is built in one place, so no strategy can f
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,6 +12,7 @@ from uuid import UUID
 
 from sqlalchemy import (
     ColumnElement,
+    CompoundSelect,
     Float,
     Select,
     Text,
@@ -25,10 +26,11 @@ from sqlalchemy import (
     true,
     union,
 )
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.recall import RecallFilters
 from services.recall.candidates import Candidate
+from shared.db.compiled import Binds, Template, one_of
+from shared.db.engine import Database
 from shared.db.models import ENTRIES, LEXICAL_SCOPES, LEXICAL_TERMS
 from shared.entries import in_scope
 from shared.lexical import BM25_B as _BM25_B
@@ -96,118 +98,148 @@ class Scope:
             memory_types=self.memory_types,
         )
 
-    def predicate(self) -> ColumnElement[bool]:
+    def values(self) -> dict[str, Any]:
+        """Every value :meth:`predicate` binds, by name; which names are present is the
+        predicate's shape (the compiled statements' cache key, ``shared.db.compiled``)."""
         if not self.owner_keys:
             raise ValueError("a scope without owner keys sees nothing; do not query")
-        parts: list[ColumnElement[bool]] = [
-            in_scope(self.org_id, self.agent_config_id, self.owner_keys, session_id=self.session_only),
-            ENTRIES.c.lifecycle == "active",
-            or_(ENTRIES.c.expires_at.is_(None), ENTRIES.c.expires_at > self.now),
-        ]
-        if self.layer is not None:
-            parts.append(ENTRIES.c.layer == self.layer)
-        if self.memory_types is not None:
-            parts.append(ENTRIES.c.memory_type.in_(self.memory_types))
+        keys = list(dict.fromkeys(self.owner_keys))
+        v: dict[str, Any] = {"org_id": self.org_id, "agent_config_id": self.agent_config_id, "now": self.now}
+        # One owner key is an equality (an index range); several are a list.
+        v.update({"owner_key": keys[0]} if len(keys) == 1 else {"owner_keys": keys})
+        optional: dict[str, Any] = {"session_only": self.session_only, "layer": self.layer}
+        optional["memory_types"] = None if self.memory_types is None else list(self.memory_types)
         f = self.filters
         if f is not None:
-            if f.memory_types is not None:
-                parts.append(ENTRIES.c.memory_type.in_(f.memory_types))
-            if f.min_importance is not None:
-                parts.append(ENTRIES.c.importance >= f.min_importance)
-            if f.min_confidence is not None:
-                parts.append(ENTRIES.c.confidence >= f.min_confidence)
-            if f.source is not None:
-                parts.append(ENTRIES.c.source.in_(f.source))
-            if f.source_agent is not None:
-                parts.append(ENTRIES.c.source_agent == f.source_agent)
-            if f.session_id is not None:
-                parts.append(ENTRIES.c.session_id == f.session_id)
-            if f.created_after is not None:
-                parts.append(ENTRIES.c.created_at >= f.created_after)
-            if f.created_before is not None:
-                parts.append(ENTRIES.c.created_at < f.created_before)
-        return and_(*parts)
+            optional |= {
+                "f_memory_types": f.memory_types,
+                "f_min_importance": f.min_importance,
+                "f_min_confidence": f.min_confidence,
+                "f_source": None if f.source is None else list(f.source),
+                "f_source_agent": f.source_agent,
+                "f_session_id": f.session_id,
+                "f_created_after": f.created_after,
+                "f_created_before": f.created_before,
+            }
+        v.update((name, value) for name, value in optional.items() if value is not None)
+        return v
+
+    def predicate(self, v: Mapping[str, Any] | Binds | None = None) -> ColumnElement[bool]:
+        """The scope as a WHERE clause: over this scope's values, or — in a template
+        (``shared.db.compiled``) — over the named binds standing in for them."""
+        if v is None:
+            v = self.values()
+        return scope_predicate(v)
 
 
-def _candidates(rows: Sequence[Any]) -> list[Candidate]:
+def scope_predicate(v: Mapping[str, Any] | Binds) -> ColumnElement[bool]:
+    """:meth:`Scope.predicate` over ``v``: :meth:`Scope.values`, or binds of the same names."""
+    owners = [v["owner_key"]] if "owner_key" in v else v["owner_keys"]
+    parts: list[ColumnElement[bool]] = [
+        in_scope(v["org_id"], v["agent_config_id"], owners, session_id=v.get("session_only")),
+        ENTRIES.c.lifecycle == "active",
+        or_(ENTRIES.c.expires_at.is_(None), ENTRIES.c.expires_at > v["now"]),
+    ]
+    if "layer" in v:
+        parts.append(ENTRIES.c.layer == v["layer"])
+    for name, column in (("memory_types", ENTRIES.c.memory_type), ("f_memory_types", ENTRIES.c.memory_type)):
+        if name in v:
+            parts.append(one_of(column, v[name]))
+    if "f_source" in v:
+        parts.append(one_of(ENTRIES.c.source, v["f_source"]))
+    if "f_min_importance" in v:
+        parts.append(ENTRIES.c.importance >= v["f_min_importance"])
+    if "f_min_confidence" in v:
+        parts.append(ENTRIES.c.confidence >= v["f_min_confidence"])
+    if "f_source_agent" in v:
+        parts.append(ENTRIES.c.source_agent == v["f_source_agent"])
+    if "f_session_id" in v:
+        parts.append(ENTRIES.c.session_id == v["f_session_id"])
+    if "f_created_after" in v:
+        parts.append(ENTRIES.c.created_at >= v["f_created_after"])
+    if "f_created_before" in v:
+        parts.append(ENTRIES.c.created_at < v["f_created_before"])
+    return and_(*parts)
+
+
+def _candidates(rows: Sequence[Mapping[str, Any]]) -> list[Candidate]:
     return [
         Candidate(
-            id=r.id,
-            text=r.text,
-            importance=r.importance,
-            created_at=r.created_at,
-            updated_at=r.updated_at,
-            memory_type=r.memory_type,
-            layer=r.layer,
-            session_id=r.session_id,
-            metadata=r.metadata,
-            pinned=r.pinned,
-            quarantined=r.quarantined,
-            source=r.source,
-            reinforcement_count=r.reinforcement_count,
-            confidence=r.confidence,
-            reliability=r.reliability,
-            owner_key=r.owner_key,
-            expires_at=r.expires_at,
-            occurred_at=r.occurred_at,
+            id=r["id"],
+            text=r["text"],
+            importance=r["importance"],
+            created_at=r["created_at"],
+            updated_at=r["updated_at"],
+            memory_type=r["memory_type"],
+            layer=r["layer"],
+            session_id=r["session_id"],
+            metadata=r["metadata"],
+            pinned=r["pinned"],
+            quarantined=r["quarantined"],
+            source=r["source"],
+            reinforcement_count=r["reinforcement_count"],
+            confidence=r["confidence"],
+            reliability=r["reliability"],
+            owner_key=r["owner_key"],
+            expires_at=r["expires_at"],
+            occurred_at=r["occurred_at"],
         )
         for r in rows
     ]
 
 
-async def _fetch(session: AsyncSession, stmt: Select[Any]) -> list[Candidate]:
-    return _candidates((await session.execute(stmt)).all())
-
-
-async def newest(session: AsyncSession, scope: Scope, limit: int) -> list[Candidate]:
-    """Pinned first, then newest (``last_k``, ``full``)."""
-    stmt = (
+_NEWEST = Template(
+    lambda b: (
         select(*_COLUMNS)
-        .where(scope.predicate())
+        .where(scope_predicate(b))
         .order_by(ENTRIES.c.pinned.desc(), ENTRIES.c.created_at.desc(), ENTRIES.c.id)
-        .limit(limit)
+        .limit(b["limit"])
     )
-    return await _fetch(session, stmt)
+)
 
 
-async def top_importance(session: AsyncSession, scope: Scope, limit: int) -> list[Candidate]:
-    """Pinned first, then highest importance, then newest (``importance``)."""
-    stmt = (
+async def newest(db: Database, scope: Scope, limit: int) -> list[Candidate]:
+    """Pinned first, then newest (``last_k``, ``full``)."""
+    return _candidates(await _run(db, _NEWEST, scope, limit=limit))
+
+
+_TOP_IMPORTANCE = Template(
+    lambda b: (
         select(*_COLUMNS)
-        .where(scope.predicate())
+        .where(scope_predicate(b))
         .order_by(
             ENTRIES.c.pinned.desc(), ENTRIES.c.importance.desc(), ENTRIES.c.created_at.desc(), ENTRIES.c.id
         )
-        .limit(limit)
+        .limit(b["limit"])
     )
-    return await _fetch(session, stmt)
+)
 
 
-async def pack_candidates(session: AsyncSession, scope: Scope, each: int = 250) -> list[Candidate]:
-    """SPEC 5.2: the ``each`` newest and the ``each`` highest-importance visible entries (union)."""
+async def top_importance(db: Database, scope: Scope, limit: int) -> list[Candidate]:
+    """Pinned first, then highest importance, then newest (``importance``)."""
+    return _candidates(await _run(db, _TOP_IMPORTANCE, scope, limit=limit))
+
+
+def _pack_statement(b: Binds) -> Select[Any]:
     ids_newest = (
-        select(ENTRIES.c.id).where(scope.predicate()).order_by(ENTRIES.c.created_at.desc()).limit(each)
+        select(ENTRIES.c.id).where(scope_predicate(b)).order_by(ENTRIES.c.created_at.desc()).limit(b["each"])
     )
     ids_important = (
         select(ENTRIES.c.id)
-        .where(scope.predicate())
+        .where(scope_predicate(b))
         .order_by(ENTRIES.c.importance.desc(), ENTRIES.c.created_at.desc())
-        .limit(each)
+        .limit(b["each"])
     )
     ids = union(ids_newest, ids_important).subquery()
-    stmt = select(*_COLUMNS).where(ENTRIES.c.id.in_(select(ids.c.id)))
-    return await _fetch(session, stmt)
+    return select(*_COLUMNS).where(ENTRIES.c.id.in_(select(ids.c.id)))
 
 
-async def ranking_inputs(session: AsyncSession, scope: Scope, ids: Sequence[UUID]) -> list[Candidate]:
-    """The given entries that the scope allows, with only what fusion reads (id, importance,
-    created_at, pinned, occurred_at): hybrid re-checks a few hundred hits, and reading their text and
-    metadata cost more than the rest of the call. Text and the other fields are empty — rank
-    with these, then read the winners with :func:`by_ids`; never return them."""
-    if not ids:
-        return []
-    stmt = select(*_RANKING_COLUMNS).where(scope.predicate(), ENTRIES.c.id.in_(list(ids)))
-    return [_partial(r) for r in (await session.execute(stmt)).all()]
+_PACK = Template(_pack_statement)
+
+
+async def pack_candidates(db: Database, scope: Scope, each: int = 250) -> list[Candidate]:
+    """SPEC 5.2: the ``each`` newest and the ``each`` highest-importance visible entries (union)."""
+    return _candidates(await _run(db, _PACK, scope, each=each))
 
 
 _RANKING_COLUMNS = (
@@ -219,31 +251,81 @@ _RANKING_COLUMNS = (
 )
 
 
-def _partial(r: Any) -> Candidate:
+_RANKING_INPUTS = Template(
+    lambda b: select(*_RANKING_COLUMNS).where(scope_predicate(b), one_of(ENTRIES.c.id, b["ids"]))
+)
+
+
+async def ranking_inputs(db: Database, scope: Scope, ids: Sequence[UUID]) -> list[Candidate]:
+    """The given entries that the scope allows, with only what fusion reads (id, importance,
+    created_at, pinned, occurred_at): hybrid re-checks a few hundred hits, and reading their text and
+    metadata cost more than the rest of the call. Text and the other fields are empty — rank
+    with these, then read the winners with :func:`by_ids`; never return them."""
+    if not ids:
+        return []
+    return [_partial(r) for r in await _run(db, _RANKING_INPUTS, scope, ids=list(ids))]
+
+
+def _partial(r: Mapping[str, Any]) -> Candidate:
     """A candidate with only what fusion reads (see :func:`ranking_inputs`)."""
     return Candidate(
-        id=r.id,
+        id=r["id"],
         text="",
-        importance=r.importance,
-        created_at=r.created_at,
-        updated_at=r.created_at,
+        importance=r["importance"],
+        created_at=r["created_at"],
+        updated_at=r["created_at"],
         memory_type="",
         layer="",
         session_id=None,
         metadata={},
-        pinned=r.pinned,
+        pinned=r["pinned"],
         quarantined=False,
         source="",
         reinforcement_count=0,
         confidence=0.0,
         reliability=0.0,
         owner_key="",
-        occurred_at=r.occurred_at,
+        occurred_at=r["occurred_at"],
     )
 
 
+def _adjacent_statement(b: Binds) -> CompoundSelect[Any]:
+    hit = ENTRIES.alias("hit")
+    sides = []
+    for before in (True, False):
+        order = ENTRIES.c.session_position.desc() if before else ENTRIES.c.session_position.asc()
+        nearest = (
+            select(*_RANKING_COLUMNS, func.row_number().over(order_by=order).label("distance"))
+            .where(
+                scope_predicate(b),
+                ENTRIES.c.owner_key == hit.c.owner_key,
+                ENTRIES.c.session_id == hit.c.session_id,
+                ENTRIES.c.session_position < hit.c.session_position
+                if before
+                else ENTRIES.c.session_position > hit.c.session_position,
+            )
+            .order_by(order)
+            .limit(b["reach"])
+            .lateral()
+        )
+        sides.append(
+            select(hit.c.id.label("hit"), *nearest.c)
+            .select_from(hit.join(nearest, true()))
+            .where(
+                hit.c.id == any_(b["ids"]),
+                hit.c.org_id == b["org_id"],
+                hit.c.agent_config_id == b["agent_config_id"],
+                hit.c.session_position.is_not(None),
+            )
+        )
+    return sides[0].union_all(sides[1])
+
+
+_ADJACENT = Template(_adjacent_statement)
+
+
 async def adjacent(
-    session: AsyncSession, scope: Scope, ids: Sequence[UUID], reach: int
+    db: Database, scope: Scope, ids: Sequence[UUID], reach: int
 ) -> dict[UUID, list[tuple[int, Candidate]]]:
     """For each given entry that has a place in a session, the ``reach`` entries just before and
     just after it in that session that the scope allows, with their distance (1 = next to it),
@@ -256,46 +338,26 @@ async def adjacent(
     """
     if not ids or reach < 1:
         return {}
-    hit = ENTRIES.alias("hit")
-    sides = []
-    for before in (True, False):
-        order = ENTRIES.c.session_position.desc() if before else ENTRIES.c.session_position.asc()
-        nearest = (
-            select(*_RANKING_COLUMNS, func.row_number().over(order_by=order).label("distance"))
-            .where(
-                scope.predicate(),
-                ENTRIES.c.owner_key == hit.c.owner_key,
-                ENTRIES.c.session_id == hit.c.session_id,
-                ENTRIES.c.session_position < hit.c.session_position
-                if before
-                else ENTRIES.c.session_position > hit.c.session_position,
-            )
-            .order_by(order)
-            .limit(reach)
-            .lateral()
-        )
-        sides.append(
-            select(hit.c.id.label("hit"), *nearest.c)
-            .select_from(hit.join(nearest, true()))
-            .where(
-                hit.c.id.in_(list(ids)),
-                hit.c.org_id == scope.org_id,
-                hit.c.agent_config_id == scope.agent_config_id,
-                hit.c.session_position.is_not(None),
-            )
-        )
     out: dict[UUID, list[tuple[int, Candidate]]] = {}
-    for row in (await session.execute(sides[0].union_all(sides[1]))).all():
-        out.setdefault(row.hit, []).append((int(row.distance), _partial(row)))
+    for row in await _run(db, _ADJACENT, scope, ids=list(ids), reach=reach):
+        out.setdefault(row["hit"], []).append((int(row["distance"]), _partial(row)))
     return out
 
 
-async def by_ids(session: AsyncSession, scope: Scope, ids: Sequence[UUID]) -> list[Candidate]:
+_BY_IDS = Template(lambda b: select(*_COLUMNS).where(scope_predicate(b), one_of(ENTRIES.c.id, b["ids"])))
+
+
+async def by_ids(db: Database, scope: Scope, ids: Sequence[UUID]) -> list[Candidate]:
     """The given entries that the scope allows (ids from a vector index are re-checked here)."""
     if not ids:
         return []
-    stmt = select(*_COLUMNS).where(scope.predicate(), ENTRIES.c.id.in_(list(ids)))
-    return await _fetch(session, stmt)
+    return _candidates(await _run(db, _BY_IDS, scope, ids=list(ids)))
+
+
+async def _run(db: Database, template: Template, scope: Scope, **extra: Any) -> list[Any]:
+    """``template`` over the scope's values and the query's own (``extra``)."""
+    values = scope.values() | extra
+    return await db.fetch(template.compiled(values), values)
 
 
 #: At most this many matching entries are scored per query; beyond it the best by Postgres's
@@ -306,7 +368,38 @@ _CORPUS_TTL_S = 30.0
 _corpus_stats: dict[tuple[Any, ...], tuple[float, int, float]] = {}
 
 
-async def cue_statistics(session: AsyncSession, scope: Scope, cue: str) -> tuple[int, dict[str, int]]:
+def _cue_statistics_statement(b: Binds) -> Select[Any]:
+    cue_terms = select(
+        func.unnest(func.tsvector_to_array(func.to_tsvector("english", b["words"]))).label("lexeme")
+    ).subquery("cue")
+    # One primary-key range per lexeme (a correlated subquery): a join let the planner scan the
+    # whole table when its statistics were stale (77 ms at 100k entries in the bench).
+    containing = (
+        select(func.coalesce(func.sum(LEXICAL_TERMS.c.docs), 0))
+        .where(
+            LEXICAL_TERMS.c.org_id == b["org_id"],
+            LEXICAL_TERMS.c.agent_config_id == b["agent_config_id"],
+            LEXICAL_TERMS.c.lexeme == cue_terms.c.lexeme,
+            LEXICAL_TERMS.c.owner_key == any_(b["owner_keys"]),
+        )
+        .scalar_subquery()
+    )
+    documents = (
+        select(func.coalesce(func.sum(LEXICAL_SCOPES.c.docs), 0))
+        .where(
+            LEXICAL_SCOPES.c.org_id == b["org_id"],
+            LEXICAL_SCOPES.c.agent_config_id == b["agent_config_id"],
+            LEXICAL_SCOPES.c.owner_key == any_(b["owner_keys"]),
+        )
+        .scalar_subquery()
+    )
+    return select(cue_terms.c.lexeme, containing, documents).select_from(cue_terms)
+
+
+_CUE_STATISTICS = Template(_cue_statistics_statement)
+
+
+async def cue_statistics(db: Database, scope: Scope, cue: str) -> tuple[int, dict[str, int]]:
     """For hybrid's lexical leg in the vector store (shared/lexical.py): how many active entries
     the scope's owners hold, and for each of the cue's lexemes how many of them contain it — from
     the per-owner statistics, one index lookup per lexeme whatever the corpus size."""
@@ -315,62 +408,33 @@ async def cue_statistics(session: AsyncSession, scope: Scope, cue: str) -> tuple
         return 0, {}
     # The cue's words, not the cue: what Postgres cannot store (NUL) never reaches it, and the
     # terms are those the Postgres leg scores.
-    cue_terms = select(
-        func.unnest(func.tsvector_to_array(func.to_tsvector("english", " ".join(words)))).label("lexeme")
-    ).subquery("cue")
-    # One primary-key range per lexeme (a correlated subquery): a join let the planner scan the
-    # whole table when its statistics were stale (77 ms at 100k entries in the bench).
-    containing = (
-        select(func.coalesce(func.sum(LEXICAL_TERMS.c.docs), 0))
-        .where(
-            LEXICAL_TERMS.c.org_id == scope.org_id,
-            LEXICAL_TERMS.c.agent_config_id == scope.agent_config_id,
-            LEXICAL_TERMS.c.lexeme == cue_terms.c.lexeme,
-            LEXICAL_TERMS.c.owner_key.in_(scope.owner_keys),
-        )
-        .scalar_subquery()
-    )
-    documents = (
-        select(func.coalesce(func.sum(LEXICAL_SCOPES.c.docs), 0))
-        .where(
-            LEXICAL_SCOPES.c.org_id == scope.org_id,
-            LEXICAL_SCOPES.c.agent_config_id == scope.agent_config_id,
-            LEXICAL_SCOPES.c.owner_key.in_(scope.owner_keys),
-        )
-        .scalar_subquery()
-    )
-    stmt = select(cue_terms.c.lexeme, containing, documents).select_from(cue_terms)
-    rows = (await session.execute(stmt)).all()
+    values = {
+        "org_id": scope.org_id,
+        "agent_config_id": scope.agent_config_id,
+        "owner_keys": list(dict.fromkeys(scope.owner_keys)),
+        "words": " ".join(words),
+    }
+    rows = await db.fetch(_CUE_STATISTICS.compiled(values), values)
     if not rows:
         return 0, {}
     return int(rows[0][2]), {row[0]: int(row[1]) for row in rows}
 
 
-async def unindexed_lexical_scores(
-    session: AsyncSession, scope: Scope, cue: str, documents: int, containing: dict[str, int]
-) -> dict[UUID, float]:
-    """BM25 scores, with the index leg's IDF, of the scope's entries that match the cue but whose
-    lexical vector is not in the vector store yet (``embedding_status`` pending or failed: just
-    saved, or edited and waiting to be re-indexed). Without this leg a memory saved a moment ago
-    would be missing from hybrid until the embed service caught up, where the Postgres leg found
-    it at once. Cheap: the ``(embedding_status, created_at)`` index narrows it to the backlog."""
-    words = _words(cue)
-    if not words or not any(containing.values()):
-        return {}
-    query = func.to_tsquery("english", " | ".join(f"'{w}'" for w in words))
+def _unindexed_statement(b: Binds) -> Select[Any]:
+    query = func.to_tsquery("english", b["tsquery"])
     waiting = (
         select(ENTRIES.c.id, ENTRIES.c.search)
         .where(
             ENTRIES.c.embedding_status.in_(("pending", "failed")),
-            scope.predicate(),
+            scope_predicate(b),
             ENTRIES.c.search.op("@@")(query),
         )
         .limit(_BM25_MAX_DOCS)
         .cte("waiting")
     )
     lexemes = func.unnest(waiting.c.search).table_valued("lexeme", "positions", "weights").alias("u")
-    cue_terms = func.tsvector_to_array(func.to_tsvector("english", " ".join(words)))
-    stmt = (
+    cue_terms = func.tsvector_to_array(func.to_tsvector("english", b["words"]))
+    return (
         select(
             waiting.c.id,
             lexemes.c.lexeme,
@@ -380,10 +444,27 @@ async def unindexed_lexical_scores(
         .select_from(waiting.join(lexemes, true()))
         .where(lexemes.c.lexeme == any_(cue_terms))
     )
-    rows = (await session.execute(stmt)).all()
+
+
+_UNINDEXED = Template(_unindexed_statement)
+
+
+async def unindexed_lexical_scores(
+    db: Database, scope: Scope, cue: str, documents: int, containing: dict[str, int]
+) -> dict[UUID, float]:
+    """BM25 scores, with the index leg's IDF, of the scope's entries that match the cue but whose
+    lexical vector is not in the vector store yet (``embedding_status`` pending or failed: just
+    saved, or edited and waiting to be re-indexed). Without this leg a memory saved a moment ago
+    would be missing from hybrid until the embed service caught up, where the Postgres leg found
+    it at once. Cheap: the ``(embedding_status, created_at)`` index narrows it to the backlog."""
+    words = _words(cue)
+    if not words or not any(containing.values()):
+        return {}
+    tsquery = " | ".join(f"'{w}'" for w in words)
+    rows = await _run(db, _UNINDEXED, scope, tsquery=tsquery, words=" ".join(words))
     if not rows:
         return {}
-    _, avg_len = await _corpus(session, scope)
+    _, avg_len = await _corpus(db, scope)
     scores: dict[UUID, float] = {}
     for entry_id, lexeme, tf, length in rows:
         count = containing.get(lexeme, 0)
@@ -395,13 +476,11 @@ async def unindexed_lexical_scores(
     return scores
 
 
-async def lexical_ids(session: AsyncSession, scope: Scope, cue: str, limit: int) -> list[UUID]:
-    return [entry_id for entry_id, _ in await lexical_scores(session, scope, cue, limit)]
+async def lexical_ids(db: Database, scope: Scope, cue: str, limit: int) -> list[UUID]:
+    return [entry_id for entry_id, _ in await lexical_scores(db, scope, cue, limit)]
 
 
-async def lexical_scores(
-    session: AsyncSession, scope: Scope, cue: str, limit: int
-) -> list[tuple[UUID, float]]:
+async def lexical_scores(db: Database, scope: Scope, cue: str, limit: int) -> list[tuple[UUID, float]]:
     """Okapi BM25 over Postgres full-text lexemes (English stemming, stop words removed): ids
     whose text shares a cue term, best first. hybrid's lexical leg was this until it moved into
     the vector store (shared/lexical.py); it stays as the reference the index's rankings are
@@ -418,7 +497,7 @@ async def lexical_scores(
     if not words:  # no word to look up ("x", "C++", "?"): the lexical leg finds nothing
         return []
     query = func.to_tsquery("english", " | ".join(f"'{w}'" for w in words))
-    total, avg_len = await _corpus(session, scope)
+    total, avg_len = await _corpus(db, scope)
     matches = (
         select(ENTRIES.c.id, ENTRIES.c.search)
         .where(scope.predicate(), ENTRIES.c.search.op("@@")(query))
@@ -454,21 +533,23 @@ async def lexical_scores(
         .order_by(score.desc(), func.cast(terms.c.id, Text))
         .limit(limit)
     )
-    return [(row[0], float(row[1])) for row in (await session.execute(stmt)).all()]
+    async with db.read() as session:
+        return [(row[0], float(row[1])) for row in (await session.execute(stmt)).all()]
 
 
-async def _corpus(session: AsyncSession, scope: Scope) -> tuple[int, float]:
+async def _corpus(db: Database, scope: Scope) -> tuple[int, float]:
     """Entries in scope and their average lexeme count, cached briefly (BM25 needs both; both
     change slowly)."""
     key = (scope.org_id, scope.agent_config_id, scope.owner_keys, scope.layer, scope.session_only)
     hit = _corpus_stats.get(key)
     if hit is not None and time.monotonic() - hit[0] < _CORPUS_TTL_S:
         return hit[1], hit[2]
-    row = (
-        await session.execute(
-            select(func.count(), func.avg(func.length(ENTRIES.c.search))).where(scope.predicate())
-        )
-    ).one()
+    async with db.read() as session:
+        row = (
+            await session.execute(
+                select(func.count(), func.avg(func.length(ENTRIES.c.search))).where(scope.predicate())
+            )
+        ).one()
     total, avg_len = int(row[0]), float(row[1] or 1.0)
     if len(_corpus_stats) > 10_000:
         _corpus_stats.clear()

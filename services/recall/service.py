@@ -344,71 +344,70 @@ class Recall:
         semantic: SemanticRecallConfig,
         min_score: float | None = None,
     ) -> list[Ranked]:
-        async with self._db.read() as session:
-            if strategy == "last_k":
-                cands = await queries.newest(session, scope, top_k)
-                diag["scope_query"] = len(cands)
-                return rank_last_k(cands, top_k)
-            if strategy == "full":
-                cands = await queries.newest(session, scope, 1000)
-                diag["scope_query"] = len(cands)
-                return rank_full(cands)
-            if strategy == "importance":
-                cands = await queries.top_importance(session, scope, top_k)
-                diag["scope_query"] = len(cands)
-                return rank_importance(cands, top_k)
-            if strategy == "pack":
-                cands = await queries.pack_candidates(session, scope)
-                diag["scope_query"] = len(cands)
-                return rank_pack(cands, cue or None, top_k, scope.now)
-            if not cue:
-                raise InvalidRequest(f"strategy {strategy!r} needs a cue")
-            depth = top_k if strategy == "semantic" else HYBRID_DEPTH
-            hits = await self._vector_search(cue, scope, depth)
-            diag["vector_rank"] = len(hits)
-            if strategy == "semantic":
-                scores = {h.id: h.score for h in hits if min_score is None or h.score >= min_score}
-                cands = await queries.by_ids(session, scope, list(scores))
-                diag["scope_query"] = len(cands)
-                return rank_semantic(cands, scores, top_k)
-            documents, containing = await queries.cue_statistics(session, scope, cue)
-            lexical = await self._lexical_search(query_weights(documents, containing), scope, HYBRID_DEPTH)
-            fresh = await queries.unindexed_lexical_scores(session, scope, cue, documents, containing)
-            if fresh:  # read-your-writes: what the embed service has not indexed yet
-                merged = {**lexical, **fresh}
-                lexical = dict(sorted(merged.items(), key=lambda item: (-item[1], str(item[0]))))
-            vector = {h.id: h.score for h in hits}
-            cands = await queries.ranking_inputs(session, scope, list({*lexical, *vector}))
+        if strategy == "last_k":
+            cands = await queries.newest(self._db, scope, top_k)
             diag["scope_query"] = len(cands)
-            # The lexical leg's best HYBRID_DEPTH that the scope allows, as when it ran in Postgres
-            # under the scope's predicate (min-max normalization sees the same list).
-            known = {c.id for c in cands}
-            lexical = dict([(i, s) for i, s in lexical.items() if i in known][:HYBRID_DEPTH])
-            diag["lexical_rank"] = len(lexical)
-            # Fused over both legs whole, then floored: the floor changes which entries are
-            # returned, never how the others score.
-            every = len(cands)
-            if semantic.fusion == "rrf":
-                fused = fuse_hybrid(cands, list(lexical), list(vector), every, scope.now)
-            else:
-                fused = fuse_convex(cands, lexical, vector, every, scope.now)
-            floor = None
-            if min_score is not None:
-                floor = _Floor(vector, min_score, complete=len(hits) < depth * 2)
+            return rank_last_k(cands, top_k)
+        if strategy == "full":
+            cands = await queries.newest(self._db, scope, 1000)
+            diag["scope_query"] = len(cands)
+            return rank_full(cands)
+        if strategy == "importance":
+            cands = await queries.top_importance(self._db, scope, top_k)
+            diag["scope_query"] = len(cands)
+            return rank_importance(cands, top_k)
+        if strategy == "pack":
+            cands = await queries.pack_candidates(self._db, scope)
+            diag["scope_query"] = len(cands)
+            return rank_pack(cands, cue or None, top_k, scope.now)
+        if not cue:
+            raise InvalidRequest(f"strategy {strategy!r} needs a cue")
+        depth = top_k if strategy == "semantic" else HYBRID_DEPTH
+        hits = await self._vector_search(cue, scope, depth)
+        diag["vector_rank"] = len(hits)
+        if strategy == "semantic":
+            scores = {h.id: h.score for h in hits if min_score is None or h.score >= min_score}
+            cands = await queries.by_ids(self._db, scope, list(scores))
+            diag["scope_query"] = len(cands)
+            return rank_semantic(cands, scores, top_k)
+        documents, containing = await queries.cue_statistics(self._db, scope, cue)
+        lexical = await self._lexical_search(query_weights(documents, containing), scope, HYBRID_DEPTH)
+        fresh = await queries.unindexed_lexical_scores(self._db, scope, cue, documents, containing)
+        if fresh:  # read-your-writes: what the embed service has not indexed yet
+            merged = {**lexical, **fresh}
+            lexical = dict(sorted(merged.items(), key=lambda item: (-item[1], str(item[0]))))
+        vector = {h.id: h.score for h in hits}
+        cands = await queries.ranking_inputs(self._db, scope, list({*lexical, *vector}))
+        diag["scope_query"] = len(cands)
+        # The lexical leg's best HYBRID_DEPTH that the scope allows, as when it ran in Postgres
+        # under the scope's predicate (min-max normalization sees the same list).
+        known = {c.id for c in cands}
+        lexical = dict([(i, s) for i, s in lexical.items() if i in known][:HYBRID_DEPTH])
+        diag["lexical_rank"] = len(lexical)
+        # Fused over both legs whole, then floored: the floor changes which entries are
+        # returned, never how the others score.
+        every = len(cands)
+        if semantic.fusion == "rrf":
+            fused = fuse_hybrid(cands, list(lexical), list(vector), every, scope.now)
+        else:
+            fused = fuse_convex(cands, lexical, vector, every, scope.now)
+        floor = None
+        if min_score is not None:
+            floor = _Floor(vector, min_score, complete=len(hits) < depth * 2)
+            fused = floor.keep(fused)
+        if semantic.neighbourhood:
+            # The neighbours of the hits that would be returned, competing for their places.
+            ids = [r.candidate.id for r in fused[:top_k]]
+            fused = with_neighbours(fused, await queries.adjacent(self._db, scope, ids, NEIGHBOUR_REACH))
+            if floor is not None:  # a neighbour passes the floor like any other entry
                 fused = floor.keep(fused)
-            if semantic.neighbourhood:
-                # The neighbours of the hits that would be returned, competing for their places.
-                ids = [r.candidate.id for r in fused[:top_k]]
-                fused = with_neighbours(fused, await queries.adjacent(session, scope, ids, NEIGHBOUR_REACH))
-                if floor is not None:  # a neighbour passes the floor like any other entry
-                    fused = floor.keep(fused)
-            if semantic.time_grounding:
-                fused = grounded(fused, cue_periods(cue))
-            # Ranked on ranking_inputs' partial rows: read the winners whole (an entry erased in
-            # between is left out).
-            winners = fused[:top_k]
-            whole = {c.id: c for c in await queries.by_ids(session, scope, [r.candidate.id for r in winners])}
-            return [Ranked(whole[r.candidate.id], r.score) for r in winners if r.candidate.id in whole]
+        if semantic.time_grounding:
+            fused = grounded(fused, cue_periods(cue))
+        # Ranked on ranking_inputs' partial rows: read the winners whole (an entry erased in
+        # between is left out).
+        winners = fused[:top_k]
+        whole = {c.id: c for c in await queries.by_ids(self._db, scope, [r.candidate.id for r in winners])}
+        return [Ranked(whole[r.candidate.id], r.score) for r in winners if r.candidate.id in whole]
 
     async def _vector_search(self, cue: str, scope: queries.Scope, limit: int) -> list[Any]:
         if self._index is None or self._embedder is None:
@@ -457,8 +456,7 @@ class Recall:
                 now=utcnow(),
                 session_only=request.session_id if config.scope == "session" else None,
             )
-            async with self._db.read() as session:
-                found = await queries.by_ids(session, scope, examined)
+            found = await queries.by_ids(self._db, scope, examined)
         by_id = {c.id: c for c in found}
         accessible = [by_id[i] for i in examined if i in by_id]
         returned = accessible[:MAX_EXPAND_RETURNED]

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import asyncpg
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from shared.db.compiled import Compiled
 
 __all__ = ["CommitHook", "Database", "async_url", "migrate"]
 
@@ -32,7 +37,9 @@ def async_url(url: str) -> str:
 class Database:
     """One engine per process; ``transaction()`` is the only way code writes."""
 
-    def __init__(self, url: str, *, pool_size: int = 20, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = 20, tls: ssl.SSLContext | None = None, hot_pool_size: int = 8
+    ) -> None:
         self.url = async_url(url)
         # asyncpg prepares statements, and after five runs Postgres may switch a prepared
         # statement to a generic plan that ignores the values: measured at 100k entries, a
@@ -58,6 +65,10 @@ class Database:
             self.engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False
         )
         self._commit_hooks: list[CommitHook] = []
+        self._connect_args = connect_args
+        self._hot_pool_size = hot_pool_size
+        self._hot: asyncpg.Pool | None = None
+        self._hot_lock = asyncio.Lock()
 
     def on_commit(self, hook: CommitHook) -> None:
         """Run ``hook`` after every :meth:`transaction` that commits (never after a rollback).
@@ -84,12 +95,48 @@ class Database:
         async with self._reads() as session:
             yield session
 
+    async def fetch(self, statement: Compiled, values: Mapping[str, object]) -> list[asyncpg.Record]:
+        """The rows of a compiled read (``shared.db.compiled``), outside a transaction like
+        :meth:`read`, on a small asyncpg pool of its own: checking a connection out of
+        SQLAlchemy's pool costs more than the hot queries themselves. Its connections keep no
+        session state (one statement, no transaction), so they are handed back without a reset."""
+        pool = self._hot or await self._hot_pool()
+        async with pool.acquire() as conn:
+            return list(await conn.fetch(statement.sql, *statement.args(values)))
+
+    async def _hot_pool(self) -> asyncpg.Pool:
+        async with self._hot_lock:
+            if self._hot is None:
+                args, kwargs = self.engine.dialect.create_connect_args(make_url(self.url))
+                self._hot = await asyncpg.create_pool(
+                    *args,
+                    **{**kwargs, **self._connect_args},
+                    min_size=1,
+                    max_size=self._hot_pool_size,
+                    init=_json_codecs,
+                    reset=_no_reset,
+                )
+            return self._hot
+
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
             await conn.exec_driver_sql("SELECT 1")
 
     async def close(self) -> None:
+        if self._hot is not None:
+            await self._hot.close()
+            self._hot = None
         await self.engine.dispose()
+
+
+async def _json_codecs(conn: asyncpg.Connection) -> None:
+    """JSON columns read as Python values, as SQLAlchemy's JSON type gives them."""
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def _no_reset(conn: asyncpg.Connection) -> None:
+    """Nothing to undo (see :meth:`Database.fetch`); asyncpg's default reset is a round trip."""
 
 
 def _alembic_config(url: str) -> Config:

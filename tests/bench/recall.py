@@ -43,7 +43,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -51,14 +51,14 @@ from uuid import UUID, uuid4
 import asyncpg
 import nats
 from nats.aio.client import Client
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from contracts.events import MemoryWritten
 from contracts.subjects import MEMORY_WRITTEN, RECALL
 from services.embed.indexer import index_entries
 from services.recall import queries
 from services.runtime import running_services
+from shared.db.compiled import Template
+from shared.db.engine import Database
 from shared.embedders.hashing import HashingEmbedder
 from shared.embedders.minilm import MiniLMEmbedder
 from shared.lexical import query_weights
@@ -299,8 +299,7 @@ async def stage_timings(
 
     def sql(run: Callable[[Any, str], Awaitable[Any]]) -> Callable[[str, list[float]], Awaitable[Any]]:
         async def call(cue: str, _: list[float]) -> Any:
-            async with infra_db.read() as session:
-                return await run(session, cue)
+            return await run(infra_db, cue)
 
         return call
 
@@ -309,8 +308,7 @@ async def stage_timings(
         hits_for[cue] = [h.id for h in await index.search(vector, tenant, 200)]
 
     async def lexical_leg(cue: str, _: list[float]) -> Any:
-        async with infra_db.read() as session:
-            documents, containing = await queries.cue_statistics(session, scope(), cue)
+        documents, containing = await queries.cue_statistics(infra_db, scope(), cue)
         return await index.search_lexical(query_weights(documents, containing), tenant, 200)
 
     stages: dict[str, Callable[[str, list[float]], Awaitable[Any]]] = {
@@ -336,54 +334,25 @@ async def stage_timings(
     return out
 
 
-class _Explain(Executable, ClauseElement):
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of a statement (SQLAlchemy's documented recipe)."""
-
-    inherit_cache = False
-
-    def __init__(self, statement: Any) -> None:
-        self.statement = statement
-
-
-@compiles(_Explain)
-def _compile_explain(element: _Explain, compiler: Any, **kw: Any) -> str:
-    return "EXPLAIN (ANALYZE, BUFFERS) " + compiler.process(element.statement, **kw)
-
-
-class _RecordingSession:
-    """A session that keeps every statement a ``queries`` function runs, to explain them after."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-        self.statements: list[Any] = []
-
-    async def execute(self, statement: Any, *args: Any, **kwargs: Any) -> Any:
-        self.statements.append(statement)
-        return await self.session.execute(statement, *args, **kwargs)
-
-
 async def explain_plans(
-    infra_db: Any, org: UUID, agent: UUID, cue: str, ids: Sequence[UUID]
+    infra_db: Database, org: UUID, agent: UUID, cue: str, ids: Sequence[UUID]
 ) -> dict[str, list[list[str]]]:
-    """Postgres's plans (with timings) of each statement recall's SQL runs, for one cue at the
-    largest size."""
+    """Postgres's plans (with timings) of each compiled statement recall's SQL runs, for one cue
+    at the largest size."""
     scope = queries.Scope(org_id=org, agent_config_id=agent, owner_keys=("",), now=utcnow())
-    builders: dict[str, Callable[[Any], Awaitable[Any]]] = {
-        "newest": lambda s: queries.newest(s, scope, TOP_K),
-        "top_importance": lambda s: queries.top_importance(s, scope, TOP_K),
-        "pack_candidates": lambda s: queries.pack_candidates(s, scope),
-        "lexical_ids": lambda s: queries.lexical_ids(s, scope, cue, 100),
-        f"by_ids ({len(ids)} ids)": lambda s: queries.by_ids(s, scope, ids),
+    statements: dict[str, tuple[Template, dict[str, Any]]] = {
+        "newest": (queries._NEWEST, {"limit": TOP_K}),
+        "top_importance": (queries._TOP_IMPORTANCE, {"limit": TOP_K}),
+        "pack_candidates": (queries._PACK, {"each": 250}),
+        f"by_ids ({len(ids)} ids)": (queries._BY_IDS, {"ids": list(ids)}),
+        f"ranking_inputs ({len(ids)} ids)": (queries._RANKING_INPUTS, {"ids": list(ids)}),
     }
     plans: dict[str, list[list[str]]] = {}
-    for name, build in builders.items():
-        async with infra_db.read() as session:
-            recording = _RecordingSession(session)
-            await build(recording)
-            plans[name] = [
-                [row[0] for row in (await session.execute(_Explain(statement))).all()]
-                for statement in recording.statements
-            ]
+    for name, (template, extra) in statements.items():
+        values = scope.values() | extra
+        compiled = template.compiled(values)
+        explain = replace(compiled, sql="EXPLAIN (ANALYZE, BUFFERS) " + compiled.sql)
+        plans[name] = [[row[0] for row in await infra_db.fetch(explain, values)]]
     return plans
 
 

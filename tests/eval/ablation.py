@@ -240,16 +240,15 @@ async def _retrieve(
             agent = agents[conv.name]
             scope = queries.Scope(org_id=org, agent_config_id=agent, owner_keys=("",), now=utcnow())
             tenant = scope.tenant()
-            async with db.read() as session:
-                everything = await queries.newest(session, scope, 5000)
+            everything = await queries.newest(db, scope, 5000)
             dia = {c.id: str(c.metadata.get("dia_id")) for c in everything}
             for c, v in zip(everything, await embedder.embed([c.text for c in everything]), strict=True):
                 vectors[c.id] = np.asarray(v, dtype=np.float32)
             cue_vectors = await embedder.embed([q.question for q in conv.questions])
             for q, cue_vector in zip(conv.questions, cue_vectors, strict=True):
                 dense = {h.id: h.score for h in await index.search(cue_vector, tenant, HYBRID_DEPTH * 2)}
+                documents, containing = await queries.cue_statistics(db, scope, q.question)
                 async with db.read() as session:
-                    documents, containing = await queries.cue_statistics(session, scope, q.question)
                     capitalized = " ".join(re.findall(r"\b[A-Z][\w'-]*", q.question))
                     entity_lexemes = set(
                         (
@@ -264,14 +263,13 @@ async def _retrieve(
                     if term_index(lexeme) in boosted:
                         boosted[term_index(lexeme)] *= 2
                 found = [await index.search_lexical(w, tenant, HYBRID_DEPTH * 2) for w in (weights, boosted)]
-                async with db.read() as session:
-                    hits = {*dense, *(h.id for leg in found for h in leg)}
-                    cands = {c.id: c for c in await queries.ranking_inputs(session, scope, list(hits))}
-                    # As recall: the lexical leg's best HYBRID_DEPTH that the scope allows.
-                    lexical, lexical_e = (
-                        dict([(h.id, h.score) for h in leg if h.id in cands][:HYBRID_DEPTH]) for leg in found
-                    )
-                    adjacent = await queries.adjacent(session, scope, list(cands), MAX_REACH)
+                hits = {*dense, *(h.id for leg in found for h in leg)}
+                cands = {c.id: c for c in await queries.ranking_inputs(db, scope, list(hits))}
+                # As recall: the lexical leg's best HYBRID_DEPTH that the scope allows.
+                lexical, lexical_e = (
+                    dict([(h.id, h.score) for h in leg if h.id in cands][:HYBRID_DEPTH]) for leg in found
+                )
+                adjacent = await queries.adjacent(db, scope, list(cands), MAX_REACH)
                 out.append(
                     Legs(
                         q,

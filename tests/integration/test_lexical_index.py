@@ -160,9 +160,8 @@ async def test_rankings_equal_postgres_bm25(db: Database, tmp_path: Path) -> Non
             scope = queries.Scope(org_id=org, agent_config_id=agent, owner_keys=(owner,), now=utcnow())
             tenant = TenantFilter(org, agent, (owner,))
             for cue in CUES:
-                async with db.read() as session:
-                    expected = await queries.lexical_scores(session, scope, cue, 1000)
-                    documents, containing = await queries.cue_statistics(session, scope, cue)
+                expected = await queries.lexical_scores(db, scope, cue, 1000)
+                documents, containing = await queries.cue_statistics(db, scope, cue)
                 hits = await index.search_lexical(query_weights(documents, containing), tenant, 1000)
                 assert expected, cue
                 assert {h.id for h in hits} == {i for i, _ in expected}, cue
@@ -187,10 +186,9 @@ async def test_entries_not_indexed_yet_score_as_the_postgres_leg(db: Database) -
     for owner in OWNERS:
         scope = queries.Scope(org_id=org, agent_config_id=agent, owner_keys=(owner,), now=utcnow())
         for cue in CUES:
-            async with db.read() as session:
-                expected = dict(await queries.lexical_scores(session, scope, cue, 1000))
-                documents, containing = await queries.cue_statistics(session, scope, cue)
-                fresh = await queries.unindexed_lexical_scores(session, scope, cue, documents, containing)
+            expected = dict(await queries.lexical_scores(db, scope, cue, 1000))
+            documents, containing = await queries.cue_statistics(db, scope, cue)
+            fresh = await queries.unindexed_lexical_scores(db, scope, cue, documents, containing)
             assert set(fresh) == set(expected), cue
             for entry_id, score in fresh.items():
                 assert score == pytest.approx(expected[entry_id], rel=1e-4), cue
@@ -203,9 +201,8 @@ async def test_entries_not_indexed_yet_score_as_the_postgres_leg(db: Database) -
             .values(embedding_status="indexed")
         )
     scope = queries.Scope(org_id=org, agent_config_id=agent, owner_keys=OWNERS, now=utcnow())
-    async with db.read() as session:
-        documents, containing = await queries.cue_statistics(session, scope, CUES[0])
-        assert await queries.unindexed_lexical_scores(session, scope, CUES[0], documents, containing) == {}
+    documents, containing = await queries.cue_statistics(db, scope, CUES[0])
+    assert await queries.unindexed_lexical_scores(db, scope, CUES[0], documents, containing) == {}
     # Rows marked indexed by no embedder would read as another model's vectors to every recall of
     # this database (semantic_index_incomplete): they go.
     async with db.transaction() as session:
