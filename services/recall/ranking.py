@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 from uuid import UUID
 
 from services.recall.candidates import Candidate, display_text
@@ -73,15 +73,16 @@ STOP_WORDS = frozenset({
 _WORD = re.compile(r"\w+")
 
 
-@dataclass(frozen=True)
-class Ranked:
+class Ranked(NamedTuple):
+    """A candidate and its score (a named tuple for the reason :class:`Candidate` is one)."""
+
     candidate: Candidate
     score: float
 
 
 def _tiebroken(cands: Iterable[Candidate]) -> list[Candidate]:
     """Newest first, then id ascending; later stable sorts by the primary key keep this as tiebreak."""
-    out = sorted(cands, key=lambda c: c.id)
+    out = sorted(cands, key=lambda c: c.id.int)  # a UUID orders by its int; comparing ints is cheaper
     out.sort(key=lambda c: c.created_at, reverse=True)  # reverse=True keeps the sort stable
     return out
 

@@ -3,14 +3,16 @@ the request's narrowing, run the strategy, fit the budget, render, and record th
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
 from contracts.common import Principal
@@ -60,6 +62,9 @@ __all__ = ["Recall"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+U = TypeVar("U")
+
 #: How many ranked hits each of hybrid's two retrievers contributes to the fusion.
 HYBRID_DEPTH = 100
 SEMANTIC_MAX_TOP_K = 20
@@ -89,6 +94,22 @@ class _ConfigCache:
         if len(self.entries) > 10_000:
             self.entries.clear()
         self.entries[key] = (time.monotonic(), config, enabled)
+
+
+async def _overlapped(query: Awaitable[T], search: Callable[[], Awaitable[U]]) -> tuple[T, U]:
+    """``query``'s and ``search()``'s results, the query sent to Postgres before the search runs:
+    a vector-store search holds the event loop (Edge searches in-process, holding the GIL), so
+    awaiting the two in turn would add the query's round trip to the search's time."""
+    task = asyncio.ensure_future(query)
+    await asyncio.sleep(0)  # the query's first step: its statement goes out to Postgres
+    try:
+        found = await search()
+    except BaseException:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise
+    return await task, found
 
 
 class Recall:
@@ -363,16 +384,23 @@ class Recall:
         if not cue:
             raise InvalidRequest(f"strategy {strategy!r} needs a cue")
         depth = top_k if strategy == "semantic" else HYBRID_DEPTH
-        hits = await self._vector_search(cue, scope, depth)
-        diag["vector_rank"] = len(hits)
         if strategy == "semantic":
+            hits = await self._vector_search(cue, scope, depth)
+            diag["vector_rank"] = len(hits)
             scores = {h.id: h.score for h in hits if min_score is None or h.score >= min_score}
             cands = await queries.by_ids(self._db, scope, list(scores))
             diag["scope_query"] = len(cands)
             return rank_semantic(cands, scores, top_k)
-        documents, containing = await queries.cue_statistics(self._db, scope, cue)
-        lexical = await self._lexical_search(query_weights(documents, containing), scope, HYBRID_DEPTH)
-        fresh = await queries.unindexed_lexical_scores(self._db, scope, cue, documents, containing)
+        # Postgres answers each leg's query while the vector store searches the other's.
+        (documents, containing), hits = await _overlapped(
+            queries.cue_statistics(self._db, scope, cue), lambda: self._vector_search(cue, scope, depth)
+        )
+        diag["vector_rank"] = len(hits)
+        weights = query_weights(documents, containing)
+        fresh, lexical = await _overlapped(
+            queries.unindexed_lexical_scores(self._db, scope, cue, documents, containing),
+            lambda: self._lexical_search(weights, scope, HYBRID_DEPTH),
+        )
         if fresh:  # read-your-writes: what the embed service has not indexed yet
             merged = {**lexical, **fresh}
             lexical = dict(sorted(merged.items(), key=lambda item: (-item[1], str(item[0]))))
