@@ -102,7 +102,14 @@ class Database:
         session state (one statement, no transaction), so they are handed back without a reset."""
         pool = self._hot or await self._hot_pool()
         async with pool.acquire() as conn:
-            return list(await conn.fetch(statement.sql, *statement.args(values)))
+            try:
+                return list(await conn.fetch(statement.sql, *statement.args(values)))
+            except _BROKEN as exc:
+                # Postgres cut it (a restart, an administrator): asyncpg may leave it mid-protocol
+                # ("another operation is in progress"). Closed, the pool connects anew next time;
+                # this call is an outage (UNAVAILABLE, retryable), not a bug.
+                conn.terminate()
+                raise ConnectionError(f"the Postgres connection broke: {type(exc).__name__}") from exc
 
     async def _hot_pool(self) -> asyncpg.Pool:
         async with self._hot_lock:
@@ -127,6 +134,15 @@ class Database:
             await self._hot.close()
             self._hot = None
         await self.engine.dispose()
+
+
+#: What a connection Postgres dropped raises on its next use.
+_BROKEN = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    OSError,
+)
 
 
 async def _json_codecs(conn: asyncpg.Connection) -> None:
