@@ -28,7 +28,7 @@ from contracts.events import AuditEvent
 from contracts.subjects import audit_subject
 from shared.db.models import AUDIT_HEADS, AUDIT_LOG, AuditHead, AuditRecord
 from shared.metrics import AUDIT_RECORDS, AUDIT_VERIFICATIONS, on_commit
-from shared.outbox import enqueue
+from shared.outbox import enqueue_many
 from shared.time import utcnow
 
 __all__ = [
@@ -126,8 +126,8 @@ async def append(session: AsyncSession, org_id: UUID, entries: Sequence[AuditEnt
         record.hash = prev_hash = record_hash(record)
         out.append(record)
     await session.execute(_RECORD_INSERT, [r.model_dump() for r in out])
-    for record in out:
-        await enqueue(session, audit_subject(record.kind), to_event(record), record.id)
+    # One statement for the batch (recall's side effects append a few hundred at a time).
+    await enqueue_many(session, [(audit_subject(r.kind), to_event(r), r.id, None) for r in out])
     await session.execute(_HEAD_UPDATE, {"org": org_id, "seq": seq, "hash": prev_hash})
     on_commit(session, lambda: AUDIT_RECORDS.inc(len(out)))
     return out
