@@ -1,0 +1,160 @@
+"""What a request-reply costs before Engram's own work: the subscriber's plumbing and one read.
+
+Two interleaved comparisons, each on a fresh nats-server / throwaway database:
+
+- **subscriber**: a core-NATS echo answered by raw nats-py (the yardstick), by a FastStream
+  subscriber taking the message as a ``NatsMessage`` parameter (resolved by fast_depends in a
+  worker thread), by one taking it through a decoder (``shared.raw_message``, what the edge does)
+  and by one taking the body only;
+- **read**: recall's ``last_k`` statement at 10k entries through an ORM session (how recall read
+  before), through SQLAlchemy Core, and compiled once and run by ``Database.fetch``
+  (``shared.db.compiled``, what recall does now).
+
+    .venv/bin/python -m tests.bench.hot_path
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+from uuid import uuid4
+
+import asyncpg
+import nats
+from faststream.nats import NatsBroker
+from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
+from sqlalchemy import select
+
+from services.recall import queries
+from shared.db.engine import Database
+from shared.db.models import ENTRIES
+from shared.raw_message import as_message, whole_message
+from shared.time import utcnow
+from tests.bench import measure
+from tests.bench.recall import _copy, _dsn, _rows
+
+Call = Callable[[], Awaitable[Any]]
+
+
+async def interleaved(calls: dict[str, Call], rounds: int) -> dict[str, dict[str, float]]:
+    """Each call once per round, in turn (a busy machine slows them alike), after a warm-up."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for round_no in range(rounds + 50):
+        for name, call in calls.items():
+            ms, _ = await measure.time_each([None], lambda _, call=call: call(), warmup=0)
+            if round_no >= 50:
+                samples[name].extend(ms)
+    return {name: measure.summary(ms) for name, ms in samples.items()}
+
+
+async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
+    async with measure.running_stack() as stack:
+        broker = NatsBroker(stack.nats.url, log_level=logging.DEBUG, logger=logging.getLogger("bench"))
+
+        @broker.subscriber("bench.annotated")
+        async def annotated(msg: NatsMessage) -> bytes:
+            return bytes(msg.body)
+
+        @broker.subscriber("bench.decoded", decoder=whole_message)
+        async def decoded(body: object) -> bytes:
+            return bytes(as_message(body).body)
+
+        @broker.subscriber("bench.body")
+        async def body_only(body: bytes) -> bytes:
+            return body
+
+        await broker.start()
+        responder, client = await nats.connect(stack.nats.url), await nats.connect(stack.nats.url)
+
+        async def echo(msg: Msg) -> None:
+            await msg.respond(msg.data)
+
+        await responder.subscribe("bench.echo", cb=echo)
+        payload = b"x" * 256
+        try:
+            return await interleaved(
+                {
+                    f"{label}": lambda subject=subject: client.request(subject, payload, timeout=5)
+                    for label, subject in (
+                        ("raw nats-py responder (yardstick)", "bench.echo"),
+                        ("FastStream, NatsMessage parameter", "bench.annotated"),
+                        ("FastStream, whole_message decoder (the edge)", "bench.decoded"),
+                        ("FastStream, body only", "bench.body"),
+                    )
+                },
+                rounds,
+            )
+        finally:
+            await client.close()
+            await responder.close()
+            await broker.stop()
+
+
+async def reads(rounds: int, entries: int) -> dict[str, dict[str, float]]:
+    async with measure.running_stack() as stack:
+        url = stack.settings.database_url
+        org, agent = uuid4(), uuid4()
+        conn = await asyncpg.connect(_dsn(url))
+        await _copy(conn, _rows(random.Random(1), org, agent, entries, 0, utcnow(), 0.9))
+        await conn.execute("ANALYZE memory_entries")
+        await conn.close()
+        db = Database(url, pool_size=4)
+        scope = queries.Scope(org_id=org, agent_config_id=agent, owner_keys=("",), now=utcnow())
+        order = (ENTRIES.c.pinned.desc(), ENTRIES.c.created_at.desc(), ENTRIES.c.id)
+        autocommit = db.engine.execution_options(isolation_level="AUTOCOMMIT")
+
+        async def orm() -> Any:
+            async with db.read() as session:
+                stmt = select(*queries._COLUMNS).where(scope.predicate()).order_by(*order).limit(10)
+                return (await session.execute(stmt)).all()
+
+        async def core() -> Any:
+            async with autocommit.connect() as c:
+                stmt = select(*queries._COLUMNS).where(scope.predicate()).order_by(*order).limit(10)
+                return (await c.execute(stmt)).all()
+
+        try:
+            return await interleaved(
+                {
+                    "ORM session, statement built per call": orm,
+                    "SQLAlchemy Core, statement built per call": core,
+                    "compiled template, Database.fetch (recall now)": lambda: queries.newest(db, scope, 10),
+                },
+                rounds,
+            )
+        finally:
+            await db.close()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "machine": measure.machine(),
+        "load_avg_before": measure.load_average(),
+        "subscriber": await subscribers(args.rounds),
+        "read": await reads(args.rounds, args.entries),
+        "load_avg_after": measure.load_average(),
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    rows = ["| part | how | n | p50 ms | p99 ms |", "|---|---|---:|---:|---:|"]
+    for part in ("subscriber", "read"):
+        for how, s in results[part].items():
+            rows.append(f"| {part} | {how} | {s['n']} | {s['p50_ms']} | {s['p99_ms']} |")
+    rows.append("")
+    rows.append(
+        f"{results['machine']['cpus']} CPUs; 1/5/15-min load average before / after: "
+        f"{results['load_avg_before']} / {results['load_avg_after']}"
+    )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    parser = measure.bench_parser(__doc__, "bench-results/hot_path.json")
+    parser.add_argument("--rounds", type=int, default=2_000)
+    parser.add_argument("--entries", type=int, default=10_000)
+    measure.run_bench(parser, main, render)
