@@ -623,6 +623,15 @@ async def test_edge_absorbing_a_build_keeps_what_changed_meanwhile(tmp_path: Pat
     try:
         points = [point(v.tolist(), tenant) for v in rng.standard_normal((600, dimension))]
         await index.upsert(points)
+        # The build waits before absorbing until the writes below are done: however the machine
+        # schedules it, they fall inside the build.
+        release, absorb = asyncio.Event(), index._absorb
+
+        async def absorb_when_released(*args: Any, **kwargs: Any) -> None:
+            await release.wait()
+            await absorb(*args, **kwargs)
+
+        index._absorb = absorb_when_released  # type: ignore[method-assign]
         build = asyncio.create_task(index._build(seal=True, absorb=True))
         while index._changed_during_build is None:  # sealed; exporting in chunks now
             assert not build.done()
@@ -633,6 +642,7 @@ async def test_edge_absorbing_a_build_keeps_what_changed_meanwhile(tmp_path: Pat
         assert index._changed_during_build is not None, "the build ended before the writes"
         assert {moved.id, gone.id} <= index._changed_during_build
 
+        release.set()
         await build
         assert not [p.name for p in (tmp_path / "edge").iterdir() if p.name.startswith("sealed-")]
         assert await index.count() == 599
