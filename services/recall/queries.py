@@ -124,12 +124,10 @@ class Scope:
         v.update((name, value) for name, value in optional.items() if value is not None)
         return v
 
-    def predicate(self, v: Mapping[str, Any] | Binds | None = None) -> ColumnElement[bool]:
-        """The scope as a WHERE clause: over this scope's values, or — in a template
-        (``shared.db.compiled``) — over the named binds standing in for them."""
-        if v is None:
-            v = self.values()
-        return scope_predicate(v)
+    def predicate(self) -> ColumnElement[bool]:
+        """The scope as a WHERE clause over its values (templates use :func:`scope_predicate`
+        over binds of the same names)."""
+        return scope_predicate(self.values())
 
 
 def scope_predicate(v: Mapping[str, Any] | Binds) -> ColumnElement[bool]:

@@ -58,27 +58,29 @@ def build_router(infra: Infra, recall: Recall, results: ResultCache | None = Non
         # event (queue group: the cache is shared); a missed event is bounded by the cache TTL.
         # no_reply: these are the relay's JetStream publishes, whose reply subject awaits the
         # stream's ack; an empty answer from here would reach the relay first and fail its publish.
-        @router.subscriber(
-            MEMORY_WRITTEN,
-            queue="recall-cache",
-            no_reply=True,
-            title="recall:cache.written",
-            decoder=whole_message,
-        )
-        async def on_written(body: object) -> None:
-            """A write changes what recall would answer: drop the agent config's cached replies."""
-            await _invalidate(infra, results, as_message(body).raw_message)
+        for subject, title, description in (
+            (
+                MEMORY_WRITTEN,
+                "written",
+                "A write changes what recall would answer: drop the agent config's cached replies.",
+            ),
+            (
+                MEMORY_PURGED,
+                "purged",
+                "An erasure by any path (prune, expiry, reliability) drops cached replies too.",
+            ),
+        ):
 
-        @router.subscriber(
-            MEMORY_PURGED,
-            queue="recall-cache",
-            no_reply=True,
-            title="recall:cache.purged",
-            decoder=whole_message,
-        )
-        async def on_purged(body: object) -> None:
-            """An erasure by any path (prune, expiry, reliability) drops cached replies too."""
-            await _invalidate(infra, results, as_message(body).raw_message)
+            @router.subscriber(
+                subject,
+                queue="recall-cache",
+                no_reply=True,
+                title=f"recall:cache.{title}",
+                description=description,
+                decoder=whole_message,
+            )
+            async def on_event(body: object) -> None:
+                await _invalidate(infra, results, as_message(body).raw_message)
 
     return router
 

@@ -74,11 +74,14 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
             await msg.respond(msg.data)
 
         await responder.subscribe("bench.echo", cb=echo)
+        # The server has every subscription before the first request (else: no responders).
+        await responder.flush()
+        await broker.connection.flush()
         payload = b"x" * 256
         try:
             return await interleaved(
                 {
-                    f"{label}": lambda subject=subject: client.request(subject, payload, timeout=5)
+                    label: lambda subject=subject: client.request(subject, payload, timeout=5)
                     for label, subject in (
                         ("raw nats-py responder (yardstick)", "bench.echo"),
                         ("FastStream, NatsMessage parameter", "bench.annotated"),

@@ -28,6 +28,7 @@ from contracts.errors import EmbeddingDimensionMismatch, VectorUnavailable
 from shared.ports import TenantFilter, VectorHit, VectorIndex, VectorPoint
 from shared.vectors.qdrant_edge import QdrantEdgeIndex
 from shared.vectors.qdrant_server import QdrantServerIndex
+from tests.platform import eventually
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant")
 
@@ -599,11 +600,11 @@ async def test_edge_small_builds_go_back_into_the_live_shard(tmp_path: Path) -> 
         first_live = index._manifest_now.live
         await index.delete([p.id for p in points[50:]])  # 250 deleted: the live shard seals
 
-        for _ in range(2_400):  # the background task seals, exports and absorbs
+        async def absorbed() -> bool:  # the background task seals, exports and absorbs
             stats = await index.stats()
-            if index._manifest_now.live != first_live and stats.shards == 1 and not stats.building:
-                break
-            await asyncio.sleep(0.05)
+            return index._manifest_now.live != first_live and stats.shards == 1 and not stats.building
+
+        await eventually(absorbed, timeout=120, interval=0.05, what="the small build absorbed")
         assert index._manifest_now.live != first_live, "the live shard was never sealed"
         assert not [p.name for p in (tmp_path / "edge").iterdir() if p.name.startswith("sealed-")]
         stats = await index.stats()
