@@ -1,14 +1,15 @@
-"""all-MiniLM-L6-v2 in-process with numpy: the default embedder. No torch, no network.
+"""all-MiniLM-L6-v2 in-process with onnxruntime: the default embedder. No torch, no network.
 
 The model's own files come from a pinned, checksummed package (:mod:`shared.embedders.model_files`);
 ``tokenizers`` splits texts into word pieces exactly as sentence-transformers does (the same
 ``tokenizer.json``, truncated at 256 pieces); :class:`~shared.embedders._bert.BertEncoder` runs the
-6-layer encoder, mean pooling and L2 normalization in float32. Vectors match sentence-transformers'
+6-layer encoder, mean pooling and L2 normalization in float32, as an ONNX graph it builds from the
+weights, in onnxruntime. Vectors match sentence-transformers'
 to a cosine of at least 0.9999 (``tests/unit/test_minilm_parity.py``).
 
 Speed: texts are sorted by length and encoded in sub-batches of similar lengths (little padding),
-spread over one worker thread per CPU. BLAS itself is held to one thread per call: the products of
-one sub-batch are too small to split well, and a BLAS pool that spins while waiting for its
+spread over one worker thread per CPU. onnxruntime itself is held to one thread per run: the
+products of one sub-batch are too small to split well, and a pool that spins while waiting for its
 threads collapses when the machine is busy (measured: docs/decisions.md, "The default embedder").
 """
 
@@ -25,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load as load_safetensors
-from threadpoolctl import threadpool_limits
 from tokenizers import Encoding, Tokenizer
 
 from shared.embedders._bert import BertEncoder, FloatArray
@@ -50,7 +50,7 @@ class _Model:
 
 
 class MiniLMEmbedder:
-    """An :class:`~shared.ports.Embedder` computing all-MiniLM-L6-v2 (384 dimensions) with numpy.
+    """An :class:`~shared.ports.Embedder` computing all-MiniLM-L6-v2 (384 dimensions) in-process.
 
     The model loads on :meth:`load` or the first :meth:`embed` (about a second: reading and
     checking 90 MB), once per process however many embedders there are; so do its worker threads.
@@ -153,9 +153,6 @@ def _load_unlocked(directory: Path) -> _Model:
     tokenizer.no_padding()
     tokenizer.enable_truncation(_MAX_TOKENS)
     encoder = BertEncoder(load_safetensors(read_checked("model.safetensors", directory)), heads=_HEADS)
-    # One BLAS thread per call, process-wide (see the module docstring); our own threads spread
-    # the sub-batches instead.
-    threadpool_limits(limits=1, user_api="blas")
     return _Model(tokenizer, encoder)
 
 

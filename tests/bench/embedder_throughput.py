@@ -1,12 +1,12 @@
 """The default embedder against torch (``python -m tests.bench.embedder_throughput``, in ``make bench``).
 
-all-MiniLM-L6-v2 in numpy (shared/embedders/minilm.py, the default) and through sentence-transformers
+all-MiniLM-L6-v2 in onnxruntime (shared/embedders/minilm.py, the default) and through sentence-transformers
 on CPU torch (the ``local-model`` extra), in the same run, on the same texts:
 
 - single cue: one short cue per call, as recall embeds a cue it has not seen; p50/p99 over
   ``--cues`` distinct cues (goal: p50 ≤ 10 ms).
 - batch throughput: texts/s over ``--model-texts`` memory-like sentences in batches of 64, as the
-  embed service gets them (goal: numpy ≥ 80% of torch). The two alternate for ``--rounds`` rounds
+  embed service gets them (goal: ours ≥ 80% of torch). The two alternate for ``--rounds`` rounds
   and each keeps its best round: load from other processes only ever makes a round slower.
 
 The hashing embedder's throughput is reported too, as before. Results go to
@@ -121,13 +121,13 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     hashing.embed_sync(texts[:1000])  # warm-up
     results["hashing-384"] = [measure(hashing.embed_sync, texts, batch, args.rounds) for batch in (64, 1000)]
 
-    numpy_minilm = MiniLMEmbedder()
+    ours = MiniLMEmbedder()
     started = time.perf_counter()
-    numpy_minilm.load()
-    results["numpy"] = {"load_s": round(time.perf_counter() - started, 2), "threads": numpy_minilm.threads}
+    ours.load()
+    results["default"] = {"load_s": round(time.perf_counter() - started, 2), "threads": ours.threads}
     cues = make_cues(args.cues)
     texts = make_texts(args.model_texts)
-    contenders: dict[str, Embed] = {"numpy": numpy_minilm.embed_sync}
+    contenders: dict[str, Embed] = {"default": ours.embed_sync}
     missing = missing_dependencies()
     if missing:
         results["torch"] = {"skipped": f"missing {', '.join(missing)} (make install-model)"}
@@ -150,15 +150,15 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         results[name]["batch"] = run
     if "batch" in results["torch"]:
         results["throughput_vs_torch"] = round(
-            results["numpy"]["batch"]["texts_per_s"] / results["torch"]["batch"]["texts_per_s"], 3
+            results["default"]["batch"]["texts_per_s"] / results["torch"]["batch"]["texts_per_s"], 3
         )
     results["machine"]["load_avg_after"] = load_average()
     return results
 
 
 def render(results: dict[str, Any]) -> str:
-    numpy_run, torch_run = results["numpy"], results["torch"]
-    single = numpy_run["single_cue"]
+    ours_run, torch_run = results["default"], results["torch"]
+    single = ours_run["single_cue"]
     rows = [
         "| embedder | single cue p50 ms | p99 ms | CPU ms p50 | texts/s (batch 64) | goal |",
         "|---|---:|---:|---:|---:|---|",
@@ -172,9 +172,9 @@ def render(results: dict[str, Any]) -> str:
         + ("-" if ratio is None else ("met" if ratio >= THROUGHPUT_GOAL else "MISSED"))
     )
     rows.append(
-        f"| all-MiniLM-L6-v2, numpy ({numpy_run['threads']} threads, load {numpy_run['load_s']} s) "
+        f"| all-MiniLM-L6-v2, onnxruntime ({ours_run['threads']} threads, load {ours_run['load_s']} s) "
         f"| {single['p50_ms']} | {single['p99_ms']} | {single['cpu_p50_ms']} "
-        f"| {numpy_run['batch']['texts_per_s']} ({ratio_text}) "
+        f"| {ours_run['batch']['texts_per_s']} ({ratio_text}) "
         f"| {verdict} |"
     )
     if "skipped" in torch_run:

@@ -188,7 +188,7 @@ def load_conversation(path: Path) -> Conversation:
 
 
 def embedder_unavailable(name: str) -> str | None:
-    """Why ``name`` cannot run here, or None (all-MiniLM-L6-v2 runs in numpy: no torch needed)."""
+    """Why ``name`` cannot run here, or None (all-MiniLM-L6-v2 runs in onnxruntime: no torch needed)."""
     if name != "all-MiniLM-L6-v2":
         return None
     from shared.embedders.model_files import ModelFilesError, model_dir

@@ -1,4 +1,4 @@
-"""The texts on which the numpy all-MiniLM-L6-v2 must agree with sentence-transformers, and the
+"""The texts on which the default all-MiniLM-L6-v2 must agree with sentence-transformers, and the
 checked-in reference vectors sentence-transformers gave for them.
 
 Regenerate the reference (needs the ``local-model`` extra: torch and sentence-transformers) with

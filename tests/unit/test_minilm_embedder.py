@@ -1,4 +1,4 @@
-"""The default embedder, all-MiniLM-L6-v2 in numpy (shared/embedders/minilm.py): the port's
+"""The default embedder, all-MiniLM-L6-v2 without torch (shared/embedders/minilm.py): the port's
 behaviour, the checked model files, no torch, and how texts are split over threads."""
 
 from __future__ import annotations
