@@ -264,27 +264,15 @@ async def ranking_inputs(db: Database, scope: Scope, ids: Sequence[UUID]) -> lis
     return [_partial(r) for r in await _run(db, _RANKING_INPUTS, scope, ids=list(ids))]
 
 
-def _partial(r: Mapping[str, Any]) -> Candidate:
-    """A candidate with only what fusion reads (see :func:`ranking_inputs`)."""
+def _partial(r: Sequence[Any]) -> Candidate:
+    """A candidate with only what fusion reads (see :func:`ranking_inputs`), from a row of
+    ``_RANKING_COLUMNS``. By position, not by name: hybrid makes a few hundred per recall, and a
+    Record's name lookups cost more than the tuple."""
+    entry_id, importance, created_at, pinned, occurred_at = r
     return Candidate(
-        id=r["id"],
-        text="",
-        importance=r["importance"],
-        created_at=r["created_at"],
-        updated_at=r["created_at"],
-        memory_type="",
-        layer="",
-        session_id=None,
-        metadata={},
-        pinned=r["pinned"],
-        quarantined=False,
-        source="",
-        reinforcement_count=0,
-        confidence=0.0,
-        reliability=0.0,
-        owner_key="",
-        occurred_at=r["occurred_at"],
-    )
+        entry_id, "", importance, created_at, created_at, "", "", None, {}, pinned, False, "", 0, 0.0,
+        0.0, "", None, occurred_at,
+    )  # fmt: skip
 
 
 def _adjacent_statement(b: Binds) -> CompoundSelect[Any]:
@@ -293,7 +281,7 @@ def _adjacent_statement(b: Binds) -> CompoundSelect[Any]:
     for before in (True, False):
         order = ENTRIES.c.session_position.desc() if before else ENTRIES.c.session_position.asc()
         nearest = (
-            select(*_RANKING_COLUMNS, func.row_number().over(order_by=order).label("distance"))
+            select(*_COLUMNS, func.row_number().over(order_by=order).label("distance"))
             .where(
                 scope_predicate(b),
                 ENTRIES.c.owner_key == hit.c.owner_key,
@@ -326,19 +314,21 @@ async def adjacent(
     db: Database, scope: Scope, ids: Sequence[UUID], reach: int
 ) -> dict[UUID, list[tuple[int, Candidate]]]:
     """For each given entry that has a place in a session, the ``reach`` entries just before and
-    just after it in that session that the scope allows, with their distance (1 = next to it),
-    as :func:`ranking_inputs` reads them (partial rows).
+    just after it in that session that the scope allows, with their distance (1 = next to it).
 
     A session is an owner's: the same ``session_id`` under another owner key is another session,
     even where the caller may see both. Each neighbour passes the whole scope predicate, so a
     neighbour is never an entry the caller could not have recalled; where the entry next in line
     is not visible (another layer, filtered out, expired), the nearest visible one stands in.
+    Neighbours are read whole, as :func:`by_ids` reads entries: a neighbour that wins its place
+    needs no second read.
     """
     if not ids or reach < 1:
         return {}
+    rows = await _run(db, _ADJACENT, scope, ids=list(ids), reach=reach)
     out: dict[UUID, list[tuple[int, Candidate]]] = {}
-    for row in await _run(db, _ADJACENT, scope, ids=list(ids), reach=reach):
-        out.setdefault(row["hit"], []).append((int(row["distance"]), _partial(row)))
+    for row, candidate in zip(rows, _candidates(rows), strict=True):
+        out.setdefault(row["hit"], []).append((int(row["distance"]), candidate))
     return out
 
 

@@ -397,15 +397,19 @@ class Recall:
         )
         diag["vector_rank"] = len(hits)
         weights = query_weights(documents, containing)
-        fresh, lexical = await _overlapped(
-            queries.unindexed_lexical_scores(self._db, scope, cue, documents, containing),
+        vector = {h.id: h.score for h in hits}
+        # The dense hits' ranking inputs are read while the vector store runs the lexical search.
+        (fresh, cands), lexical = await _overlapped(
+            asyncio.gather(
+                queries.unindexed_lexical_scores(self._db, scope, cue, documents, containing),
+                queries.ranking_inputs(self._db, scope, list(vector)),
+            ),
             lambda: self._lexical_search(weights, scope, HYBRID_DEPTH),
         )
         if fresh:  # read-your-writes: what the embed service has not indexed yet
             merged = {**lexical, **fresh}
             lexical = dict(sorted(merged.items(), key=lambda item: (-item[1], str(item[0]))))
-        vector = {h.id: h.score for h in hits}
-        cands = await queries.ranking_inputs(self._db, scope, list({*lexical, *vector}))
+        cands += await queries.ranking_inputs(self._db, scope, [i for i in lexical if i not in vector])
         diag["scope_query"] = len(cands)
         # The lexical leg's best HYBRID_DEPTH that the scope allows, as when it ran in Postgres
         # under the scope's predicate (min-max normalization sees the same list).
@@ -423,18 +427,29 @@ class Recall:
         if min_score is not None:
             floor = _Floor(vector, min_score, complete=len(hits) < depth * 2)
             fused = floor.keep(fused)
+        # Ranked on ranking_inputs' partial rows: the winners are read whole. Those that would win
+        # now are read at once, beside their neighbours (read whole too), which compete for their
+        # places; whoever else wins after that (time grounding can lift any hit) is read last.
+        head = [r.candidate.id for r in fused[:top_k]]
         if semantic.neighbourhood:
-            # The neighbours of the hits that would be returned, competing for their places.
-            ids = [r.candidate.id for r in fused[:top_k]]
-            fused = with_neighbours(fused, await queries.adjacent(self._db, scope, ids, NEIGHBOUR_REACH))
+            adjacent, read = await asyncio.gather(
+                queries.adjacent(self._db, scope, head, NEIGHBOUR_REACH),
+                queries.by_ids(self._db, scope, head),
+            )
+            whole = {c.id: c for c in read}
+            whole.update((c.id, c) for near in adjacent.values() for _, c in near)
+            fused = with_neighbours(fused, adjacent)
             if floor is not None:  # a neighbour passes the floor like any other entry
                 fused = floor.keep(fused)
+        else:
+            whole = {c.id: c for c in await queries.by_ids(self._db, scope, head)}
         if semantic.time_grounding:
             fused = grounded(fused, cue_periods(cue))
-        # Ranked on ranking_inputs' partial rows: read the winners whole (an entry erased in
-        # between is left out).
         winners = fused[:top_k]
-        whole = {c.id: c for c in await queries.by_ids(self._db, scope, [r.candidate.id for r in winners])}
+        unread = [r.candidate.id for r in winners if r.candidate.id not in whole]
+        if unread:
+            whole.update((c.id, c) for c in await queries.by_ids(self._db, scope, unread))
+        # An entry erased since its ranking inputs were read is left out.
         return [Ranked(whole[r.candidate.id], r.score) for r in winners if r.candidate.id in whole]
 
     async def _vector_search(self, cue: str, scope: queries.Scope, limit: int) -> list[Any]:

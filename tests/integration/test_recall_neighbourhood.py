@@ -186,10 +186,13 @@ async def test_a_cue_that_names_a_date_puts_what_happened_then_first(
     )
     await _save(nc, service_token, agent, NONE, None, "Lisbon flights Lisbon flights booked again.")
     await _indexed(nc, service_token, agent, NONE, 2)
-    dated = await _hybrid(
-        nc, service_token, agent, NONE, cue="What happened to the Lisbon flights on 25 May, 2022?"
-    )
+    dated_cue = "What happened to the Lisbon flights on 25 May, 2022?"
+    dated = await _hybrid(nc, service_token, agent, NONE, cue=dated_cue)
     assert dated["results"][0]["text"] == "Lisbon flights were cancelled."
+    # With one place, the dated entry is lifted from below the relevance ranking's first: it is
+    # read whole after grounding (it was neither a winner nor a winner's neighbour before).
+    (only,) = (await _hybrid(nc, service_token, agent, NONE, cue=dated_cue, top_k=1))["results"]
+    assert (only["text"], only["memory_type"]) == ("Lisbon flights were cancelled.", "episodic")
     plain = await _hybrid(nc, service_token, agent, NONE, cue="Lisbon flights")
     assert plain["results"][0]["text"] == "Lisbon flights Lisbon flights booked again."
 
