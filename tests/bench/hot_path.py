@@ -5,7 +5,9 @@ Two interleaved comparisons, each on a fresh nats-server / throwaway database:
 - **subscriber**: a core-NATS echo answered by raw nats-py (the yardstick), by a FastStream
   subscriber taking the message as a ``NatsMessage`` parameter (resolved by fast_depends in a
   worker thread), by one taking it through a decoder (``shared.raw_message``, what the edge does)
-  and by one taking the body only;
+  and by one taking the body only; then what the services' broker adds (FastStream's
+  OpenTelemetry middleware) and what replying through the raw message instead of FastStream's
+  reply publisher (``no_reply=True``) would save;
 - **read**: recall's ``last_k`` statement at 10k entries through an ORM session (how recall read
   before), through SQLAlchemy Core, and compiled once and run by ``Database.fetch``
   (``shared.db.compiled``, what recall does now).
@@ -33,6 +35,7 @@ from services.recall import queries
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.raw_message import as_message, whole_message
+from shared.telemetry import nats_telemetry_middleware
 from shared.time import utcnow
 from tests.bench import measure
 from tests.bench.recall import _copy, _dsn, _rows
@@ -67,7 +70,30 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
         async def body_only(body: bytes) -> bytes:
             return body
 
+        # As services.runtime builds the services' broker: with the OpenTelemetry middleware.
+        traced = NatsBroker(
+            stack.nats.url,
+            middlewares=[nats_telemetry_middleware(None)],
+            log_level=logging.DEBUG,
+            logger=logging.getLogger("bench"),
+        )
+
+        @traced.subscriber("bench.traced", decoder=whole_message)
+        async def traced_decoded(body: object) -> bytes:
+            return bytes(as_message(body).body)
+
+        @traced.subscriber("bench.traced_respond", decoder=whole_message, no_reply=True)
+        async def traced_respond(body: object) -> None:
+            msg = as_message(body)
+            await msg.raw_message.respond(bytes(msg.body))
+
+        @broker.subscriber("bench.respond", decoder=whole_message, no_reply=True)
+        async def decoded_respond(body: object) -> None:
+            msg = as_message(body)
+            await msg.raw_message.respond(bytes(msg.body))
+
         await broker.start()
+        await traced.start()
         responder, client = await nats.connect(stack.nats.url), await nats.connect(stack.nats.url)
 
         async def echo(msg: Msg) -> None:
@@ -77,6 +103,7 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
         # The server has every subscription before the first request (else: no responders).
         await responder.flush()
         await broker.connection.flush()
+        await traced.connection.flush()
         payload = b"x" * 256
         try:
             return await interleaved(
@@ -87,6 +114,12 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
                         ("FastStream, NatsMessage parameter", "bench.annotated"),
                         ("FastStream, whole_message decoder (the edge)", "bench.decoded"),
                         ("FastStream, body only", "bench.body"),
+                        ("FastStream, decoder, reply by the raw message", "bench.respond"),
+                        ("FastStream + telemetry middleware, decoder (the services)", "bench.traced"),
+                        (
+                            "FastStream + telemetry middleware, reply by the raw message",
+                            "bench.traced_respond",
+                        ),
                     )
                 },
                 rounds,
@@ -95,6 +128,7 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
             await client.close()
             await responder.close()
             await broker.stop()
+            await traced.stop()
 
 
 async def reads(rounds: int, entries: int) -> dict[str, dict[str, float]]:
