@@ -91,7 +91,7 @@ class EngramSettings(BaseSettings):
     #: worker keeps its messages with in-progress heartbeats (shared/consumer.py: Batch).
     ack_wait_s: float = Field(default=5.0, gt=0)
 
-    #: The deployment's embedder: ``all-MiniLM-L6-v2`` (the default: in-process, numpy, from the
+    #: The deployment's embedder: ``all-MiniLM-L6-v2`` (the default: in-process, onnxruntime, from the
     #: packaged weights), ``hashing-384`` (lexical feature hashing, not semantic; for tests that
     #: need speed), or a model name served at ``embedder_url`` (any OpenAI-compatible
     #: ``/v1/embeddings``). Changing it needs ``engram reindex`` (docs/decisions.md).

@@ -1,6 +1,6 @@
 """Adapters of the :class:`~shared.ports.Embedder` port, and the choice between them.
 
-- ``minilm.py``: all-MiniLM-L6-v2 in-process with numpy, from a pinned packaged copy: the default.
+- ``minilm.py``: all-MiniLM-L6-v2 in-process with onnxruntime, from a pinned packaged copy: the default.
 - ``hashing.py``: deterministic feature hashing; zero dependencies; for tests that need speed.
 - ``openai_compat.py``: any OpenAI-compatible ``/v1/embeddings`` endpoint.
 - ``minilm_torch.py``: the same model through sentence-transformers and torch (the ``local-model``

@@ -31,6 +31,7 @@ IntArray = npt.NDArray[np.int64]
 _LAYER_NORM_EPS = 1e-12
 #: Opset 20 has Gelu (exact, erf-based) and LayerNormalization as single operators.
 _OPSET = 20
+_IR_VERSION = 10
 
 
 class BertEncoder:
@@ -67,7 +68,8 @@ class BertEncoder:
         length = ids.shape[1]
         if length > self.max_tokens:
             raise ValueError(f"{length} tokens exceed the model's {self.max_tokens} positions")
-        (vectors,) = self._session.run(None, {"ids": ids.astype(np.int64, copy=False), "mask": mask})
+        inputs = {"ids": ids.astype(np.int64, copy=False), "mask": mask.astype(np.float32, copy=False)}
+        (vectors,) = self._session.run(None, inputs)
         return vectors  # type: ignore[no-any-return]
 
 
@@ -223,4 +225,6 @@ def _build(tensors: Mapping[str, np.ndarray], heads: int, hidden: int) -> ModelP
         [helper.make_tensor_value_info("vectors", TensorProto.FLOAT, ["batch", hidden])],
         g.initializers,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)])
+    # The IR version is pinned, not the installed onnx's newest: onnxruntime refuses a model of an
+    # IR version newer than it knows (1.32 refused IR 15), and opset 20 needs only IR 9.
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], ir_version=_IR_VERSION)

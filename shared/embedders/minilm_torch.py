@@ -1,5 +1,5 @@
 """all-MiniLM-L6-v2 through sentence-transformers and torch: the reference the default embedder
-(:mod:`shared.embedders.minilm`, numpy) is checked and measured against, not a deployment choice.
+(:mod:`shared.embedders.minilm`, onnxruntime) is checked and measured against, not a deployment choice.
 
 Reads the same packaged files as the default, offline. Needs the optional extra
 (``pip install -e '.[local-model]'``: torch, sentence-transformers); nothing heavy is imported until

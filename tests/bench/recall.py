@@ -612,7 +612,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             if args.no_model:
                 notes.append("all-MiniLM-L6-v2 rows skipped: --no-model")
             else:
-                minilm = MiniLMEmbedder()  # the default embedder (numpy)
+                minilm = MiniLMEmbedder()  # the default embedder (onnxruntime)
                 started = time.perf_counter()
                 minilm.load()
                 load_s = time.perf_counter() - started

@@ -92,6 +92,7 @@ def test_matches_the_textbook_forward_pass_padded_or_not() -> None:
     for row, seq in enumerate(sequences):
         ids[row, : len(seq)], mask[row, : len(seq)] = seq, 1.0
     vectors = encoder.encode(ids, mask)
+    assert np.array_equal(encoder.encode(ids.astype(np.int32), mask.astype(np.float64)), vectors)
     for vector, seq in zip(vectors, sequences, strict=True):
         assert np.allclose(vector, _reference(w, seq), atol=2e-5)
         assert abs(float(np.linalg.norm(vector)) - 1.0) < 1e-5

@@ -34,7 +34,7 @@ async def test_a_model_with_a_url_chooses_the_endpoint() -> None:
 
 
 def test_minilm_without_a_url_runs_in_process() -> None:
-    """all-MiniLM-L6-v2 without a URL is the in-process numpy model, by either of its names."""
+    """all-MiniLM-L6-v2 without a URL is the in-process onnxruntime model, by either of its names."""
     for name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
         embedder = build_embedder(name)
         assert isinstance(embedder, MiniLMEmbedder)

@@ -1,4 +1,4 @@
-"""The numpy all-MiniLM-L6-v2 computes what sentence-transformers computes: cosine ≥ 0.9999 on
+"""The default all-MiniLM-L6-v2 (onnxruntime) computes what sentence-transformers computes: cosine ≥ 0.9999 on
 every one of 200+ varied texts, against the checked-in reference (no torch needed) and, where the
 ``local-model`` extra is installed, against sentence-transformers live."""
 
