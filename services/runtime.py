@@ -25,7 +25,7 @@ from shared.outbox import OutboxRelay
 from shared.ports import Distiller, Embedder, VectorIndex
 from shared.provenance import MessageSigner
 from shared.settings import EngramSettings
-from shared.telemetry import nats_telemetry_middleware, setup_telemetry
+from shared.telemetry import broker_middleware, setup_telemetry
 from shared.tls import client_tls_context
 from shared.vectors.edge_lock import exclusive_edge_store
 
@@ -127,7 +127,8 @@ async def running_services(
     broker = NatsBroker(
         settings.nats_servers(),
         name=service_label,
-        middlewares=[nats_telemetry_middleware(provider)],
+        # Spans where they are exported; otherwise only the caller's trace context is carried.
+        middlewares=[broker_middleware(provider)],
         max_reconnect_attempts=-1,
         # Replies to this process's own requests (JetStream API, acks, pulled messages) arrive
         # under its own prefix, so least-privilege NATS users can keep each service to its own.

@@ -6,8 +6,9 @@ Two interleaved comparisons, each on a fresh nats-server / throwaway database:
   subscriber taking the message as a ``NatsMessage`` parameter (resolved by fast_depends in a
   worker thread), by one taking it through a decoder (``shared.raw_message``, what the edge does)
   and by one taking the body only; then what the services' broker adds (FastStream's
-  OpenTelemetry middleware) and what replying through the raw message instead of FastStream's
-  reply publisher (``no_reply=True``) would save;
+  OpenTelemetry middleware where spans are exported, the trace propagation alone by default) and
+  what replying through the raw message instead of FastStream's reply publisher
+  (``no_reply=True``) would save;
 - **read**: recall's ``last_k`` statement at 10k entries through an ORM session (how recall read
   before), through SQLAlchemy Core, and compiled once and run by ``Database.fetch``
   (``shared.db.compiled``, what recall does now).
@@ -35,7 +36,7 @@ from services.recall import queries
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.raw_message import as_message, whole_message
-from shared.telemetry import nats_telemetry_middleware
+from shared.telemetry import broker_middleware, nats_telemetry_middleware
 from shared.time import utcnow
 from tests.bench import measure
 from tests.bench.recall import _copy, _dsn, _rows
@@ -70,7 +71,7 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
         async def body_only(body: bytes) -> bytes:
             return body
 
-        # As services.runtime builds the services' broker: with the OpenTelemetry middleware.
+        # As services.runtime builds the services' broker where spans are exported.
         traced = NatsBroker(
             stack.nats.url,
             middlewares=[nats_telemetry_middleware(None)],
@@ -87,6 +88,18 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
             msg = as_message(body)
             await msg.raw_message.respond(bytes(msg.body))
 
+        # As the services run without an exporter (the default): the trace context only.
+        propagating = NatsBroker(
+            stack.nats.url,
+            middlewares=[broker_middleware(None)],
+            log_level=logging.DEBUG,
+            logger=logging.getLogger("bench"),
+        )
+
+        @propagating.subscriber("bench.propagating", decoder=whole_message)
+        async def propagating_decoded(body: object) -> bytes:
+            return bytes(as_message(body).body)
+
         @broker.subscriber("bench.respond", decoder=whole_message, no_reply=True)
         async def decoded_respond(body: object) -> None:
             msg = as_message(body)
@@ -94,6 +107,7 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
 
         await broker.start()
         await traced.start()
+        await propagating.start()
         responder, client = await nats.connect(stack.nats.url), await nats.connect(stack.nats.url)
 
         async def echo(msg: Msg) -> None:
@@ -104,6 +118,7 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
         await responder.flush()
         await broker.connection.flush()
         await traced.connection.flush()
+        await propagating.connection.flush()
         payload = b"x" * 256
         try:
             return await interleaved(
@@ -115,7 +130,14 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
                         ("FastStream, whole_message decoder (the edge)", "bench.decoded"),
                         ("FastStream, body only", "bench.body"),
                         ("FastStream, decoder, reply by the raw message", "bench.respond"),
-                        ("FastStream + telemetry middleware, decoder (the services)", "bench.traced"),
+                        (
+                            "FastStream + telemetry middleware, decoder (services that export spans)",
+                            "bench.traced",
+                        ),
+                        (
+                            "FastStream + trace propagation only, decoder (services by default)",
+                            "bench.propagating",
+                        ),
                         (
                             "FastStream + telemetry middleware, reply by the raw message",
                             "bench.traced_respond",
@@ -129,6 +151,7 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
             await responder.close()
             await broker.stop()
             await traced.stop()
+            await propagating.stop()
 
 
 async def reads(rounds: int, entries: int) -> dict[str, dict[str, float]]:

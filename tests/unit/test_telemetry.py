@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from faststream.nats import NatsBroker, NatsMessage, TestNatsBroker
+from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -25,6 +26,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from shared.logging import NOISY_LOGGERS, setup_logging
 from shared.telemetry import (
+    TracePropagation,
+    broker_middleware,
     extract_context,
     inject_trace_headers,
     nats_telemetry_middleware,
@@ -157,6 +160,44 @@ async def test_middleware_carries_the_trace_through_nats_headers(
     exported = spans.get_finished_spans()
     assert {s.context.trace_id for s in exported} == {trace_id}
     assert len(exported) >= 3  # the outer span, the publish span and the process span
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.parametrize("middleware", ["faststream, no-op tracer", "propagation only"])
+async def test_without_an_exporter_the_callers_trace_still_passes_through(middleware: str) -> None:
+    """Where no spans are exported, the services' broker carries only the trace context
+    (``TracePropagation``), and carries it exactly as FastStream's telemetry middleware does
+    with the no-op tracer: what a handler publishes carries the caller's ``traceparent``; a
+    message without one makes none up."""
+    chosen = (
+        nats_telemetry_middleware(None) if middleware.startswith("faststream") else broker_middleware(None)
+    )
+    broker = NatsBroker(middlewares=[chosen])
+    forwarded: list[dict[str, str]] = []
+
+    @broker.subscriber("engram.test.first")
+    async def first(body: str) -> str:
+        await broker.publish(body, "engram.test.second")
+        return "reply"
+
+    @broker.subscriber("engram.test.second")
+    async def second(body: str, msg: NatsMessage) -> None:
+        forwarded.append(dict(msg.headers))
+
+    async with TestNatsBroker(broker) as test_broker:
+        reply = await test_broker.request("traced", "engram.test.first", headers={"traceparent": TRACEPARENT})
+        await test_broker.publish("untraced", "engram.test.first")
+
+    assert [h.get("traceparent") for h in forwarded] == [TRACEPARENT, None]
+    assert reply.body == b"reply"
+
+
+def test_the_services_trace_in_full_only_where_spans_are_exported(provider: TracerProvider) -> None:
+    """FastStream's telemetry middleware (spans) with a provider, the propagation alone without."""
+    assert broker_middleware(None) is TracePropagation
+    assert isinstance(broker_middleware(provider), NatsTelemetryMiddleware)
 
 
 @pytest.mark.usefixtures("restore_logging")
