@@ -88,13 +88,14 @@ async def test_each_tool_calls_its_operation_and_nothing_else(session: Client, o
         async with session:
             for decl in TOOLS:
                 seen.clear()
-                await session.call_tool(decl.name, arguments[decl.name])
+                result = await session.call_tool(decl.name, arguments[decl.name])
 
                 async def observed() -> bool:
                     return bool(seen)
 
                 # The observer's callbacks run on their own task: wait for the request to show.
-                await eventually(observed, what=f"{decl.name}'s request")
+                # (What the tool answered is in the message: a loaded CI run once saw no request.)
+                await eventually(observed, what=f"{decl.name}'s request; the tool said {text_of(result)!r}")
                 assert seen == [by_mcp_tool(decl.name).subject], decl.name
     finally:
         for sub in subs:
