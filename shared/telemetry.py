@@ -113,14 +113,14 @@ class TracePropagation(BaseMiddleware[Any, Any]):
         headers = msg.headers
         if not headers or _TRACEPARENT not in headers or isinstance(msg.raw_message, list):
             return await call_next(msg)
-        token = otel_context.attach(propagate.extract(headers))
+        token = otel_context.attach(extract_context(headers))
         try:
             return await call_next(msg)
         finally:
             otel_context.detach(token)
 
     async def publish_scope(self, call_next: Callable[[Any], Awaitable[Any]], cmd: Any) -> Any:
-        propagate.inject(cmd.headers)  # adds nothing without a current trace context
+        cmd.headers = inject_trace_headers(cmd.headers)  # unchanged without a trace context
         return await call_next(cmd)
 
 

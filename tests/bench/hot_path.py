@@ -55,6 +55,28 @@ async def interleaved(calls: dict[str, Call], rounds: int) -> dict[str, dict[str
     return {name: measure.summary(ms) for name, ms in samples.items()}
 
 
+def _serve_echoes(broker: NatsBroker, prefix: str) -> None:
+    """Echo responders on ``broker``: ``prefix.decoded`` as the edge answers (the decoder, the
+    reply returned to FastStream) and ``prefix.respond`` replying through the raw message."""
+
+    @broker.subscriber(f"{prefix}.decoded", decoder=whole_message)
+    async def decoded(body: object) -> bytes:
+        return bytes(as_message(body).body)
+
+    @broker.subscriber(f"{prefix}.respond", decoder=whole_message, no_reply=True)
+    async def respond(body: object) -> None:
+        msg = as_message(body)
+        await msg.raw_message.respond(bytes(msg.body))
+
+
+def _echo_broker(url: str, prefix: str, middleware: Any) -> NatsBroker:
+    broker = NatsBroker(
+        url, middlewares=[middleware], log_level=logging.DEBUG, logger=logging.getLogger("bench")
+    )
+    _serve_echoes(broker, prefix)
+    return broker
+
+
 async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
     async with measure.running_stack() as stack:
         broker = NatsBroker(stack.nats.url, log_level=logging.DEBUG, logger=logging.getLogger("bench"))
@@ -63,47 +85,15 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
         async def annotated(msg: NatsMessage) -> bytes:
             return bytes(msg.body)
 
-        @broker.subscriber("bench.decoded", decoder=whole_message)
-        async def decoded(body: object) -> bytes:
-            return bytes(as_message(body).body)
-
         @broker.subscriber("bench.body")
         async def body_only(body: bytes) -> bytes:
             return body
 
-        # As services.runtime builds the services' broker where spans are exported.
-        traced = NatsBroker(
-            stack.nats.url,
-            middlewares=[nats_telemetry_middleware(None)],
-            log_level=logging.DEBUG,
-            logger=logging.getLogger("bench"),
-        )
-
-        @traced.subscriber("bench.traced", decoder=whole_message)
-        async def traced_decoded(body: object) -> bytes:
-            return bytes(as_message(body).body)
-
-        @traced.subscriber("bench.traced_respond", decoder=whole_message, no_reply=True)
-        async def traced_respond(body: object) -> None:
-            msg = as_message(body)
-            await msg.raw_message.respond(bytes(msg.body))
-
-        # As the services run without an exporter (the default): the trace context only.
-        propagating = NatsBroker(
-            stack.nats.url,
-            middlewares=[broker_middleware(None)],
-            log_level=logging.DEBUG,
-            logger=logging.getLogger("bench"),
-        )
-
-        @propagating.subscriber("bench.propagating", decoder=whole_message)
-        async def propagating_decoded(body: object) -> bytes:
-            return bytes(as_message(body).body)
-
-        @broker.subscriber("bench.respond", decoder=whole_message, no_reply=True)
-        async def decoded_respond(body: object) -> None:
-            msg = as_message(body)
-            await msg.raw_message.respond(bytes(msg.body))
+        # As services.runtime builds the services' broker: FastStream's telemetry middleware
+        # where spans are exported, the trace propagation alone by default.
+        traced = _echo_broker(stack.nats.url, "bench.traced", nats_telemetry_middleware(None))
+        propagating = _echo_broker(stack.nats.url, "bench.propagating", broker_middleware(None))
+        _serve_echoes(broker, "bench.plain")
 
         await broker.start()
         await traced.start()
@@ -127,21 +117,19 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
                     for label, subject in (
                         ("raw nats-py responder (yardstick)", "bench.echo"),
                         ("FastStream, NatsMessage parameter", "bench.annotated"),
-                        ("FastStream, whole_message decoder (the edge)", "bench.decoded"),
+                        ("FastStream, whole_message decoder (the edge)", "bench.plain.decoded"),
                         ("FastStream, body only", "bench.body"),
-                        ("FastStream, decoder, reply by the raw message", "bench.respond"),
+                        ("FastStream, decoder, reply by the raw message", "bench.plain.respond"),
                         (
-                            "FastStream + telemetry middleware, decoder (services that export spans)",
-                            "bench.traced",
+                            "+ telemetry middleware, decoder (services exporting spans)",
+                            "bench.traced.decoded",
                         ),
+                        ("+ telemetry middleware, reply by the raw message", "bench.traced.respond"),
                         (
-                            "FastStream + trace propagation only, decoder (services by default)",
-                            "bench.propagating",
+                            "+ trace propagation only, decoder (services by default)",
+                            "bench.propagating.decoded",
                         ),
-                        (
-                            "FastStream + telemetry middleware, reply by the raw message",
-                            "bench.traced_respond",
-                        ),
+                        ("+ trace propagation only, reply by the raw message", "bench.propagating.respond"),
                     )
                 },
                 rounds,
