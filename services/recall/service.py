@@ -67,6 +67,11 @@ U = TypeVar("U")
 
 #: How many ranked hits each of hybrid's two retrievers contributes to the fusion.
 HYBRID_DEPTH = 100
+#: How many hits each of hybrid's legs asks the vector store for: a quarter more than it keeps,
+#: for those Postgres's re-check drops (expired, erased, filtered since they were indexed). The
+#: store's cost grows with it (an HNSW search is ``limit`` wide), so not the double that semantic's
+#: few hits can afford.
+HYBRID_FETCH = HYBRID_DEPTH + HYBRID_DEPTH // 4
 SEMANTIC_MAX_TOP_K = 20
 _CUE_STRATEGIES = {"pack", "semantic", "hybrid"}
 _VECTOR_STRATEGIES = {"semantic", "hybrid"}
@@ -383,9 +388,9 @@ class Recall:
             return rank_pack(cands, cue or None, top_k, scope.now)
         if not cue:
             raise InvalidRequest(f"strategy {strategy!r} needs a cue")
-        depth = top_k if strategy == "semantic" else HYBRID_DEPTH
         if strategy == "semantic":
-            hits = await self._vector_search(cue, scope, depth)
+            # Over-fetch: Postgres re-checks each hit (expiry, lifecycle, filters) and may drop some.
+            hits = await self._vector_search(cue, scope, top_k * 2)
             diag["vector_rank"] = len(hits)
             scores = {h.id: h.score for h in hits if min_score is None or h.score >= min_score}
             cands = await queries.by_ids(self._db, scope, list(scores))
@@ -393,9 +398,9 @@ class Recall:
             return rank_semantic(cands, scores, top_k)
         # Postgres answers each leg's query while the vector store searches the other's.
         (documents, containing), hits = await _overlapped(
-            queries.cue_statistics(self._db, scope, cue), lambda: self._vector_search(cue, scope, depth)
+            queries.cue_statistics(self._db, scope, cue),
+            lambda: self._vector_search(cue, scope, HYBRID_FETCH),
         )
-        diag["vector_rank"] = len(hits)
         weights = query_weights(documents, containing)
         vector = {h.id: h.score for h in hits}
         # The dense hits' ranking inputs are read while the vector store runs the lexical search.
@@ -404,17 +409,20 @@ class Recall:
                 queries.unindexed_lexical_scores(self._db, scope, cue, documents, containing),
                 queries.ranking_inputs(self._db, scope, list(vector)),
             ),
-            lambda: self._lexical_search(weights, scope, HYBRID_DEPTH),
+            lambda: self._lexical_search(weights, scope, HYBRID_FETCH),
         )
         if fresh:  # read-your-writes: what the embed service has not indexed yet
             merged = {**lexical, **fresh}
             lexical = dict(sorted(merged.items(), key=lambda item: (-item[1], str(item[0]))))
         cands += await queries.ranking_inputs(self._db, scope, [i for i in lexical if i not in vector])
         diag["scope_query"] = len(cands)
-        # The lexical leg's best HYBRID_DEPTH that the scope allows, as when it ran in Postgres
-        # under the scope's predicate (min-max normalization sees the same list).
+        # Each leg's best HYBRID_DEPTH that the scope allows, as when the lexical leg ran in
+        # Postgres under the scope's predicate (min-max normalization sees the same list).
         known = {c.id for c in cands}
         lexical = dict([(i, s) for i, s in lexical.items() if i in known][:HYBRID_DEPTH])
+        complete = len(hits) < HYBRID_FETCH
+        vector = dict([(i, s) for i, s in vector.items() if i in known][:HYBRID_DEPTH])
+        diag["vector_rank"] = len(vector)
         diag["lexical_rank"] = len(lexical)
         # Fused over both legs whole, then floored: the floor changes which entries are
         # returned, never how the others score.
@@ -425,7 +433,7 @@ class Recall:
             fused = fuse_convex(cands, lexical, vector, every, scope.now)
         floor = None
         if min_score is not None:
-            floor = _Floor(vector, min_score, complete=len(hits) < depth * 2)
+            floor = _Floor(vector, min_score, complete=complete)
             fused = floor.keep(fused)
         # Ranked on ranking_inputs' partial rows: the winners are read whole. Those that would win
         # now are read at once, beside their neighbours (read whole too), which compete for their
@@ -460,8 +468,7 @@ class Recall:
             (vector,) = await self._embedder.embed([cue])
             await self._cue_vectors.put(cue, vector)
         try:
-            # Over-fetch: Postgres re-checks each hit (expiry, lifecycle, filters) and may drop some.
-            return list(await self._index.search(vector, scope.tenant(), limit * 2))
+            return list(await self._index.search(vector, scope.tenant(), limit))
         except VectorUnavailable:
             raise
         except Exception as exc:
@@ -476,7 +483,7 @@ class Recall:
         if self._index is None:
             raise VectorUnavailable("the vector index is not available")
         try:
-            hits = await self._index.search_lexical(terms, scope.tenant(), limit * 2)
+            hits = await self._index.search_lexical(terms, scope.tenant(), limit)
         except VectorUnavailable:
             raise
         except Exception as exc:

@@ -7,8 +7,8 @@ The conversations are stored once through Engram's real write path, as ``make ev
 one save request per LoCoMo session with its ``session_id`` and ``occurred_at``), and embedded by
 the embed service. Then the services stop and, per question, hybrid's two legs are run once
 in-process exactly as recall runs them (the dense search and ``cue_statistics`` + the lexical
-sparse search, each twice ``HYBRID_DEPTH`` deep, the hits re-checked through
-``queries.ranking_inputs`` and the lexical leg cut to its best ``HYBRID_DEPTH``), and so are the
+sparse search, each ``HYBRID_FETCH`` deep, the hits re-checked through
+``queries.ranking_inputs`` and each leg cut to its best ``HYBRID_DEPTH``), and so are the
 hits' session neighbours (``queries.adjacent``, read from the stored ``session_position``). Every
 method re-ranks those same legs with the product's own functions where it has them, so
 differences are the methods', not the retrievers' or the machine's; ``convex`` here is what
@@ -67,7 +67,7 @@ from contracts.common import Principal
 from services.recall import queries
 from services.recall.candidates import Candidate
 from services.recall.ranking import NEIGHBOUR_REACH, Ranked, fuse_convex, fuse_hybrid, with_neighbours
-from services.recall.service import HYBRID_DEPTH
+from services.recall.service import HYBRID_DEPTH, HYBRID_FETCH
 from services.recall.time_grounding import Period, cue_periods, grounded
 from services.runtime import build_embedder, build_vector_index, running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
@@ -246,7 +246,7 @@ async def _retrieve(
                 vectors[c.id] = np.asarray(v, dtype=np.float32)
             cue_vectors = await embedder.embed([q.question for q in conv.questions])
             for q, cue_vector in zip(conv.questions, cue_vectors, strict=True):
-                dense = {h.id: h.score for h in await index.search(cue_vector, tenant, HYBRID_DEPTH * 2)}
+                dense = {h.id: h.score for h in await index.search(cue_vector, tenant, HYBRID_FETCH)}
                 documents, containing = await queries.cue_statistics(db, scope, q.question)
                 async with db.read() as session:
                     capitalized = " ".join(re.findall(r"\b[A-Z][\w'-]*", q.question))
@@ -262,10 +262,11 @@ async def _retrieve(
                 for lexeme in entity_lexemes:
                     if term_index(lexeme) in boosted:
                         boosted[term_index(lexeme)] *= 2
-                found = [await index.search_lexical(w, tenant, HYBRID_DEPTH * 2) for w in (weights, boosted)]
+                found = [await index.search_lexical(w, tenant, HYBRID_FETCH) for w in (weights, boosted)]
                 hits = {*dense, *(h.id for leg in found for h in leg)}
                 cands = {c.id: c for c in await queries.ranking_inputs(db, scope, list(hits))}
-                # As recall: the lexical leg's best HYBRID_DEPTH that the scope allows.
+                # As recall: each leg's best HYBRID_DEPTH that the scope allows.
+                dense = dict([(i, s) for i, s in dense.items() if i in cands][:HYBRID_DEPTH])
                 lexical, lexical_e = (
                     dict([(h.id, h.score) for h in leg if h.id in cands][:HYBRID_DEPTH]) for leg in found
                 )

@@ -285,3 +285,42 @@ async def test_min_score_lets_nothing_through_when_nothing_fits(
     for fields in ({"strategy": "last_k"}, {"strategy": "pack", "cue": "VPN"}, {}):
         reply = await _recall(nc, service_token, agent, min_score=0.2, **fields)
         assert reply["error"]["code"] == "INVALID_REQUEST", (fields, reply)
+
+
+async def test_each_hybrid_leg_ranks_its_best_hybrid_depth(
+    engram: Infra, nc: Client, agent: UUID, service_token: str
+) -> None:
+    """hybrid asks the vector store for a few more hits than it ranks (Postgres's re-check may drop
+    some) and each leg then contributes its best HYBRID_DEPTH: with more entries than that
+    matching the cue, both legs rank exactly HYBRID_DEPTH (the diagnostics' counts)."""
+    from services.recall.service import HYBRID_DEPTH, HYBRID_FETCH
+
+    count = HYBRID_FETCH + 10
+    texts = [f"Deploy note {i}: the staging cluster rotates its keys." for i in range(count)]
+    ids = [*await _save(nc, service_token, agent, None, *texts[:100])]
+    ids += await _save(nc, service_token, agent, None, *texts[100:])
+    none = {"kind": "none"}
+
+    async def all_indexed() -> bool:
+        statuses: list[str] = []
+        token: str | None = None
+        while True:
+            body: dict[str, object] = {"agent_config_id": str(agent), "page_size": 100}
+            if token is not None:
+                body["page_token"] = token
+            page = await request(nc, "engram.memory.list", body, service_token)
+            statuses += [e["embedding_status"] for e in page["entries"]]
+            token = page["next_page_token"]
+            if token is None:
+                return len(statuses) == count and set(statuses) == {"indexed"}
+
+    await eventually(all_indexed, timeout=60, what=f"{count} entries indexed")
+    reply = await _recall(
+        nc, service_token, agent, principal=none, strategy="hybrid", cue="staging keys", diagnostics="summary"
+    )
+    assert (reply["diagnostics"]["vector_rank"], reply["diagnostics"]["lexical_rank"]) == (
+        HYBRID_DEPTH,
+        HYBRID_DEPTH,
+    ), reply["diagnostics"]
+    assert reply["count"] == 10
+    assert {r["id"] for r in reply["results"]} <= set(ids)
