@@ -12,6 +12,7 @@ import os
 from array import array
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -52,6 +53,7 @@ __all__ = [
     "BuildSpec",
     "Generation",
     "Manifest",
+    "best_hits",
     "create_shard",
     "edge_filter",
     "edge_point",
@@ -60,7 +62,6 @@ __all__ = [
     "read_points",
     "sealed_config",
     "sparse_query",
-    "to_hits",
 ]
 
 LIVE_PREFIX = "live-"
@@ -183,8 +184,28 @@ def sparse_query(terms: dict[int, float]) -> SparseVector:
     return SparseVector(indices, [terms[i] for i in indices])
 
 
-def to_hits(points: Sequence[ScoredPoint]) -> list[VectorHit]:
-    return [VectorHit(_uuid(point.id), point.score) for point in points]
+def best_hits(points: Sequence[ScoredPoint], limit: int) -> list[VectorHit]:
+    """The ``limit`` best of every shard's points, highest score first, each id once (an id in
+    two shards after a crash has the same vector there, so either copy will do).
+
+    Sorted before any hit is made: each shard returns up to ``limit`` points, and only ``limit``
+    of them all become hits (hybrid merges a few hundred per search; making a hit and hashing
+    its id for each cost more than the sort)."""
+    scored = sorted(((point.score, point) for point in points), key=_first, reverse=True)
+    hits: list[VectorHit] = []
+    seen: set[Any] = set()
+    for score, point in scored:
+        point_id = point.id  # Edge makes a new UUID object on each access
+        if point_id in seen:
+            continue
+        seen.add(point_id)
+        hits.append(VectorHit(_uuid(point_id), score))
+        if len(hits) == limit:
+            break
+    return hits
+
+
+_first = itemgetter(0)
 
 
 def _uuid(point_id: int | UUID | str) -> UUID:

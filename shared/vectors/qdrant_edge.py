@@ -59,6 +59,7 @@ from shared.vectors._edge_shards import (
     BuildSpec,
     Generation,
     Manifest,
+    best_hits,
     create_shard,
     edge_filter,
     edge_point,
@@ -66,9 +67,8 @@ from shared.vectors._edge_shards import (
     live_config,
     read_points,
     sparse_query,
-    to_hits,
 )
-from shared.vectors._tenancy import check_dimension, check_limit, payload_of, sees_anything, top_hits
+from shared.vectors._tenancy import check_dimension, check_limit, payload_of, sees_anything
 
 __all__ = ["EdgeIndexStats", "QdrantEdgeIndex"]
 
@@ -212,7 +212,7 @@ class QdrantEdgeIndex:
         found: list[ScoredPoint] = []
         for shard in self._shards():
             found.extend(shard.query(request))
-        return top_hits(to_hits(found), limit)
+        return best_hits(found, limit)
 
     async def count(self) -> int:
         await self._open()
@@ -516,7 +516,7 @@ class QdrantEdgeIndex:
 
         The live shard takes the points (flushed) before the manifest drops ``inputs``: a crash in
         between leaves an id in two shards with the same vector, which searches return once
-        (``top_hits`` keeps each id once) and the next write or delete of that id settles; the
+        (``best_hits`` keeps each id once) and the next write or delete of that id settles; the
         other order could lose it."""
         async with self._write_lock:
             changed = self._changed_during_build or set()
