@@ -247,7 +247,8 @@ class Recall:
         if outcome.quarantined:
             warnings.append("memory_context_quarantined")
         pack_id = uuid4()
-        returned = tuple(UUID(str(r["id"])) for r in outcome.results)
+        # The results are the ranking's first ones (the budget keeps a prefix): their ids as ranked.
+        returned = tuple(r.candidate.id for r in ranked[: len(outcome.results)])
         self._disclose(credential, request, caller, strategy, pack_id, returned)
         reply: dict[str, Any] = {
             "results": outcome.results,
