@@ -421,8 +421,7 @@ class Recall:
         # Postgres under the scope's predicate (min-max normalization sees the same list).
         known = {c.id for c in cands}
         lexical = dict([(i, s) for i, s in lexical.items() if i in known][:HYBRID_DEPTH])
-        complete = len(hits) < HYBRID_FETCH
-        vector = dict([(i, s) for i, s in vector.items() if i in known][:HYBRID_DEPTH])
+        fetched, vector = vector, dict([(i, s) for i, s in vector.items() if i in known][:HYBRID_DEPTH])
         diag["vector_rank"] = len(vector)
         diag["lexical_rank"] = len(lexical)
         # Fused over both legs whole, then floored: the floor changes which entries are
@@ -434,7 +433,8 @@ class Recall:
             fused = fuse_convex(cands, lexical, vector, every, scope.now)
         floor = None
         if min_score is not None:
-            floor = _Floor(vector, min_score, complete=complete)
+            # Every dense hit's cosine is known, ranked or not: the floor judges by all of them.
+            floor = _Floor(fetched, min_score, complete=len(hits) < HYBRID_FETCH)
             fused = floor.keep(fused)
         # Ranked on ranking_inputs' partial rows: the winners are read whole. Those that would win
         # now are read at once, beside their neighbours (read whole too), which compete for their

@@ -56,6 +56,7 @@ from contracts.events import MemoryWritten
 from contracts.subjects import MEMORY_WRITTEN, RECALL
 from services.embed.indexer import index_entries
 from services.recall import queries
+from services.recall.service import HYBRID_FETCH
 from services.runtime import running_services
 from shared.db.compiled import Template
 from shared.db.engine import Database
@@ -306,11 +307,11 @@ async def stage_timings(
 
     hits_for: dict[str, list[UUID]] = {}
     for cue, vector in sample:
-        hits_for[cue] = [h.id for h in await index.search(vector, tenant, 200)]
+        hits_for[cue] = [h.id for h in await index.search(vector, tenant, HYBRID_FETCH)]
 
     async def lexical_leg(cue: str, _: list[float]) -> Any:
         documents, containing = await queries.cue_statistics(infra_db, scope(), cue)
-        return await index.search_lexical(query_weights(documents, containing), tenant, 200)
+        return await index.search_lexical(query_weights(documents, containing), tenant, HYBRID_FETCH)
 
     stages: dict[str, Callable[[str, list[float]], Awaitable[Any]]] = {
         "sql newest (last_k)": sql(lambda s, c: queries.newest(s, scope(), TOP_K)),
@@ -320,11 +321,15 @@ async def stage_timings(
             lambda s, c: queries.lexical_ids(s, scope(), c, 100)
         ),
         "sql cue_statistics (hybrid's IDF)": sql(lambda s, c: queries.cue_statistics(s, scope(), c)),
-        "cue_statistics + edge search_lexical 200 (hybrid's lexical leg)": lexical_leg,
+        f"cue_statistics + edge search_lexical {HYBRID_FETCH} (hybrid's lexical leg)": lexical_leg,
         "sql by_ids 20 (semantic)": sql(lambda s, c: queries.by_ids(s, scope(), hits_for[c][:20])),
-        "sql by_ids 200 (hybrid-sized)": sql(lambda s, c: queries.by_ids(s, scope(), hits_for[c][:200])),
+        f"sql by_ids {HYBRID_FETCH} (a hybrid leg's hits)": sql(
+            lambda s, c: queries.by_ids(s, scope(), hits_for[c][:HYBRID_FETCH])
+        ),
         "edge search limit 20": lambda c, v: index.search(v, tenant, 20),
-        "edge search limit 200": lambda c, v: index.search(v, tenant, 200),
+        f"edge search limit {HYBRID_FETCH} (hybrid's dense leg)": lambda c, v: index.search(
+            v, tenant, HYBRID_FETCH
+        ),
     }
     out: dict[str, Any] = {}
     for name, stage in stages.items():
@@ -595,7 +600,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     infra.db, index, hashing, org, biggest.agent, cues[:100]
                 )
                 (cue_vector,) = await hashing.embed([cues[0]])
-                hits = await index.search(cue_vector, TenantFilter(org, biggest.agent, ("",)), 200)
+                hits = await index.search(cue_vector, TenantFilter(org, biggest.agent, ("",)), HYBRID_FETCH)
                 hit_ids = [hit.id for hit in hits]
                 results["explain"] = {
                     "cue": cues[0],

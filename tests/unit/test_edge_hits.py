@@ -32,4 +32,5 @@ def test_the_best_of_every_shard_highest_first_each_id_once(tmp_path: Path) -> N
     assert all(isinstance(h.id, UUID) for h in hits)
     assert [h.id for h in best_hits(found, 2)] == [a, b]
     assert [h.id for h in best_hits(found, 3)] == [a, b, twice]
+    assert [h.id for h in best_hits(found, 4)] == [a, b, twice, c]  # the copy takes no place
     assert best_hits([], 5) == []
