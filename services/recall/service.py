@@ -9,9 +9,10 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
@@ -420,8 +421,8 @@ class Recall:
         # Each leg's best HYBRID_DEPTH that the scope allows, as when the lexical leg ran in
         # Postgres under the scope's predicate (min-max normalization sees the same list).
         known = {c.id for c in cands}
-        lexical = dict([(i, s) for i, s in lexical.items() if i in known][:HYBRID_DEPTH])
-        fetched, vector = vector, dict([(i, s) for i, s in vector.items() if i in known][:HYBRID_DEPTH])
+        lexical = best_allowed(lexical, known)
+        fetched, vector = vector, best_allowed(vector, known)
         diag["vector_rank"] = len(vector)
         diag["lexical_rank"] = len(lexical)
         # Fused over both legs whole, then floored: the floor changes which entries are
@@ -532,6 +533,12 @@ class Recall:
             truncated=truncated,
             not_found=[i for i in examined if i not in by_id],
         )
+
+
+def best_allowed(leg: Mapping[UUID, float], allowed: Container[UUID]) -> dict[UUID, float]:
+    """A hybrid leg's first ``HYBRID_DEPTH`` hits (best first) among those ``allowed``: what it
+    contributes to the fusion once Postgres has re-checked its hits."""
+    return dict(islice(((i, s) for i, s in leg.items() if i in allowed), HYBRID_DEPTH))
 
 
 def has_content(cue: str) -> bool:

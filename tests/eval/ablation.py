@@ -67,7 +67,7 @@ from contracts.common import Principal
 from services.recall import queries
 from services.recall.candidates import Candidate
 from services.recall.ranking import NEIGHBOUR_REACH, Ranked, fuse_convex, fuse_hybrid, with_neighbours
-from services.recall.service import HYBRID_DEPTH, HYBRID_FETCH
+from services.recall.service import HYBRID_FETCH, best_allowed
 from services.recall.time_grounding import Period, cue_periods, grounded
 from services.runtime import build_embedder, build_vector_index, running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
@@ -266,10 +266,8 @@ async def _retrieve(
                 hits = {*dense, *(h.id for leg in found for h in leg)}
                 cands = {c.id: c for c in await queries.ranking_inputs(db, scope, list(hits))}
                 # As recall: each leg's best HYBRID_DEPTH that the scope allows.
-                dense = dict([(i, s) for i, s in dense.items() if i in cands][:HYBRID_DEPTH])
-                lexical, lexical_e = (
-                    dict([(h.id, h.score) for h in leg if h.id in cands][:HYBRID_DEPTH]) for leg in found
-                )
+                dense = best_allowed(dense, cands)
+                lexical, lexical_e = (best_allowed({h.id: h.score for h in leg}, cands) for leg in found)
                 adjacent = await queries.adjacent(db, scope, list(cands), MAX_REACH)
                 out.append(
                     Legs(

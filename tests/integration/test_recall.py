@@ -7,9 +7,12 @@ from uuid import UUID, uuid4
 
 import pytest
 from nats.aio.client import Client
+from sqlalchemy import func, select
 
 from contracts.common import Principal
+from services.recall.service import HYBRID_DEPTH, HYBRID_FETCH
 from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.db.models import ENTRIES
 from shared.infra import Infra
 from tests.platform import eventually, publish_session, request, session_payload
 
@@ -293,26 +296,20 @@ async def test_each_hybrid_leg_ranks_its_best_hybrid_depth(
     """hybrid asks the vector store for a few more hits than it ranks (Postgres's re-check may drop
     some) and each leg then contributes its best HYBRID_DEPTH: with more entries than that
     matching the cue, both legs rank exactly HYBRID_DEPTH (the diagnostics' counts)."""
-    from services.recall.service import HYBRID_DEPTH, HYBRID_FETCH
-
     count = HYBRID_FETCH + 10
     texts = [f"Deploy note {i}: the staging cluster rotates its keys." for i in range(count)]
-    ids = [*await _save(nc, service_token, agent, None, *texts[:100])]
+    ids = await _save(nc, service_token, agent, None, *texts[:100])  # at most 100 per save
     ids += await _save(nc, service_token, agent, None, *texts[100:])
     none = {"kind": "none"}
 
     async def all_indexed() -> bool:
-        statuses: list[str] = []
-        token: str | None = None
-        while True:
-            body: dict[str, object] = {"agent_config_id": str(agent), "page_size": 100}
-            if token is not None:
-                body["page_token"] = token
-            page = await request(nc, "engram.memory.list", body, service_token)
-            statuses += [e["embedding_status"] for e in page["entries"]]
-            token = page["next_page_token"]
-            if token is None:
-                return len(statuses) == count and set(statuses) == {"indexed"}
+        waiting = (
+            select(func.count())
+            .select_from(ENTRIES)
+            .where(ENTRIES.c.agent_config_id == agent, ENTRIES.c.embedding_status != "indexed")
+        )
+        async with engram.db.read() as session:
+            return await session.scalar(waiting) == 0
 
     await eventually(all_indexed, timeout=60, what=f"{count} entries indexed")
     reply = await _recall(
