@@ -13,7 +13,6 @@ bound below (45 s from ready) fails that and leaves a loaded machine plenty of r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import shutil
@@ -123,23 +122,23 @@ async def test_sigkill_of_engram_up_mid_batch_then_restart_processes_every_sessi
             expected = expected_lessons(payloads)
             await raise_cap(before.db, org, agent)
             nc = await before.connect()
-            # Published while the stack distills, as a platform publishes: the kill comes mid-stream.
-            # (Publishing first and killing after let distill keep pace: it had all 600 done, or
-            # 986 of 1,000, by the kill.)
-            await audit_count(before.db, org, "distill.completed")  # the watcher's connection, opened now
-            publishing = asyncio.create_task(publish_all(nc, payloads, before.connection.token))
 
+            # Published while the stack distills, one at a time, the distilled count read between
+            # publishes: the kill comes once KILL_AFTER are distilled, mid-stream. (Publishing
+            # first let distill finish all 600 by the kill; a watcher polling beside 600
+            # concurrent publishes was starved on a loaded run and first saw 600/600.)
             async def some_distilled() -> bool:
                 return await audit_count(before.db, org, "distill.completed") >= KILL_AFTER
 
+            for payload in payloads:
+                await publish_all(nc, [payload], before.connection.token)
+                if await some_distilled():
+                    break
             await eventually(some_distilled, timeout=120, interval=0.02, what="some sessions distilled")
             at_kill = await audit_count(before.db, org, "distill.completed")
             postmaster = postmaster_pid(data_dir)
             first.kill()  # SIGKILL: the process group, and Postgres (its own session)
             killed = time.monotonic()
-            publishing.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await publishing
             await before.abandon()
         assert at_kill < SESSIONS, f"kill came too late to test anything ({at_kill}/{SESSIONS})"
         assert postmaster is not None
