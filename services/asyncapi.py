@@ -4,8 +4,10 @@
     python -m services.asyncapi --check    # exit 1 if the file is missing or stale
 
 FastStream describes the brokers' subscribers (the four services' routers, built exactly as
-``services.runtime`` builds them, but never connected) plus the events Engram publishes, which
-are declared as documentation-only publishers from the operation table's streams. Our handlers
+``services.runtime`` builds them, but never connected), the request-reply operations those
+services register on the edge (which serves them on nats-py, so they are declared here as
+documentation-only subscribers) and the events Engram publishes, declared as documentation-only
+publishers from the operation table's streams. Our handlers
 take the raw ``NatsMessage`` (so bad input can be dead-lettered), which FastStream cannot see
 through; so every message payload is then set from the operation table (:data:`PAYLOADS`), and
 request-reply operations get their reply. ``tests/unit/test_asyncapi_sync.py`` fails when the file drifts.
@@ -101,12 +103,23 @@ def offline_broker() -> NatsBroker:
         recall_router(infra, Recall(infra.db, SideEffects(infra.db), embedder=None, index=None))
     )
 
+    # Documentation only: what the edge serves (on nats-py, not through these objects).
+    for served in infra.edge.routes:
+        op = served.op
+        broker.subscriber(
+            op.subject, queue=op.queue_group, title=f"{op.queue_group}:{op.name}", description=op.summary
+        )(_served_by_the_edge)
+
     # Documentation only: what Engram publishes (through the outbox relay, not these objects).
     for stream in STREAMS:
         if stream.published_by != ("platform",):
             title = f"{'engram' if stream.public else stream.published_by[0]}:{stream.name}"
             broker.publisher(stream.subject, schema=stream.payload, title=title, description=stream.summary)
     return broker
+
+
+async def _served_by_the_edge(body: bytes) -> bytes:  # never called: the broker never starts
+    return body
 
 
 def _schema(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:

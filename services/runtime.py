@@ -249,6 +249,7 @@ async def running_services(
             broker.include_router(governance_router(infra, erasures, results))
             workers.append(RetentionSweeper(db, erasures.after_commit, interval_s=settings.retention_sweep_s))
         await broker.start()
+        await infra.edge.start(broker.connection, tracer_provider=provider)
         # Wait until the server has our subscriptions: a client told "ready" right after this
         # must not meet "no responders".
         await broker.connection.flush()
@@ -263,10 +264,12 @@ async def running_services(
         try:
             yield infra
         finally:
-            # Subscribers first (in-flight handlers finish and commit), then the relay's last
-            # flush while the connection is still open, then the connection itself; the exit
-            # stack then closes side effects, adapters and the database.
-            await asyncio.gather(*(sub.stop() for sub in broker.subscribers), return_exceptions=True)
+            # Subscribers first, the edge's and the streams' (in-flight handlers finish and
+            # commit), then the relay's last flush while the connection is still open, then the
+            # connection itself; the exit stack then closes side effects, adapters and the database.
+            await asyncio.gather(
+                infra.edge.stop(), *(sub.stop() for sub in broker.subscribers), return_exceptions=True
+            )
             # Then the background workers finish what the subscribers handed them (acks included).
             for worker in reversed(workers):
                 await worker.stop()

@@ -4,35 +4,53 @@ Per request: verify the token → parse the operation's request model → :func:
 → ``handler(caller, request) -> reply`` → the reply's JSON, or any failure as the SPEC 9 envelope
 (a bad request never crashes a service). Authentication comes before parsing, so an anonymous
 caller learns nothing about the schema. Every answer is counted by operation and code
-(``engram_requests_total``) and timed, and FastStream's consume span is annotated with the
-messaging and GenAI memory attributes (ids only, never memory text).
+(``engram_requests_total``) and timed, and its consume span carries the messaging and GenAI
+memory attributes (ids only, never memory text).
 
-A service's router is a table lookup: :func:`serve_group` takes one :func:`route` per operation of
-the service's queue group and refuses to start with one missing or foreign, so the table stays
-the one place an operation is declared.
+A process has one :class:`Edge` (``Infra.edge``). A service registers its operations with
+:meth:`Edge.serve_group`, one :func:`route` per operation of its queue group, and the edge refuses
+one missing or foreign, so the table stays the one place an operation is declared.
+
+The edge serves on nats-py directly, one queue subscription per operation, not through FastStream:
+FastStream's per-message chain cost ~0.2 ms a request here, most of what kept ``last_k`` above five
+times the bare round trip (docs/decisions.md, "The request-reply edge on nats-py"). Like
+FastStream's core subscribers, each subscription answers its requests one at a time, in arrival
+order; other instances of the queue group share the load. The streams' consumers stay on
+FastStream.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from faststream.nats import NatsRouter
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import NoRespondersError
+from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanKind, Tracer
 from pydantic import BaseModel
 
 from contracts.operations import OPERATIONS, Operation
 from shared.access import Caller, authorize
 from shared.auth import TokenService, bearer_from_headers
 from shared.metrics import REQUEST_SECONDS, REQUESTS
-from shared.raw_message import as_message, whole_message
-from shared.telemetry import annotate_consumer, annotate_memory_operation
+from shared.telemetry import annotate_consumer, annotate_memory_operation, extract_context
 from shared.wire import error_reply, parse_model
 
-__all__ = ["Handler", "Route", "answer", "route", "serve", "serve_group"]
+__all__ = ["Edge", "Handler", "Route", "answer", "route"]
+
+log = logging.getLogger(__name__)
+
+_TRACEPARENT = "traceparent"
 
 Req = TypeVar("Req", bound=BaseModel)
 Rep = TypeVar("Rep", bound=BaseModel)
@@ -58,36 +76,87 @@ def route(
     return Route(op, handler, observe)
 
 
-def serve_group(router: NatsRouter, tokens: TokenService, group: str, routes: list[Route[Any, Any]]) -> None:
-    """Serve every operation of queue group ``group``, each by its route: all of them, once."""
-    expected = {op.name for op in OPERATIONS if op.queue_group == group}
-    given = [r.op.name for r in routes]
-    if sorted(given) != sorted(expected):
-        raise RuntimeError(f"{group} serves {sorted(given)}; the operation table says {sorted(expected)}")
-    for r in routes:
-        serve(router, tokens, r.op, r.handler, observe=r.observe)
+class Edge:
+    """This process's request-reply operations, served on a NATS connection once started."""
 
+    def __init__(self, tokens: TokenService) -> None:
+        self._tokens = tokens
+        self._routes: dict[str, Route[Any, Any]] = {}
+        self._subscriptions: list[Subscription] = []
+        self._tracer: Tracer | None = None
 
-def serve(
-    router: NatsRouter,
-    tokens: TokenService,
-    op: Operation[Req, Rep],
-    handler: Handler[Req, Rep],
-    *,
-    observe: Observer[Rep] | None = None,
-) -> None:
-    """Subscribe ``handler`` to ``op``'s subject in ``op``'s queue group (instances share load)."""
+    @property
+    def routes(self) -> list[Route[Any, Any]]:
+        """What is served, in registration order."""
+        return list(self._routes.values())
 
-    @router.subscriber(
-        op.subject,
-        queue=op.queue_group,
-        title=f"{op.queue_group}:{op.name}",
-        description=op.summary,
-        decoder=whole_message,
-    )
-    async def on_request(body: object) -> bytes:
-        msg = as_message(body)
-        return await answer(tokens, op, handler, msg.headers, msg.body, observe=observe)
+    def serve_group(self, group: str, routes: list[Route[Any, Any]]) -> None:
+        """Serve every operation of queue group ``group``, each by its route: all of them, once."""
+        expected = {op.name for op in OPERATIONS if op.queue_group == group}
+        given = [r.op.name for r in routes]
+        if sorted(given) != sorted(expected):
+            raise RuntimeError(f"{group} serves {sorted(given)}; the operation table says {sorted(expected)}")
+        for r in routes:
+            self.serve(r.op, r.handler, observe=r.observe)
+
+    def serve(
+        self, op: Operation[Req, Rep], handler: Handler[Req, Rep], *, observe: Observer[Rep] | None = None
+    ) -> None:
+        """Serve ``op`` by ``handler`` (in ``op``'s queue group, once :meth:`start` subscribes)."""
+        if op.subject in self._routes:
+            raise RuntimeError(f"{op.name} is served twice")
+        if self._subscriptions:
+            raise RuntimeError(f"{op.name} added after the edge started")
+        self._routes[op.subject] = Route(op, handler, observe)
+
+    async def start(self, nc: Client, *, tracer_provider: TracerProvider | None = None) -> None:
+        """Subscribe every operation in its queue group on ``nc``. With ``tracer_provider`` each
+        request gets a consume span (parented on the caller's ``traceparent``); without one, the
+        caller's trace context is only carried through, as the streams' consumers do."""
+        if tracer_provider is not None:
+            self._tracer = tracer_provider.get_tracer("engram.edge")
+        for subject, r in self._routes.items():
+
+            async def on_request(msg: Msg, r: Route[Any, Any] = r) -> None:
+                data = await self.reply(r, msg.headers, msg.data)
+                if msg.reply:  # a publish without a reply inbox is answered to no one
+                    await nc.publish(msg.reply, data)
+
+            self._subscriptions.append(await nc.subscribe(subject, queue=r.op.queue_group, cb=on_request))
+
+    async def stop(self) -> None:
+        """Take no more requests; answer those already delivered (drains each subscription)."""
+        subscriptions, self._subscriptions = self._subscriptions, []
+        drains = [sub.drain() for sub in subscriptions]  # type: ignore[no-untyped-call]
+        results = await asyncio.gather(*drains, return_exceptions=True)
+        for failed in (r for r in results if isinstance(r, BaseException)):
+            # NATS gone at shutdown: nothing more can arrive, and no answer could leave.
+            log.warning("request subscription not drained: %r", failed)
+
+    async def request(self, subject: str, body: bytes, headers: Mapping[str, str] | None = None) -> bytes:
+        """The reply the edge would send to a request on ``subject``, without NATS (router tests:
+        the same code from the token check to the encoded reply, in memory)."""
+        r = self._routes.get(subject)
+        if r is None:
+            raise NoRespondersError
+        return await self.reply(r, headers, body)
+
+    async def reply(self, r: Route[Any, Any], headers: Mapping[str, str] | None, body: bytes) -> bytes:
+        """:func:`answer`, inside the request's consume span or, without a tracer, its caller's
+        trace context (so logs and what the handler publishes stay in the caller's trace)."""
+        parent = extract_context(headers) if headers and _TRACEPARENT in headers else None
+        if self._tracer is not None:
+            with self._tracer.start_as_current_span(
+                f"{r.op.subject} process", context=parent, kind=SpanKind.CONSUMER
+            ):
+                return await answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
+        if parent is None:
+            return await answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
+        token = otel_context.attach(parent)
+        try:
+            return await answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
+        finally:
+            otel_context.detach(token)
 
 
 async def answer(
@@ -113,7 +182,9 @@ async def answer(
         data = reply.model_dump_json(exclude_unset=op.sparse_reply).encode()
     except Exception as exc:
         envelope = error_reply(exc)
-        _count(op, started, str(envelope.get("error", {}).get("code", "INTERNAL")))
+        code = str(envelope.get("error", {}).get("code", "INTERNAL"))
+        span.set_attribute("error.type", code)
+        _count(op, started, code)
         return _json(envelope)
     seconds = _count(op, started, "OK")
     if observe is not None:

@@ -1,10 +1,10 @@
 """What every service is handed at the composition root: the database, the broker connection,
-the token verifier, the outbox relay and the internal-message signer. Built once per process by
-``services.runtime``."""
+the token verifier, the request-reply edge, the outbox relay and the internal-message signer.
+Built once per process by ``services.runtime``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
@@ -12,6 +12,7 @@ from nats.js import JetStreamContext
 
 from shared.auth import TokenService
 from shared.db.engine import Database
+from shared.edge import Edge
 from shared.outbox import OutboxRelay
 from shared.provenance import MessageSigner
 from shared.settings import EngramSettings
@@ -31,6 +32,11 @@ class Infra:
     #: Where JetStream delivers this process's pulled messages: the connection's own inbox
     #: prefix (FastStream's pull subscribers take it per subscriber, defaulting to ``_INBOX.``).
     inbox_prefix: bytes = b"_INBOX."
+    #: Where the services register their request-reply operations (started by the runtime).
+    edge: Edge = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.edge = Edge(self.tokens)
 
     @property
     def nc(self) -> Client:

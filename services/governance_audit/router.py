@@ -23,7 +23,7 @@ from shared.access import Caller
 from shared.cache import ResultCache
 from shared.config_store import load_config
 from shared.db.engine import Database
-from shared.edge import route, serve_group
+from shared.edge import route
 from shared.infra import Infra
 from shared.page_tokens import PageTokens
 
@@ -72,9 +72,7 @@ def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None =
         """A management request: the agent config's organization first, then the handler."""
         return _own_agent_config(db, handler)
 
-    serve_group(
-        router,
-        infra.tokens,
+    infra.edge.serve_group(
         QUEUE,
         [
             route(ops.CONFIG_GET, lambda c, r: get_config(infra, c, r)),

@@ -11,7 +11,7 @@ from services.ingest.saves import handle_save
 from services.ingest.sessions import CONSUMER, handle_sessions_ended
 from shared.access import Caller
 from shared.consumer import Batch, batch_consumer
-from shared.edge import route, serve_group
+from shared.edge import route
 from shared.infra import Infra
 
 __all__ = ["build_router"]
@@ -41,6 +41,6 @@ def build_router(infra: Infra) -> NatsRouter:
         """Elective save: answered 202 once durably accepted."""
         return await handle_save(infra, caller, request)
 
-    serve_group(router, infra.tokens, "ingest", [route(MEMORY_SAVE, save)])
+    infra.edge.serve_group("ingest", [route(MEMORY_SAVE, save)])
 
     return router

@@ -16,7 +16,7 @@ from services.recall.feedback import give_feedback
 from services.recall.service import Recall
 from shared.access import Caller
 from shared.cache import ResultCache
-from shared.edge import route, serve_group
+from shared.edge import route
 from shared.infra import Infra
 from shared.metrics import RECALL_SECONDS
 from shared.raw_message import as_message, whole_message
@@ -42,9 +42,7 @@ def build_router(infra: Infra, recall: Recall, results: ResultCache | None = Non
             await results.invalidate(caller.org_id, [request.agent_config_id])
         return reply
 
-    serve_group(
-        router,
-        infra.tokens,
+    infra.edge.serve_group(
         QUEUE,
         [
             route(RECALL, recall.recall, observe=_time_strategy),

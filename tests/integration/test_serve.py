@@ -322,5 +322,6 @@ async def test_the_asyncapi_document_names_every_subject_a_running_service_serve
 
     documented = {ch["address"] for ch in json.loads(ASYNCAPI_FILE.read_text())["channels"].values()}
     served = {sub.subject.broker_address for sub in engram.broker.subscribers}  # type: ignore[attr-defined]
+    served |= {r.op.subject for r in engram.edge.routes}
     assert {"engram.recall", "engram.recall.expand", "engram.memory.feedback"} <= served
     assert served - documented == set()

@@ -1,6 +1,6 @@
-"""The request edge annotates FastStream's consume span with OpenTelemetry's messaging attributes
-and the GenAI memory conventions — ids only, never memory text. A real nats-server, FastStream's
-own NATS telemetry middleware, the SDK's in-memory exporter."""
+"""The request edge's consume spans carry OpenTelemetry's messaging attributes and the GenAI
+memory conventions — ids only, never memory text — in the caller's trace. A real nats-server, the
+edge serving on it, the SDK's in-memory exporter."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from uuid import UUID, uuid4
 
 import nats
 import pytest
-from faststream.nats import NatsBroker, NatsRouter
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -23,9 +22,8 @@ from contracts.recall import RecallReply, RecallRequest
 from contracts.subjects import MEMORY_DELETE, RECALL
 from shared.access import Caller
 from shared.auth import TokenService
-from shared.edge import serve
+from shared.edge import Edge
 from shared.embedded.nats_server import NatsServerProcess
-from shared.telemetry import nats_telemetry_middleware
 from shared.testing.servers import nats_server
 from tests.platform import eventually, request
 
@@ -90,35 +88,34 @@ async def test_request_spans_carry_messaging_and_memory_attributes_without_text(
     """A recall span says search_memory on the agent config's store, a delete span names the
     record, both say nats / subject / queue group, and no attribute holds the cue's text."""
     provider, exporter = spans
-    broker = NatsBroker(open_nats.url, middlewares=[nats_telemetry_middleware(provider)])
-    router = NatsRouter()
-    serve(router, tokens, RECALL_OP, _recalled)
-    serve(router, tokens, DELETE_OP, _deleted)
-    broker.include_router(router)
+    edge = Edge(tokens)
+    edge.serve(RECALL_OP, _recalled)
+    edge.serve(DELETE_OP, _deleted)
 
     agent, entry = uuid4(), uuid4()
-    async with broker:
-        await broker.start()
-        nc = await nats.connect(open_nats.url)
-        try:
-            recalled = await request(
-                nc,
-                RECALL,
-                {"agent_config_id": str(agent), "cue": SECRET_TEXT, "strategy": "semantic"},
-                service_token,
-            )
-            deleted = await request(
-                nc,
-                MEMORY_DELETE,
-                {
-                    "agent_config_id": str(agent),
-                    "entry_id": str(entry),
-                    "principal": {"kind": "end_user", "id": "a"},
-                },
-                service_token,
-            )
-        finally:
-            await nc.close()
+    nc = await nats.connect(open_nats.url)
+    try:
+        await edge.start(nc, tracer_provider=provider)
+        await nc.flush()
+        recalled = await request(
+            nc,
+            RECALL,
+            {"agent_config_id": str(agent), "cue": SECRET_TEXT, "strategy": "semantic"},
+            service_token,
+        )
+        deleted = await request(
+            nc,
+            MEMORY_DELETE,
+            {
+                "agent_config_id": str(agent),
+                "entry_id": str(entry),
+                "principal": {"kind": "end_user", "id": "a"},
+            },
+            service_token,
+        )
+    finally:
+        await edge.stop()
+        await nc.close()
     assert recalled["count"] == 0, recalled
     assert deleted["entry_ids"] == [], deleted
 

@@ -1,16 +1,17 @@
-"""The request-reply edge (``shared/edge.py``) on FastStream's in-memory broker: token, parse,
-authorize, error mapping, metrics and reply encoding, for operations of the table. The handlers
-here only report what the edge handed them: the edge is under test, not the operations."""
+"""The request-reply edge (``shared/edge.py``) in memory (``Edge.request``: what it would answer a
+NATS request): token, parse, authorize, error mapping, metrics and reply encoding, for operations
+of the table. Its NATS side (queue subscriptions, drain, spans) is in
+tests/integration/test_edge_nats.py. The handlers here only report what the edge handed them: the
+edge is under test, not the operations."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 from uuid import uuid4
 
 import pytest
-from faststream.nats import NatsBroker, NatsRouter, TestNatsBroker
+from nats.errors import NoRespondersError
 from prometheus_client import REGISTRY
 
 from contracts.common import Principal
@@ -22,7 +23,7 @@ from contracts.recall import RecallReply, RecallRequest
 from contracts.requests import AuditQuery, AuditQueryReply, ConfigGet, ConfigPut, ConfigReply
 from shared.access import Caller
 from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.edge import route, serve, serve_group
+from shared.edge import Edge, route
 from shared.wire import MAX_REQUEST_BYTES
 
 ORG = uuid4()
@@ -51,8 +52,8 @@ def seen() -> Seen:
 
 
 @pytest.fixture
-async def broker(tokens: TokenService, seen: Seen) -> AsyncIterator[NatsBroker]:
-    router = NatsRouter()
+def edge(tokens: TokenService, seen: Seen) -> Edge:
+    served = Edge(tokens)
 
     async def config_get(caller: Caller, request: ConfigGet) -> ConfigReply:
         seen.calls.append(("config.get", caller, request))
@@ -105,15 +106,12 @@ async def broker(tokens: TokenService, seen: Seen) -> AsyncIterator[NatsBroker]:
         )
 
     observed.clear()
-    serve(router, tokens, CONFIG_GET, config_get)
-    serve(router, tokens, CONFIG_PUT, config_put)
-    serve(router, tokens, AUDIT_QUERY, audit_query)
-    serve(router, tokens, MEMORY_PURGE, purge)
-    serve(router, tokens, RECALL, recall, observe=lambda reply, s: observed.append((reply.strategy, s)))
-    broker = NatsBroker()
-    broker.include_router(router)
-    async with TestNatsBroker(broker) as test_broker:
-        yield test_broker
+    served.serve(CONFIG_GET, config_get)
+    served.serve(CONFIG_PUT, config_put)
+    served.serve(AUDIT_QUERY, audit_query)
+    served.serve(MEMORY_PURGE, purge)
+    served.serve(RECALL, recall, observe=lambda reply, s: observed.append((reply.strategy, s)))
+    return served
 
 
 def mint(
@@ -123,11 +121,10 @@ def mint(
     return tokens.mint(org_id=ORG, principal=principal, permissions=permissions, **kw)
 
 
-async def call(broker: NatsBroker, subject: str, body: Any, token: str | None = None) -> dict[str, Any]:
+async def call(edge: Edge, subject: str, body: Any, token: str | None = None) -> dict[str, Any]:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    reply = await broker.request(raw, subject, headers=headers)
-    data: dict[str, Any] = json.loads(reply.body)
+    data: dict[str, Any] = json.loads(await edge.request(subject, raw, headers))
     return data
 
 
@@ -147,19 +144,19 @@ def counted(subject: str, outcome: str) -> float:
     "token", [None, "", "not-a-jwt", "Bearer", "x" * 5000], ids=["none", "empty", "garbage", "word", "huge"]
 )
 async def test_without_a_valid_token_nothing_is_parsed_or_run(
-    broker: NatsBroker, seen: Seen, token: str | None
+    edge: Edge, seen: Seen, token: str | None
 ) -> None:
     """An anonymous caller learns nothing about the schema: a malformed body gets the same
     UNAUTHENTICATED as a good one, and no handler runs."""
     good = {"agent_config_id": str(AGENT)}
     for body in (good, b"{not json", {"unknown": 1}):
-        reply = await call(broker, CONFIG_GET.subject, body, token)
+        reply = await call(edge, CONFIG_GET.subject, body, token)
         assert code(reply) == "UNAUTHENTICATED"
         assert reply["error"]["status"] == 401
     assert seen.calls == []
 
 
-async def test_a_token_of_another_key_or_expired_is_refused(broker: NatsBroker, seen: Seen) -> None:
+async def test_a_token_of_another_key_or_expired_is_refused(edge: Edge, seen: Seen) -> None:
     foreign = TokenService({"test-key": "y" * 48}).mint(
         org_id=ORG, principal=RUNNER, permissions=ALL_PERMISSIONS
     )
@@ -167,7 +164,7 @@ async def test_a_token_of_another_key_or_expired_is_refused(broker: NatsBroker, 
         org_id=ORG, principal=RUNNER, permissions=ALL_PERMISSIONS, ttl_seconds=-10
     )
     for token in (foreign, expired):
-        assert code(await call(broker, CONFIG_GET.subject, {"agent_config_id": str(AGENT)}, token)) == (
+        assert code(await call(edge, CONFIG_GET.subject, {"agent_config_id": str(AGENT)}, token)) == (
             "UNAUTHENTICATED"
         )
     assert seen.calls == []
@@ -189,18 +186,16 @@ async def test_a_token_of_another_key_or_expired_is_refused(broker: NatsBroker, 
     ids=["not-json", "not-an-object", "lone-surrogate", "bad-uuid", "unknown-field", "too-large"],
 )
 async def test_bad_bodies_get_typed_errors_and_never_reach_the_handler(
-    broker: NatsBroker, seen: Seen, tokens: TokenService, body: Any, expected: str
+    edge: Edge, seen: Seen, tokens: TokenService, body: Any, expected: str
 ) -> None:
-    reply = await call(broker, CONFIG_GET.subject, body, mint(tokens))
+    reply = await call(edge, CONFIG_GET.subject, body, mint(tokens))
     assert code(reply) == expected
     assert seen.calls == []
 
 
-async def test_validation_details_name_the_field_never_the_value(
-    broker: NatsBroker, tokens: TokenService
-) -> None:
+async def test_validation_details_name_the_field_never_the_value(edge: Edge, tokens: TokenService) -> None:
     secret = "sk-live-0123456789abcdef"
-    reply = await call(broker, CONFIG_GET.subject, {"agent_config_id": secret}, mint(tokens))
+    reply = await call(edge, CONFIG_GET.subject, {"agent_config_id": secret}, mint(tokens))
     assert code(reply) == "INVALID_REQUEST"
     assert reply["error"]["details"]["errors"][0]["loc"] == "agent_config_id"
     assert secret not in json.dumps(reply)
@@ -209,131 +204,123 @@ async def test_validation_details_name_the_field_never_the_value(
 # -- authorize -----------------------------------------------------------------------------------
 
 
-async def test_the_operation_permission_comes_from_the_table(
-    broker: NatsBroker, tokens: TokenService
-) -> None:
+async def test_the_operation_permission_comes_from_the_table(edge: Edge, tokens: TokenService) -> None:
     """config.get needs memory.read, config.put memory.admin (contracts/operations.py)."""
     reader = mint(tokens, perms={"memory.read"})
-    assert code(await call(broker, CONFIG_GET.subject, {"agent_config_id": str(AGENT)}, reader)) == "OK"
+    assert code(await call(edge, CONFIG_GET.subject, {"agent_config_id": str(AGENT)}, reader)) == "OK"
     put = {"agent_config_id": str(AGENT), "config": {}}
-    refused = await call(broker, CONFIG_PUT.subject, put, reader)
+    refused = await call(edge, CONFIG_PUT.subject, put, reader)
     assert code(refused) == "FORBIDDEN"
     assert refused["error"]["details"] == {"permission": "memory.admin"}
     writer = mint(tokens, perms={"memory.write"})
-    assert (
-        code(await call(broker, CONFIG_GET.subject, {"agent_config_id": str(AGENT)}, writer)) == "FORBIDDEN"
-    )
+    assert code(await call(edge, CONFIG_GET.subject, {"agent_config_id": str(AGENT)}, writer)) == "FORBIDDEN"
 
 
-async def test_admin_is_an_operator_permission(broker: NatsBroker, tokens: TokenService, seen: Seen) -> None:
+async def test_admin_is_an_operator_permission(edge: Edge, tokens: TokenService, seen: Seen) -> None:
     """An end user's token with memory.admin is refused an admin operation, and so is a service
     token acting for an end user."""
     put = {"agent_config_id": str(AGENT), "config": {}}
-    assert code(await call(broker, CONFIG_PUT.subject, put, mint(tokens, ALICE))) == "FORBIDDEN"
-    assert code(await call(broker, CONFIG_PUT.subject, put, mint(tokens))) == "OK"
+    assert code(await call(edge, CONFIG_PUT.subject, put, mint(tokens, ALICE))) == "FORBIDDEN"
+    assert code(await call(edge, CONFIG_PUT.subject, put, mint(tokens))) == "OK"
     assert [name for name, _, _ in seen.calls] == ["config.put"]
 
 
-async def test_whom_a_request_acts_for(broker: NatsBroker, tokens: TokenService, seen: Seen) -> None:
+async def test_whom_a_request_acts_for(edge: Edge, tokens: TokenService, seen: Seen) -> None:
     """A service token names the principal (the shared pool when it names none); an end user acts
     only for itself."""
     body: dict[str, Any] = {"agent_config_id": str(AGENT), "strategy": "last_k"}
-    await call(broker, RECALL.subject, {**body, "principal": {"kind": "end_user", "id": "bob"}}, mint(tokens))
+    await call(edge, RECALL.subject, {**body, "principal": {"kind": "end_user", "id": "bob"}}, mint(tokens))
     assert seen.last()[1].principal == Principal(kind="end_user", id="bob")
     assert seen.last()[1].credential.principal == RUNNER
-    await call(broker, RECALL.subject, body, mint(tokens))
+    await call(edge, RECALL.subject, body, mint(tokens))
     assert seen.last()[1].principal == Principal(kind="none")
     alice = mint(tokens, ALICE, {"memory.read"})
-    await call(broker, RECALL.subject, body, alice)
+    await call(edge, RECALL.subject, body, alice)
     assert seen.last()[1].principal == ALICE
     before = len(seen.calls)
-    other = await call(
-        broker, RECALL.subject, {**body, "principal": {"kind": "end_user", "id": "bob"}}, alice
-    )
+    other = await call(edge, RECALL.subject, {**body, "principal": {"kind": "end_user", "id": "bob"}}, alice)
     assert code(other) == "FORBIDDEN"
     assert len(seen.calls) == before
 
 
 async def test_a_restricted_token_names_only_its_own_agent_config_and_session(
-    broker: NatsBroker, tokens: TokenService, seen: Seen
+    edge: Edge, tokens: TokenService, seen: Seen
 ) -> None:
     token = mint(tokens, ALICE, {"memory.read"}, agent_config_id=AGENT, session_id="s-1")
     body: dict[str, Any] = {"agent_config_id": str(AGENT), "strategy": "last_k"}
-    assert code(await call(broker, RECALL.subject, {**body, "session_id": "s-1"}, token)) == "OK"
-    assert code(await call(broker, RECALL.subject, {**body, "session_id": "s-2"}, token)) == "FORBIDDEN"
+    assert code(await call(edge, RECALL.subject, {**body, "session_id": "s-1"}, token)) == "OK"
+    assert code(await call(edge, RECALL.subject, {**body, "session_id": "s-2"}, token)) == "FORBIDDEN"
     other_agent = {**body, "agent_config_id": str(uuid4()), "session_id": "s-1"}
-    assert code(await call(broker, RECALL.subject, other_agent, token)) == "FORBIDDEN"
+    assert code(await call(edge, RECALL.subject, other_agent, token)) == "FORBIDDEN"
     assert len(seen.calls) == 1
 
 
 async def test_what_a_restricted_token_leaves_out_is_its_restriction(
-    broker: NatsBroker, tokens: TokenService, seen: Seen
+    edge: Edge, tokens: TokenService, seen: Seen
 ) -> None:
     """Omitting the session or agent config never widens a restricted token's reach: the handler
     is given the token's (a recall in its session, a purge of its agent config and session)."""
     token = mint(tokens, agent_config_id=AGENT, session_id="s-1")
-    assert code(await call(broker, RECALL.subject, {"agent_config_id": str(AGENT)}, token)) == "OK"
+    assert code(await call(edge, RECALL.subject, {"agent_config_id": str(AGENT)}, token)) == "OK"
     assert seen.last()[2].session_id == "s-1"
-    assert code(await call(broker, MEMORY_PURGE.subject, {"actor_ref": "end_user:alice"}, token)) == "OK"
+    assert code(await call(edge, MEMORY_PURGE.subject, {"actor_ref": "end_user:alice"}, token)) == "OK"
     _, _, purge = seen.last()
     assert (purge.agent_config_id, purge.session_id) == (AGENT, "s-1")
-    assert code(await call(broker, AUDIT_QUERY.subject, {}, token)) == "OK"
+    assert code(await call(edge, AUDIT_QUERY.subject, {}, token)) == "OK"
     assert seen.last()[2].agent_config_id == AGENT
     # An unrestricted token's omissions stay omissions.
-    await call(broker, MEMORY_PURGE.subject, {"actor_ref": "end_user:alice"}, mint(tokens))
+    await call(edge, MEMORY_PURGE.subject, {"actor_ref": "end_user:alice"}, mint(tokens))
     assert (seen.last()[2].agent_config_id, seen.last()[2].session_id) == (None, None)
 
 
 # -- errors, metrics, replies --------------------------------------------------------------------
 
 
-async def test_handler_failures_map_to_the_spec_9_envelope(broker: NatsBroker, tokens: TokenService) -> None:
+async def test_handler_failures_map_to_the_spec_9_envelope(edge: Edge, tokens: TokenService) -> None:
     """A typed error keeps its code; an outage of a store is UNAVAILABLE; anything else is
     INTERNAL without a word of what went wrong."""
     token = mint(tokens)
-    not_found = await call(broker, CONFIG_GET.subject, {"agent_config_id": str(NOT_FOUND_AGENT)}, token)
+    not_found = await call(edge, CONFIG_GET.subject, {"agent_config_id": str(NOT_FOUND_AGENT)}, token)
     assert not_found["error"] == {
         "code": "NOT_FOUND",
         "status": 404,
         "message": "no such agent config",
         "details": {},
     }
-    down = await call(broker, CONFIG_GET.subject, {"agent_config_id": str(UNREACHABLE_AGENT)}, token)
+    down = await call(edge, CONFIG_GET.subject, {"agent_config_id": str(UNREACHABLE_AGENT)}, token)
     assert (code(down), down["error"]["status"]) == ("UNAVAILABLE", 503)
-    broken = await call(broker, CONFIG_GET.subject, {"agent_config_id": str(BROKEN_AGENT)}, token)
+    broken = await call(edge, CONFIG_GET.subject, {"agent_config_id": str(BROKEN_AGENT)}, token)
     assert (code(broken), broken["error"]["status"]) == ("INTERNAL", 500)
     assert "hunter2" not in json.dumps(broken)
 
 
-async def test_every_answer_is_counted_by_operation_and_code(
-    broker: NatsBroker, tokens: TokenService
-) -> None:
+async def test_every_answer_is_counted_by_operation_and_code(edge: Edge, tokens: TokenService) -> None:
     subject = CONFIG_GET.subject
     before = {c: counted(subject, c) for c in ("OK", "UNAUTHENTICATED", "INVALID_REQUEST", "NOT_FOUND")}
-    await call(broker, subject, {"agent_config_id": str(AGENT)}, mint(tokens))
-    await call(broker, subject, {"agent_config_id": str(AGENT)})
-    await call(broker, subject, b"[]", mint(tokens))
-    await call(broker, subject, {"agent_config_id": str(NOT_FOUND_AGENT)}, mint(tokens))
+    await call(edge, subject, {"agent_config_id": str(AGENT)}, mint(tokens))
+    await call(edge, subject, {"agent_config_id": str(AGENT)})
+    await call(edge, subject, b"[]", mint(tokens))
+    await call(edge, subject, {"agent_config_id": str(NOT_FOUND_AGENT)}, mint(tokens))
     after = {c: counted(subject, c) for c in before}
     assert {c: after[c] - before[c] for c in before} == dict.fromkeys(before, 1.0)
 
 
 async def test_recall_replies_leave_out_what_they_did_not_set_and_are_timed_by_strategy(
-    broker: NatsBroker, tokens: TokenService
+    edge: Edge, tokens: TokenService
 ) -> None:
     """recall's reply is sparse (the table's ``sparse_reply``): no budget fields without a budget;
     its observer sees each answered recall's strategy. A refused recall is not timed there."""
-    reply = await call(broker, RECALL.subject, {"agent_config_id": str(AGENT)}, mint(tokens))
+    reply = await call(edge, RECALL.subject, {"agent_config_id": str(AGENT)}, mint(tokens))
     assert "excluded_by_budget" not in reply
     assert "diagnostics" not in reply
     assert [strategy for strategy, _ in observed] == ["last_k"]
     assert observed[0][1] > 0
-    await call(broker, RECALL.subject, {"agent_config_id": str(AGENT)})
+    await call(edge, RECALL.subject, {"agent_config_id": str(AGENT)})
     assert len(observed) == 1
 
 
-async def test_other_replies_carry_every_field(broker: NatsBroker, tokens: TokenService) -> None:
-    reply = await call(broker, AUDIT_QUERY.subject, {}, mint(tokens))
+async def test_other_replies_carry_every_field(edge: Edge, tokens: TokenService) -> None:
+    reply = await call(edge, AUDIT_QUERY.subject, {}, mint(tokens))
     assert reply == {"records": [], "next_after_seq": None}
 
 
@@ -344,11 +331,21 @@ def test_a_service_serves_exactly_its_operations_of_the_table(tokens: TokenServi
         raise AssertionError("never called")
 
     recall_ops = [op for op in OPERATIONS if op.queue_group == "recall"]
-    serve_group(NatsRouter(), tokens, "recall", [route(op, handler) for op in recall_ops])
+    Edge(tokens).serve_group("recall", [route(op, handler) for op in recall_ops])
     with pytest.raises(RuntimeError, match="operation table"):
-        serve_group(NatsRouter(), tokens, "recall", [route(op, handler) for op in recall_ops[1:]])
+        Edge(tokens).serve_group("recall", [route(op, handler) for op in recall_ops[1:]])
     with pytest.raises(RuntimeError, match="operation table"):
-        serve_group(NatsRouter(), tokens, "recall", [route(op, handler) for op in [*recall_ops, CONFIG_GET]])
+        Edge(tokens).serve_group("recall", [route(op, handler) for op in [*recall_ops, CONFIG_GET]])
+    # Nor is an operation served twice in one process (two services registering it).
+    edge = Edge(tokens)
+    edge.serve_group("recall", [route(op, handler) for op in recall_ops])
+    with pytest.raises(RuntimeError, match="served twice"):
+        edge.serve(recall_ops[0], handler)
+
+
+async def test_a_subject_the_edge_does_not_serve_has_no_responders(edge: Edge) -> None:
+    with pytest.raises(NoRespondersError):
+        await edge.request("engram.nothing", b"{}")
 
 
 def test_every_operation_names_a_real_permission() -> None:

@@ -1,5 +1,5 @@
-"""Each service's request-reply router on FastStream's in-memory broker, against real Postgres:
-the handlers' logic behind the edge, in milliseconds, without NATS. (What needs JetStream — a save
+"""Each service's request-reply operations on the edge in memory (``Edge.request``), against real
+Postgres: the handlers' logic behind the edge, in milliseconds, without NATS. (What needs JetStream — a save
 accepted onto its stream, redelivery — stays in tests/integration on a real nats-server.)"""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any, cast
 from uuid import UUID, uuid4
 
 import pytest
-from faststream.nats import NatsBroker, TestNatsBroker
+from faststream.nats import NatsBroker
 from nats.js import JetStreamContext
 from pydantic import SecretStr
 
@@ -27,6 +27,7 @@ from services.recall.side_effects import SideEffects
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.config_store import claim_agent_config
 from shared.db.engine import Database
+from shared.edge import Edge
 from shared.infra import Infra
 from shared.memory_block import BLOCK_OPEN
 from shared.outbox import OutboxRelay
@@ -43,9 +44,9 @@ BOB_TEXTS = ["Bob's invoices go to the south office."]
 
 
 @pytest.fixture(scope="module")
-async def broker(database_url: str, tokens: TokenService) -> AsyncIterator[NatsBroker]:
-    """ingest, recall and governance-audit's routers as ``services.runtime`` builds them, on an
-    in-memory broker (no NATS): nothing here publishes to JetStream."""
+async def edge(database_url: str, tokens: TokenService) -> AsyncIterator[Edge]:
+    """ingest, recall and governance-audit's routers as ``services.runtime`` builds them, their
+    operations answered in memory (no NATS): nothing here publishes to JetStream."""
     settings = EngramSettings(
         nats_url="nats://in-memory:4222",
         database_url=database_url,
@@ -63,8 +64,7 @@ async def broker(database_url: str, tokens: TokenService) -> AsyncIterator[NatsB
     broker.include_router(recall_router(infra, Recall(db, effects, embedder=None, index=None)))
     broker.include_router(governance_router(infra, Erasures(db)))
     try:
-        async with TestNatsBroker(broker) as test_broker:
-            yield test_broker
+        yield infra.edge
     finally:
         await db.close()
 
@@ -95,13 +95,11 @@ def mint(
     )
 
 
-async def call(
-    broker: NatsBroker, op: ops.Operation[Any, Any], body: dict[str, Any], token: str
-) -> dict[str, Any]:
-    reply = await broker.request(
-        json.dumps(body, default=str).encode(), op.subject, headers={"Authorization": f"Bearer {token}"}
+async def call(edge: Edge, op: ops.Operation[Any, Any], body: dict[str, Any], token: str) -> dict[str, Any]:
+    reply = await edge.request(
+        op.subject, json.dumps(body, default=str).encode(), {"Authorization": f"Bearer {token}"}
     )
-    data: dict[str, Any] = json.loads(reply.body)
+    data: dict[str, Any] = json.loads(reply)
     return data
 
 
@@ -113,118 +111,117 @@ def code(reply: dict[str, Any]) -> str:
 
 
 async def test_recall_shows_each_caller_what_spec_3_lets_it_see(
-    broker: NatsBroker, tokens: TokenService, org: UUID, seeded: UUID
+    edge: Edge, tokens: TokenService, org: UUID, seeded: UUID
 ) -> None:
     """A service token acting for no one sees the shared pool; an end user only its own memory,
     never the shared pool nor another end user's; the context is the quarantined data block."""
     body = {"agent_config_id": seeded, "strategy": "last_k", "top_k": 10}
-    pool = await call(broker, ops.RECALL, body, mint(tokens, org, Principal(kind="service", id="r")))
+    pool = await call(edge, ops.RECALL, body, mint(tokens, org, Principal(kind="service", id="r")))
     assert sorted(r["text"] for r in pool["results"]) == sorted(SHARED_TEXTS)
     assert BLOCK_OPEN in pool["context"]
     assert "excluded_by_budget" not in pool  # sparse: no budget asked
-    alice = await call(broker, ops.RECALL, body, mint(tokens, org, ALICE, {"memory.read"}))
+    alice = await call(edge, ops.RECALL, body, mint(tokens, org, ALICE, {"memory.read"}))
     assert [r["text"] for r in alice["results"]] == ALICE_TEXTS
     for_bob = {**body, "principal": {"kind": "end_user", "id": "bob"}}
     assert (
-        code(await call(broker, ops.RECALL, for_bob, mint(tokens, org, ALICE, {"memory.read"})))
-        == "FORBIDDEN"
+        code(await call(edge, ops.RECALL, for_bob, mint(tokens, org, ALICE, {"memory.read"}))) == "FORBIDDEN"
     )
 
 
 async def test_recall_of_another_organizations_agent_config_finds_nothing(
-    broker: NatsBroker, tokens: TokenService, seeded: UUID
+    edge: Edge, tokens: TokenService, seeded: UUID
 ) -> None:
     """The same agent config id from another organization is refused as such."""
     stranger = mint(tokens, uuid4(), Principal(kind="service", id="r"))
-    reply = await call(broker, ops.RECALL, {"agent_config_id": seeded, "strategy": "last_k"}, stranger)
+    reply = await call(edge, ops.RECALL, {"agent_config_id": seeded, "strategy": "last_k"}, stranger)
     assert code(reply) == "FORBIDDEN"
 
 
 async def test_expand_returns_only_what_the_caller_may_see(
-    broker: NatsBroker, tokens: TokenService, org: UUID, seeded: UUID
+    edge: Edge, tokens: TokenService, org: UUID, seeded: UUID
 ) -> None:
     service = mint(tokens, org, Principal(kind="service", id="r"))
     as_bob = {"agent_config_id": seeded, "strategy": "last_k", "principal": {"kind": "end_user", "id": "bob"}}
-    (bobs,) = (await call(broker, ops.RECALL, as_bob, service))["results"]
+    (bobs,) = (await call(edge, ops.RECALL, as_bob, service))["results"]
     expanded = await call(
-        broker, ops.RECALL_EXPAND, {"agent_config_id": seeded, "ids": [bobs["id"]]}, mint(tokens, org, ALICE)
+        edge, ops.RECALL_EXPAND, {"agent_config_id": seeded, "ids": [bobs["id"]]}, mint(tokens, org, ALICE)
     )
     assert expanded["results"] == []
     assert expanded["not_found"] == [bobs["id"]]
 
 
 async def test_a_session_restricted_token_cannot_rate_another_session(
-    broker: NatsBroker, tokens: TokenService, org: UUID, seeded: UUID
+    edge: Edge, tokens: TokenService, org: UUID, seeded: UUID
 ) -> None:
     """Issue 9: feedback goes through the same authorize() as recall, session restriction included."""
     restricted = mint(tokens, org, ALICE, {"memory.read", "memory.write"}, session_id="s-alice")
     rating = {"agent_config_id": seeded, "session_id": "s-bob", "success": False}
-    assert code(await call(broker, ops.MEMORY_FEEDBACK, rating, restricted)) == "FORBIDDEN"
-    own = await call(broker, ops.MEMORY_FEEDBACK, {**rating, "session_id": "s-alice"}, restricted)
+    assert code(await call(edge, ops.MEMORY_FEEDBACK, rating, restricted)) == "FORBIDDEN"
+    own = await call(edge, ops.MEMORY_FEEDBACK, {**rating, "session_id": "s-alice"}, restricted)
     assert own == {"updated": 0, "deleted": 0, "labelled": 0}
 
 
 # -- governance-audit ----------------------------------------------------------------------------
 
 
-async def test_config_put_then_get(broker: NatsBroker, tokens: TokenService, org: UUID, seeded: UUID) -> None:
+async def test_config_put_then_get(edge: Edge, tokens: TokenService, org: UUID, seeded: UUID) -> None:
     admin = mint(tokens, org, Principal(kind="service", id="ops"))
-    put = await call(broker, ops.CONFIG_PUT, {"agent_config_id": seeded, "config": {"top_k": 7}}, admin)
+    put = await call(edge, ops.CONFIG_PUT, {"agent_config_id": seeded, "config": {"top_k": 7}}, admin)
     assert (put["version"], put["config"]["top_k"]) == (2, 7)
     reader = mint(tokens, org, ALICE, {"memory.read"})
-    got = await call(broker, ops.CONFIG_GET, {"agent_config_id": seeded}, reader)
+    got = await call(edge, ops.CONFIG_GET, {"agent_config_id": seeded}, reader)
     assert (got["version"], got["config"]["top_k"]) == (2, 7)
     assert (
-        code(await call(broker, ops.CONFIG_PUT, {"agent_config_id": seeded, "config": {}}, reader))
+        code(await call(edge, ops.CONFIG_PUT, {"agent_config_id": seeded, "config": {}}, reader))
         == "FORBIDDEN"
     )
 
 
 async def test_listing_is_bounded_by_owner_and_organization(
-    broker: NatsBroker, tokens: TokenService, org: UUID, seeded: UUID
+    edge: Edge, tokens: TokenService, org: UUID, seeded: UUID
 ) -> None:
     alice = mint(tokens, org, ALICE, {"memory.read"})
-    page = await call(broker, ops.MEMORY_LIST, {"agent_config_id": seeded}, alice)
+    page = await call(edge, ops.MEMORY_LIST, {"agent_config_id": seeded}, alice)
     assert [e["text"] for e in page["entries"]] == ALICE_TEXTS
     others = await call(
-        broker, ops.MEMORY_LIST, {"agent_config_id": seeded, "actor_ref": "end_user:bob"}, alice
+        edge, ops.MEMORY_LIST, {"agent_config_id": seeded, "actor_ref": "end_user:bob"}, alice
     )
     assert code(others) == "FORBIDDEN"
     stranger = mint(tokens, uuid4(), Principal(kind="service", id="r"))
-    assert code(await call(broker, ops.MEMORY_LIST, {"agent_config_id": seeded}, stranger)) == "FORBIDDEN"
+    assert code(await call(edge, ops.MEMORY_LIST, {"agent_config_id": seeded}, stranger)) == "FORBIDDEN"
 
 
 async def test_an_end_user_cannot_delete_anothers_entry(
-    broker: NatsBroker, tokens: TokenService, org: UUID, seeded: UUID
+    edge: Edge, tokens: TokenService, org: UUID, seeded: UUID
 ) -> None:
     service = mint(tokens, org, Principal(kind="service", id="r"))
     bobs = await call(
-        broker, ops.MEMORY_LIST, {"agent_config_id": seeded, "actor_ref": "end_user:bob"}, service
+        edge, ops.MEMORY_LIST, {"agent_config_id": seeded, "actor_ref": "end_user:bob"}, service
     )
     (entry,) = bobs["entries"]
     alice = mint(tokens, org, ALICE)  # every permission, admin included: an end user's is not trusted
     body = {"agent_config_id": seeded, "entry_id": entry["id"]}
-    assert code(await call(broker, ops.MEMORY_DELETE, body, alice)) == "NOT_FOUND"
+    assert code(await call(edge, ops.MEMORY_DELETE, body, alice)) == "NOT_FOUND"
     as_bob = {**body, "principal": {"kind": "end_user", "id": "bob"}}
-    assert (await call(broker, ops.MEMORY_GET, as_bob, service))["entry"]["text"] == BOB_TEXTS[0]
+    assert (await call(edge, ops.MEMORY_GET, as_bob, service))["entry"]["text"] == BOB_TEXTS[0]
 
 
 # -- ingest --------------------------------------------------------------------------------------
 
 
 async def test_save_refusals_come_before_anything_is_accepted(
-    broker: NatsBroker, tokens: TokenService, org: UUID, seeded: UUID
+    edge: Edge, tokens: TokenService, org: UUID, seeded: UUID
 ) -> None:
     """Without memory.write, for a service principal, or into another organization's agent
     config, a save is refused before it reaches JetStream."""
     entry = {"text": "Invoices are due on the 5th.", "memory_type": "fact"}
     body = {"agent_config_id": seeded, "entries": [entry]}
     reader = mint(tokens, org, ALICE, {"memory.read"})
-    assert code(await call(broker, ops.MEMORY_SAVE, body, reader)) == "FORBIDDEN"
+    assert code(await call(edge, ops.MEMORY_SAVE, body, reader)) == "FORBIDDEN"
     service = mint(tokens, org, Principal(kind="service", id="r"))
     as_service = {**body, "principal": {"kind": "service", "id": "other"}}
-    assert code(await call(broker, ops.MEMORY_SAVE, as_service, service)) == "INVALID_REQUEST"
+    assert code(await call(edge, ops.MEMORY_SAVE, as_service, service)) == "INVALID_REQUEST"
     stranger = mint(tokens, uuid4(), Principal(kind="service", id="r"))
-    assert code(await call(broker, ops.MEMORY_SAVE, body, stranger)) == "FORBIDDEN"
+    assert code(await call(edge, ops.MEMORY_SAVE, body, stranger)) == "FORBIDDEN"
     restricted = mint(tokens, org, ALICE, {"memory.write"}, session_id="s-1")
-    assert code(await call(broker, ops.MEMORY_SAVE, {**body, "session_id": "s-2"}, restricted)) == "FORBIDDEN"
+    assert code(await call(edge, ops.MEMORY_SAVE, {**body, "session_id": "s-2"}, restricted)) == "FORBIDDEN"

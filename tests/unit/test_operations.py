@@ -64,8 +64,9 @@ def _subject(subscriber: Any) -> str:
 
 
 def test_every_request_subscriber_is_an_operation_and_every_operation_is_served(broker: NatsBroker) -> None:
-    """Each queue-group request handler of the routers is in the table with that queue group, and
-    each operation of the table has its handler."""
+    """Each request-reply operation the routers register on the edge (documented as a queue-group
+    subscriber of the broker) is in the table with that queue group, and each operation of the
+    table has its handler."""
     served: dict[str, str] = {}
     for sub in broker.subscribers:
         queue = getattr(sub, "queue", None)
