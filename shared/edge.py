@@ -84,6 +84,7 @@ class Edge:
         self._routes: dict[str, Route[Any, Any]] = {}
         self._subscriptions: list[Subscription] = []
         self._tracer: Tracer | None = None
+        self._nc: Client | None = None
 
     @property
     def routes(self) -> list[Route[Any, Any]]:
@@ -113,6 +114,7 @@ class Edge:
         """Subscribe every operation in its queue group on ``nc``. With ``tracer_provider`` each
         request gets a consume span (parented on the caller's ``traceparent``); without one, the
         caller's trace context is only carried through, as the streams' consumers do."""
+        self._nc = nc
         if tracer_provider is not None:
             self._tracer = tracer_provider.get_tracer("engram.edge")
         for subject, r in self._routes.items():
@@ -127,7 +129,8 @@ class Edge:
     async def stop(self) -> None:
         """Take no more requests; answer those already delivered (drains each subscription)."""
         subscriptions, self._subscriptions = self._subscriptions, []
-        drains = [sub.drain() for sub in subscriptions]  # type: ignore[no-untyped-call]
+        connected = self._nc is not None and self._nc.is_connected
+        drains = (_drain(sub, connected) for sub in subscriptions)
         results = await asyncio.gather(*drains, return_exceptions=True)
         for failed in (r for r in results if isinstance(r, BaseException)):
             # NATS gone at shutdown: nothing more can arrive, and no answer could leave.
@@ -157,6 +160,13 @@ class Edge:
             return await answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
         finally:
             otel_context.detach(token)
+
+
+async def _drain(sub: Subscription, connected: bool) -> None:
+    if not connected:  # NATS away at shutdown: no answer could leave, and a drain would wait out
+        await sub.unsubscribe()  # its flush's timeout for a server that is not there
+        return
+    await sub.drain()  # type: ignore[no-untyped-call]
 
 
 async def answer(

@@ -5,6 +5,7 @@ in its caller's trace. (What the edge answers is tested in memory in tests/route
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 from collections import Counter
@@ -126,6 +127,34 @@ async def test_a_stopping_edge_answers_what_it_was_delivered_and_takes_nothing_m
         release.set()
         await nc.close()
     assert json.loads(reply.data)["version"] == 1
+
+
+async def test_an_edge_stopping_while_nats_is_away_leaves_without_waiting_for_it(
+    tmp_path: Path, tokens: TokenService
+) -> None:
+    """NATS gone at shutdown: nothing more can arrive and no answer could leave, so the edge
+    unsubscribes instead of draining (a drain's flush would wait out its timeout, 10 s)."""
+
+    async def config_get(_: Caller, request: ConfigGet) -> ConfigReply:
+        return _reply(request)
+
+    edge = Edge(tokens)
+    edge.serve(CONFIG_GET, config_get)
+    async with nats_server(tmp_path / "nats") as server:
+        nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        await edge.start(nc)
+        await nc.flush()
+        await server.stop()
+
+        async def disconnected() -> bool:
+            return not nc.is_connected
+
+        await eventually(disconnected, timeout=20, what="the client noticing the server gone")
+        try:
+            await asyncio.wait_for(edge.stop(), 5)  # a bound, not a speed claim: 10 s would be the flush's
+        finally:
+            with contextlib.suppress(ConnectionError):  # the server is gone: not under test
+                await nc.close()
 
 
 async def test_the_consume_span_continues_the_callers_trace(
