@@ -4,11 +4,13 @@ Two interleaved comparisons, each on a fresh nats-server / throwaway database:
 
 - **subscriber**: a core-NATS echo answered by raw nats-py (the yardstick), by a FastStream
   subscriber taking the message as a ``NatsMessage`` parameter (resolved by fast_depends in a
-  worker thread), by one taking it through a decoder (``shared.raw_message``, what the edge does)
-  and by one taking the body only; then what the services' broker adds (FastStream's
-  OpenTelemetry middleware where spans are exported, the trace propagation alone by default) and
-  what replying through the raw message instead of FastStream's reply publisher
-  (``no_reply=True``) would save;
+  worker thread), by one taking it through a decoder (``shared.raw_message``, what the streams'
+  single-message consumers do; the edge did until it moved onto nats-py) and by one taking the body
+  only; then what the services' broker adds (FastStream's OpenTelemetry middleware where spans are
+  exported, the trace propagation alone by default), what replying through the raw message instead
+  of FastStream's reply publisher (``no_reply=True``) would save, and the edge itself
+  (``shared.edge.Edge`` on nats-py: ``config.get`` answered by a constant handler, so its token
+  check, parse, authorization and encoding, without a database);
 - **read**: recall's ``last_k`` statement at 10k entries through an ORM session (how recall read
   before), through SQLAlchemy Core, and compiled once and run by ``Database.fetch``
   (``shared.db.compiled``, what recall does now).
@@ -19,6 +21,7 @@ Two interleaved comparisons, each on a fresh nats-server / throwaway database:
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -32,9 +35,16 @@ from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from sqlalchemy import select
 
+from contracts.common import Principal
+from contracts.config import MemoryConfig
+from contracts.operations import CONFIG_GET
+from contracts.requests import ConfigGet, ConfigReply
 from services.recall import queries
+from shared.access import Caller
+from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
+from shared.edge import Edge
 from shared.raw_message import as_message, whole_message
 from shared.telemetry import broker_middleware, nats_telemetry_middleware
 from shared.time import utcnow
@@ -56,8 +66,9 @@ async def interleaved(calls: dict[str, Call], rounds: int) -> dict[str, dict[str
 
 
 def _serve_echoes(broker: NatsBroker, prefix: str) -> None:
-    """Echo responders on ``broker``: ``prefix.decoded`` as the edge answers (the decoder, the
-    reply returned to FastStream) and ``prefix.respond`` replying through the raw message."""
+    """Echo responders on ``broker``: ``prefix.decoded`` as the edge answered through FastStream
+    (the decoder, the reply returned to FastStream) and ``prefix.respond`` replying through the raw
+    message."""
 
     @broker.subscriber(f"{prefix}.decoded", decoder=whole_message)
     async def decoded(body: object) -> bytes:
@@ -67,6 +78,21 @@ def _serve_echoes(broker: NatsBroker, prefix: str) -> None:
     async def respond(body: object) -> None:
         msg = as_message(body)
         await msg.raw_message.respond(bytes(msg.body))
+
+
+def _constant_edge() -> tuple[Edge, str]:
+    """An edge answering ``config.get`` with a constant reply, and a token it accepts."""
+    tokens = TokenService({"bench": "b" * 48})
+    token = tokens.mint(
+        org_id=uuid4(), principal=Principal(kind="service", id="bench"), permissions=ALL_PERMISSIONS
+    )
+
+    async def config_get(_: Caller, request: ConfigGet) -> ConfigReply:
+        return ConfigReply(agent_config_id=request.agent_config_id, version=1, config=MemoryConfig())
+
+    edge = Edge(tokens)
+    edge.serve(CONFIG_GET, config_get)
+    return edge, token
 
 
 def _echo_broker(url: str, prefix: str, middleware: Any) -> NatsBroker:
@@ -104,6 +130,10 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
             await msg.respond(msg.data)
 
         await responder.subscribe("bench.echo", cb=echo)
+        edge, token = _constant_edge()
+        await edge.start(responder)
+        edge_request = json.dumps({"agent_config_id": str(uuid4())}).encode()
+        edge_headers = {"Authorization": f"Bearer {token}"}
         # The server has every subscription before the first request (else: no responders).
         await responder.flush()
         await broker.connection.flush()
@@ -111,29 +141,30 @@ async def subscribers(rounds: int) -> dict[str, dict[str, float]]:
         await propagating.connection.flush()
         payload = b"x" * 256
         try:
-            return await interleaved(
-                {
-                    label: lambda subject=subject: client.request(subject, payload, timeout=5)
-                    for label, subject in (
-                        ("raw nats-py responder (yardstick)", "bench.echo"),
-                        ("FastStream, NatsMessage parameter", "bench.annotated"),
-                        ("FastStream, whole_message decoder (the edge)", "bench.plain.decoded"),
-                        ("FastStream, body only", "bench.body"),
-                        ("FastStream, decoder, reply by the raw message", "bench.plain.respond"),
-                        (
-                            "+ telemetry middleware, decoder (services exporting spans)",
-                            "bench.traced.decoded",
-                        ),
-                        ("+ telemetry middleware, reply by the raw message", "bench.traced.respond"),
-                        (
-                            "+ trace propagation only, decoder (services by default)",
-                            "bench.propagating.decoded",
-                        ),
-                        ("+ trace propagation only, reply by the raw message", "bench.propagating.respond"),
-                    )
-                },
-                rounds,
+            calls: dict[str, Call] = {
+                label: lambda subject=subject: client.request(subject, payload, timeout=5)
+                for label, subject in (
+                    ("raw nats-py responder (yardstick)", "bench.echo"),
+                    ("FastStream, NatsMessage parameter", "bench.annotated"),
+                    ("FastStream, whole_message decoder (the edge before)", "bench.plain.decoded"),
+                    ("FastStream, body only", "bench.body"),
+                    ("FastStream, decoder, reply by the raw message", "bench.plain.respond"),
+                    (
+                        "+ telemetry middleware, decoder (services exporting spans)",
+                        "bench.traced.decoded",
+                    ),
+                    ("+ telemetry middleware, reply by the raw message", "bench.traced.respond"),
+                    (
+                        "+ trace propagation only, decoder (services by default)",
+                        "bench.propagating.decoded",
+                    ),
+                    ("+ trace propagation only, reply by the raw message", "bench.propagating.respond"),
+                )
+            }
+            calls["the edge on nats-py: config.get, constant handler"] = lambda: client.request(
+                CONFIG_GET.subject, edge_request, timeout=5, headers=edge_headers
             )
+            return await interleaved(calls, rounds)
         finally:
             await client.close()
             await responder.close()
