@@ -118,8 +118,8 @@ def offline_broker() -> NatsBroker:
     return broker
 
 
-async def _served_by_the_edge(body: bytes) -> bytes:  # never called: the broker never starts
-    return body
+async def _served_by_the_edge(body: bytes) -> bytes:
+    raise RuntimeError("documentation only: the edge serves this operation (shared/edge.py)")
 
 
 def _schema(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:

@@ -42,6 +42,9 @@ __all__ = [
 SERVICES = ("ingest", "distill", "embed", "recall", "governance-audit")
 log = logging.getLogger(__name__)
 
+#: How long a stopping subscriber (the edge's, the streams') may take to finish what it holds.
+GRACEFUL_S = 10.0
+
 
 def build_distiller(settings: EngramSettings) -> Distiller:
     if settings.distill_model_url:
@@ -139,7 +142,7 @@ async def running_services(
         # FastStream logs each message twice ("Received", "Processed") and each subscriber's start
         # at this level: per-message lines bury what matters and cost recall latency under load.
         log_level=logging.DEBUG,
-        graceful_timeout=10.0,
+        graceful_timeout=GRACEFUL_S,
     )
     db = Database(
         settings.database_url,
@@ -268,7 +271,9 @@ async def running_services(
             # commit), then the relay's last flush while the connection is still open, then the
             # connection itself; the exit stack then closes side effects, adapters and the database.
             await asyncio.gather(
-                infra.edge.stop(), *(sub.stop() for sub in broker.subscribers), return_exceptions=True
+                infra.edge.stop(GRACEFUL_S),
+                *(sub.stop() for sub in broker.subscribers),
+                return_exceptions=True,
             )
             # Then the background workers finish what the subscribers handed them (acks included).
             for worker in reversed(workers):

@@ -22,6 +22,7 @@ FastStream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -35,6 +36,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Tracer
 from pydantic import BaseModel
@@ -85,6 +87,12 @@ class Edge:
         self._subscriptions: list[Subscription] = []
         self._tracer: Tracer | None = None
         self._nc: Client | None = None
+        #: The tasks handling a request now, and whether there is none (what a stop waits for).
+        self._running: set[asyncio.Task[Any]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        #: Set when a stop gives up draining: requests not yet started are left unanswered.
+        self._stopping = False
 
     @property
     def routes(self) -> list[Route[Any, Any]]:
@@ -120,21 +128,69 @@ class Edge:
         for subject, r in self._routes.items():
 
             async def on_request(msg: Msg, r: Route[Any, Any] = r) -> None:
-                data = await self.reply(r, msg.headers, msg.data)
-                if msg.reply:  # a publish without a reply inbox is answered to no one
-                    await nc.publish(msg.reply, data)
+                if self._stopping:  # left for its caller's timeout, as a stopped FastStream did
+                    return
+                # The subscription's own task (nats-py runs its callbacks one at a time in it).
+                task = asyncio.current_task()
+                assert task is not None
+                self._running.add(task)
+                self._idle.clear()
+                try:
+                    await self._serve(nc, r, msg)
+                finally:
+                    self._running.discard(task)
+                    if not self._running:
+                        self._idle.set()
 
             self._subscriptions.append(await nc.subscribe(subject, queue=r.op.queue_group, cb=on_request))
 
-    async def stop(self) -> None:
-        """Take no more requests; answer those already delivered (drains each subscription)."""
+    async def _serve(self, nc: Client, r: Route[Any, Any], msg: Msg) -> None:
+        # Nothing may escape to nats-py: its error callback would drop it without a word.
+        try:
+            data = await self.reply(r, msg.headers, msg.data)
+        except Exception as exc:  # answer() maps the handler's failures; this is the edge's own
+            log.exception("%s: request not handled", r.op.name)
+            data = _json(error_reply(exc))
+        if not msg.reply:  # a publish without a reply inbox is answered to no one
+            return
+        try:
+            await nc.publish(msg.reply, data)
+        except Exception as exc:  # e.g. a reply over the server's max_payload
+            log.exception("%s: reply of %d bytes not sent", r.op.name, len(data))
+            with contextlib.suppress(Exception):
+                await nc.publish(msg.reply, _json(error_reply(exc)))
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Take no more requests and answer those already delivered, within ``grace_s``.
+
+        Connected, each subscription is drained: the server stops delivering, and what it had
+        delivered is answered in turn. With NATS away (nothing more can arrive, and a drain's
+        flush would wait out its timeout for a server that is not there), or once ``grace_s`` is
+        spent, requests not yet started are left to their callers' timeouts and those being
+        handled are let finish (up to ``grace_s`` in all) before the subscriptions are cut."""
         subscriptions, self._subscriptions = self._subscriptions, []
-        connected = self._nc is not None and self._nc.is_connected
-        drains = (_drain(sub, connected) for sub in subscriptions)
-        results = await asyncio.gather(*drains, return_exceptions=True)
-        for failed in (r for r in results if isinstance(r, BaseException)):
-            # NATS gone at shutdown: nothing more can arrive, and no answer could leave.
-            log.warning("request subscription not drained: %r", failed)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        drained = False
+        if self._nc is not None and self._nc.is_connected:
+            each = [sub.drain() for sub in subscriptions]  # type: ignore[no-untyped-call]
+            drains = asyncio.gather(*each, return_exceptions=True)
+            try:
+                results = await asyncio.wait_for(drains, grace_s)
+                drained = not any(isinstance(r, BaseException) for r in results)
+            except TimeoutError:
+                log.warning("requests still queued after %g s of shutdown: left unanswered", grace_s)
+        if not drained:
+            self._stopping = True
+            try:
+                await asyncio.wait_for(self._idle.wait(), max(deadline - loop.time(), 0.0))
+            except TimeoutError:
+                log.warning("%d request(s) still running at shutdown: cancelled", len(self._running))
+                for task in self._running:
+                    task.cancel()
+            for sub in subscriptions:
+                with contextlib.suppress(Exception):  # already drained, or the connection closed
+                    await sub.unsubscribe()
 
     async def request(self, subject: str, body: bytes, headers: Mapping[str, str] | None = None) -> bytes:
         """The reply the edge would send to a request on ``subject``, without NATS (router tests:
@@ -149,8 +205,9 @@ class Edge:
         trace context (so logs and what the handler publishes stay in the caller's trace)."""
         parent = extract_context(headers) if headers and _TRACEPARENT in headers else None
         if self._tracer is not None:
+            # A request without a traceparent starts a trace of its own (an empty context).
             with self._tracer.start_as_current_span(
-                f"{r.op.subject} process", context=parent, kind=SpanKind.CONSUMER
+                f"{r.op.subject} process", context=parent or Context(), kind=SpanKind.CONSUMER
             ):
                 return await answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
         if parent is None:
@@ -160,13 +217,6 @@ class Edge:
             return await answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
         finally:
             otel_context.detach(token)
-
-
-async def _drain(sub: Subscription, connected: bool) -> None:
-    if not connected:  # NATS away at shutdown: no answer could leave, and a drain would wait out
-        await sub.unsubscribe()  # its flush's timeout for a server that is not there
-        return
-    await sub.drain()  # type: ignore[no-untyped-call]
 
 
 async def answer(
@@ -198,7 +248,10 @@ async def answer(
         return _json(envelope)
     seconds = _count(op, started, "OK")
     if observe is not None:
-        observe(reply, seconds)
+        try:
+            observe(reply, seconds)
+        except Exception:  # a metric's failure never costs the caller its answer
+            log.exception("%s: observer failed", op.name)
     return data
 
 
