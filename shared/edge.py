@@ -48,7 +48,7 @@ from shared.metrics import REQUEST_SECONDS, REQUESTS
 from shared.telemetry import annotate_consumer, annotate_memory_operation, extract_context
 from shared.wire import error_reply, parse_model
 
-__all__ = ["Edge", "Handler", "Route", "answer", "route"]
+__all__ = ["Edge", "Handler", "Observer", "Route", "answer", "route"]
 
 log = logging.getLogger(__name__)
 
@@ -204,17 +204,19 @@ class Edge:
         """:func:`answer`, inside the request's consume span or, without a tracer, its caller's
         trace context (so logs and what the handler publishes stay in the caller's trace)."""
         parent = extract_context(headers) if headers and _TRACEPARENT in headers else None
+        # Made here, run (and so traced) only when awaited below.
+        answered = answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
         if self._tracer is not None:
             # A request without a traceparent starts a trace of its own (an empty context).
             with self._tracer.start_as_current_span(
                 f"{r.op.subject} process", context=parent or Context(), kind=SpanKind.CONSUMER
             ):
-                return await answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
+                return await answered
         if parent is None:
-            return await answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
+            return await answered
         token = otel_context.attach(parent)
         try:
-            return await answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
+            return await answered
         finally:
             otel_context.detach(token)
 

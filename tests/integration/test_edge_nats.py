@@ -28,7 +28,7 @@ from contracts.operations import CONFIG_GET
 from contracts.requests import ConfigGet, ConfigReply
 from shared.access import Caller
 from shared.auth import TokenService
-from shared.edge import Edge
+from shared.edge import Edge, Handler, Observer
 from shared.testing.servers import nats_server
 from tests.platform import eventually
 
@@ -54,6 +54,26 @@ def _reply(request: ConfigGet) -> ConfigReply:
 
 def _body() -> bytes:
     return json.dumps({"agent_config_id": "00000000-0000-4000-8000-000000000001"}).encode()
+
+
+async def _serving(
+    nc: Client,
+    tokens: TokenService,
+    config_get: Handler[ConfigGet, ConfigReply],
+    *,
+    observe: Observer[ConfigReply] | None = None,
+    tracer_provider: TracerProvider | None = None,
+) -> Edge:
+    """An edge answering ``config.get`` by ``config_get`` on ``nc``, its subscription flushed."""
+    edge = Edge(tokens)
+    edge.serve(CONFIG_GET, config_get, observe=observe)
+    await edge.start(nc, tracer_provider=tracer_provider)
+    await nc.flush()
+    return edge
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 async def _held(client: Client, entered: asyncio.Event, headers: dict[str, str]) -> asyncio.Future[Msg]:
@@ -89,14 +109,11 @@ async def test_instances_share_the_queue_group_and_answer_each_request_once(
             handled[name] += 1
             return _reply(request)
 
-        edge = Edge(tokens)
-        edge.serve(CONFIG_GET, config_get)
         nc = await nats.connect(server_url)
-        await edge.start(nc)
-        await nc.flush()
+        edge = await _serving(nc, tokens, config_get)
         edges.append(edge)
         connections.append(nc)
-    headers = {"Authorization": f"Bearer {service_token}"}
+    headers = _auth(service_token)
     replies = []
     try:
         # Rounds of 20 until both instances took a share (the server picks a member at random;
@@ -126,12 +143,9 @@ async def test_a_stopping_edge_answers_what_it_was_delivered_and_takes_nothing_m
         await release.wait()
         return _reply(request)
 
-    edge = Edge(tokens)
-    edge.serve(CONFIG_GET, config_get)
     nc = await nats.connect(server_url)
-    await edge.start(nc)
-    await nc.flush()
-    headers = {"Authorization": f"Bearer {service_token}"}
+    edge = await _serving(nc, tokens, config_get)
+    headers = _auth(service_token)
     in_flight = await _held(client, entered, headers)
     stopping = asyncio.ensure_future(edge.stop())
 
@@ -175,14 +189,11 @@ async def test_an_edge_stopping_while_nats_is_away_lets_the_running_request_fini
         outcome.append("finished")
         return _reply(request)
 
-    edge = Edge(tokens)
-    edge.serve(CONFIG_GET, config_get)
     async with nats_server(tmp_path / "nats") as server:
         nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
         caller = await nats.connect(server.url, max_reconnect_attempts=0)
-        await edge.start(nc)
-        await nc.flush()
-        headers = {"Authorization": f"Bearer {service_token}"}
+        edge = await _serving(nc, tokens, config_get)
+        headers = _auth(service_token)
         asked = await _held(caller, entered, headers)
         await server.stop()
 
@@ -221,12 +232,9 @@ async def test_a_stop_is_bounded_by_its_grace(
             raise
         return _reply(request)
 
-    edge = Edge(tokens)
-    edge.serve(CONFIG_GET, config_get)
     nc = await nats.connect(server_url)
-    await edge.start(nc)
-    await nc.flush()
-    headers = {"Authorization": f"Bearer {service_token}"}
+    edge = await _serving(nc, tokens, config_get)
+    headers = _auth(service_token)
     asked = await _held(client, entered, headers)
     try:
         await asyncio.wait_for(edge.stop(grace_s=0.5), 20)  # a bound on the grace, not a speed claim
@@ -254,11 +262,8 @@ async def test_odd_messages_get_an_answer_or_none_and_the_edge_keeps_serving(
     def broken_metric(reply: ConfigReply, seconds: float) -> None:
         raise RuntimeError("metric backend gone")
 
-    edge = Edge(tokens)
-    edge.serve(CONFIG_GET, config_get, observe=broken_metric)
-    await edge.start(client)
-    await client.flush()
-    headers = {"Authorization": f"Bearer {service_token}"}
+    edge = await _serving(client, tokens, config_get, observe=broken_metric)
+    headers = _auth(service_token)
     try:
         anonymous = await client.request(CONFIG_GET.subject, _body(), timeout=10)
         assert json.loads(anonymous.data)["error"]["code"] == "UNAUTHENTICATED"
@@ -286,22 +291,16 @@ async def test_the_consume_span_continues_the_callers_trace(
     async def config_get(_: Caller, request: ConfigGet) -> ConfigReply:
         return _reply(request)
 
-    edge = Edge(tokens)
-    edge.serve(CONFIG_GET, config_get)
-    await edge.start(client, tracer_provider=provider)
-    await client.flush()
+    edge = await _serving(client, tokens, config_get, tracer_provider=provider)
     trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
     try:
         await client.request(
             CONFIG_GET.subject,
             _body(),
             timeout=10,
-            headers={
-                "Authorization": f"Bearer {service_token}",
-                "traceparent": f"00-{trace_id}-{parent_id}-01",
-            },
+            headers={**_auth(service_token), "traceparent": f"00-{trace_id}-{parent_id}-01"},
         )
-        await client.request(CONFIG_GET.subject, b"{", timeout=10, headers={"Authorization": "Bearer x"})
+        await client.request(CONFIG_GET.subject, b"{", timeout=10, headers=_auth("x"))
     finally:
         await edge.stop()
         provider.shutdown()
@@ -327,12 +326,9 @@ async def test_without_a_tracer_the_handler_runs_in_the_callers_trace(
         seen.append(trace.get_current_span().get_span_context().trace_id)
         return _reply(request)
 
-    edge = Edge(tokens)
-    edge.serve(CONFIG_GET, config_get)
-    await edge.start(client)
-    await client.flush()
+    edge = await _serving(client, tokens, config_get)
     trace_id = secrets.token_hex(16)
-    headers = {"Authorization": f"Bearer {service_token}"}
+    headers = _auth(service_token)
     try:
         await client.request(
             CONFIG_GET.subject,
