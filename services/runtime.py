@@ -153,6 +153,9 @@ async def running_services(
     async with AsyncExitStack() as stack:
         stack.push_async_callback(db.close)
         await broker.connect()
+        # Closed last but the database, also when start-up is cut short (Ctrl-C): before whoever
+        # started NATS stops it, so the connection never outlives its server.
+        stack.push_async_callback(_disconnect, broker)
         js = broker.connection.jetstream()
         await ensure_streams(
             js,
@@ -268,8 +271,8 @@ async def running_services(
             yield infra
         finally:
             # Subscribers first, the edge's and the streams' (in-flight handlers finish and
-            # commit), then the relay's last flush while the connection is still open, then the
-            # connection itself; the exit stack then closes side effects, adapters and the database.
+            # commit), then the relay's last flush while the connection is still open; the exit
+            # stack then closes side effects and adapters, the connection, and the database.
             await asyncio.gather(
                 infra.edge.stop(GRACEFUL_S),
                 *(sub.stop() for sub in broker.subscribers),
@@ -279,7 +282,11 @@ async def running_services(
             for worker in reversed(workers):
                 await worker.stop()
             await relay.stop()
-            try:
-                await broker.stop()
-            except Exception:  # NATS away at shutdown: nothing left to drain; leave anyway
-                log.warning("NATS connection could not be drained at shutdown", exc_info=True)
+
+
+async def _disconnect(broker: NatsBroker) -> None:
+    """Drain and close the broker's connection (what was published is flushed)."""
+    try:
+        await broker.stop()
+    except Exception as exc:  # NATS away at shutdown: nothing left to drain; leave anyway
+        log.warning("NATS connection could not be drained at shutdown (%r)", exc)

@@ -100,12 +100,16 @@ def up(
         nats_port = 0
 
     async def main() -> None:
-        # Until _wait_for_signal takes over, SIGTERM cancels startup (and the demo) the way Ctrl-C
-        # does, so embedded_stack's finally still stops nats-server and Postgres; by default it
-        # would kill this process at once and leave both running.
+        # Until wait_for_signal takes over, SIGTERM and Ctrl-C cancel start-up (and the demo), so
+        # the exits below still stop what was started, in order; by default SIGTERM would kill
+        # this process at once and leave nats-server and Postgres running.
         task = asyncio.current_task()
         assert task is not None
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
+        # On the way out: the gateway and the services drain while NATS is still there (the
+        # embedded nats-server runs in a session of its own, so a terminal's Ctrl-C does not
+        # reach it), then NATS stops, then Postgres.
         async with (
             embedded_stack(
                 data_dir,
@@ -155,11 +159,12 @@ def up(
 
     try:
         asyncio.run(main())
-    except asyncio.CancelledError:  # SIGTERM before _wait_for_signal: cleaned up, a normal stop
-        console.print("stopped before startup finished")
+    except asyncio.CancelledError:  # a signal while starting or during the demo: a normal stop
+        pass
     except PostgresWontStart as exc:  # one line saying what is wrong and what to do, no traceback
         console.print(f"[red]engram up: {exc}[/]", soft_wrap=True)
         raise typer.Exit(1) from None
+    console.print("Engram stopped.")
 
 
 @app.command("console")
