@@ -555,7 +555,7 @@ def audit_tail(
     data_dir: Path = DATA_DIR,
     nats_url: str = "",
 ) -> None:
-    """Follow the audit stream (``engram.audit.<kind>`` on ENGRAM_AUDIT), one line per record."""
+    """Follow the audit stream (``engram.audit.<kind>`` on ENGRAM_AUDIT), one line per record, whole."""
     url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
     if org is None and connection_file(data_dir).exists():
         org = UUID(_connection(data_dir)["org_id"])
@@ -566,10 +566,11 @@ def audit_tail(
             return False
         ids = record.get("entry_ids") or []
         when = str(record.get("occurred_at", ""))[:23]
+        # The whole record on one line: its details are what says why (a rejection's reason).
+        details = json.dumps(record.get("details") or {}, sort_keys=True, ensure_ascii=False)
         console.print(
-            f"{when} #{record.get('seq')} [bold]{record.get('kind')}[/] "
-            f"by {record.get('actor_ref') or '-'} ids={len(ids)} "
-            f"{json.dumps(record.get('details') or {}, sort_keys=True)[:160]}",
+            f"{when} #{record.get('seq')} [bold]{escape(str(record.get('kind')))}[/] "
+            f"by {escape(record.get('actor_ref') or '-')} ids={len(ids)} {escape(details)}",
             highlight=False,
             soft_wrap=True,
         )
