@@ -51,10 +51,6 @@ class ToolDecl:
     def destructive(self) -> bool:
         return self.operation.http_method == "DELETE"
 
-    @property
-    def allowed(self) -> list[str]:
-        return list(self.arguments.model_fields)
-
 
 # remember saves one entry: its arguments are an entry's, not the save request's.
 _SHAPES: dict[str, tuple[type[ToolArguments], Any]] = {
