@@ -348,25 +348,35 @@ def mcp(
         help="A client file from `engram credentials mint` (default: the data dir's connection.json).",
     ),
     nats_url: str = typer.Option("", envvar="ENGRAM_NATS_URL", help="Default: the connection file's."),
-    token: str = typer.Option("", envvar="ENGRAM_TOKEN", help="The agent's bearer token: who it is."),
+    token: str = typer.Option(
+        "", envvar="ENGRAM_TOKEN", help="The agent's bearer token: who it is (required)."
+    ),
     agent: UUID = typer.Option(
         None, "--agent", envvar="ENGRAM_AGENT_CONFIG_ID", help="Default: the connection file's."
     ),
     session: str = typer.Option(None, "--session", envvar="ENGRAM_SESSION_ID"),
 ) -> None:
-    """Serve Engram's memory tools over MCP on stdin/stdout (for desktop agents and IDEs)."""
+    """Serve Engram's memory tools over MCP on stdin/stdout (for desktop agents and IDEs).
+
+    The agent is who ENGRAM_TOKEN says, and nobody else: the connection file's own token (engram
+    up's, with every permission) is never used for it."""
     from services.mcp.caller import Caller
     from services.mcp.stdio import serve_stdio
 
+    if not token:
+        raise typer.BadParameter(
+            "set ENGRAM_TOKEN to the agent's own token, e.g. `engram token mint --kind end_user --id "
+            "alice --perm memory.read --perm memory.write` (it expires after an hour unless given "
+            "--ttl); the connection file's token is never used for an agent",
+            param_hint="ENGRAM_TOKEN",
+        )
     path = connection or connection_file(data_dir)
     base = ConnectionInfo.load(path) if path.exists() else None
     url = nats_url or (base.nats_url if base is not None else "")
-    tok = token or (base.token if base is not None else "")
     target = agent or (base.agent_config_id if base is not None else None)
-    if not url or not tok or target is None:
+    if not url or target is None:
         raise typer.BadParameter(
-            "set ENGRAM_NATS_URL, ENGRAM_TOKEN and ENGRAM_AGENT_CONFIG_ID "
-            f"(or start `engram up` so {path} exists)"
+            f"set ENGRAM_NATS_URL and ENGRAM_AGENT_CONFIG_ID (or start `engram up` so {path} exists)"
         )
     # The NATS identity belongs to the connection file's server; another URL connects without it.
     info = (
@@ -375,7 +385,7 @@ def mcp(
         else ConnectionInfo(nats_url=url)
     )
     setup_logging("WARNING", json=False)
-    asyncio.run(serve_stdio(info, Caller(token=tok, agent_config_id=target, session_id=session)))
+    asyncio.run(serve_stdio(info, Caller(token=token, agent_config_id=target, session_id=session)))
 
 
 @app.command()
