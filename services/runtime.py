@@ -221,6 +221,9 @@ async def running_services(
             pipeline = EmbedPipeline(infra, embedder, vector_index)
             workers.append(pipeline)
             broker.include_router(embed_router(infra, pipeline, vector_index))
+        if "embed" in names:
+            # Without a vector store (ENGRAM_VECTOR_STORE=none) embed runs with nothing to index;
+            # it is still there, so a gateway's /readyz may count it.
             serving.append("embed")
         results = None
         if settings.redis_url and settings.result_cache_s > 0 and {"recall", "governance-audit"} & set(names):

@@ -370,6 +370,23 @@ async def test_readyz_needs_every_service_distill_and_embed_included(
         assert ready.json() == {"status": "ready", "checks": {"nats": True, **dict.fromkeys(SERVICES, True)}}
 
 
+async def test_readyz_counts_embed_in_a_deployment_without_a_vector_store(
+    settings: EngramSettings, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """With ENGRAM_VECTOR_STORE=none embed has nothing to index but runs, so it answers its probe:
+    such a deployment becomes ready (it never did: embed was left out of the probes' responders)."""
+    async with secured_nats_server(tmp_path_factory.mktemp("novectors")) as server, AsyncExitStack() as stack:
+        assert server.gateway is not None
+        base = settings.model_copy(update={"nats_url": server.url, "http_port": 0, "vector_store": "none"})
+        for service in SERVICES:
+            own = base.model_copy(update={"nats_nkey_seed": SecretStr(server.service_seeds[service])})
+            await stack.enter_async_context(running_services(own, [service]))
+        running = await stack.enter_async_context(running_gateway(base, server.gateway.seed))
+        client = await stack.enter_async_context(httpx.AsyncClient(base_url=running.url))
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+
+
 async def _chunks(size: int) -> AsyncIterator[bytes]:
     for _ in range(size // 65536 + 1):
         yield b" " * 65536

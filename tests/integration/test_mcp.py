@@ -22,6 +22,7 @@ from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
 from shared.memory_block import BLOCK_CLOSE, BLOCK_OPEN
+from shared.nats_auth.keys import new_user_seed
 from tests.mcp_clients import ENGRAM, code_of, connection_file, error_of, in_process, ok, over_stdio, text_of
 from tests.platform import eventually
 from tests.security.support import mint
@@ -229,6 +230,34 @@ async def test_engram_mcp_over_stdio(
         recalled = ok(await client.call_tool("recall", {"strategy": "last_k"}))
     assert [r["id"] for r in recalled["results"]] == saved["ids"]
     assert "read-only on Fridays" in recalled["context"]
+
+
+def test_engram_mcp_with_a_refused_nats_identity_exits_naming_authorization(
+    nats_proc: NatsServerProcess, tokens: TokenService, org: UUID, agent: UUID, tmp_path: Path
+) -> None:
+    """``engram mcp`` whose connection file holds an nkey the server does not know (revoked, or
+    never minted) exits with UNAUTHENTICATED naming NATS authorization, after one refused login —
+    not after nats-py's reconnect loop gives up minutes later."""
+    if getattr(nats_proc, "client", None) is None:
+        pytest.skip("this module's NATS server runs without authentication")
+    connection = connection_file(nats_proc, tmp_path / "connection.json")
+    info = json.loads(connection.read_text()) | {"nats_nkey_seed": new_user_seed()}
+    connection.write_text(json.dumps(info))
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "ENGRAM_CONNECTION_FILE": str(connection),
+        "ENGRAM_TOKEN": mint(tokens, org, "end_user:alice", {"memory.read"}),
+        "ENGRAM_AGENT_CONFIG_ID": str(agent),
+        "COLUMNS": "200",
+    }
+    started = subprocess.run(
+        [str(ENGRAM), "mcp"], env=env, input="", capture_output=True, text=True, timeout=60, check=False
+    )
+    assert started.returncode != 0, started.stderr
+    assert "UNAUTHENTICATED" in started.stderr, started.stderr[-2000:]
+    assert "authorization" in started.stderr.lower(), started.stderr[-2000:]
+    assert "Traceback" not in started.stderr
+    assert started.stdout == ""
 
 
 def test_engram_mcp_refuses_to_start_without_a_token(
