@@ -13,7 +13,6 @@ from types import TracebackType
 from typing import Any, TypeVar
 from uuid import UUID
 
-import nats
 from nats.aio.client import Client
 from pydantic import BaseModel
 
@@ -22,6 +21,7 @@ from contracts.config import MemoryConfig
 from contracts.errors import error_for_code
 from contracts.events import SessionEnded
 from contracts.governance import GetReply, ManageReply, Page, PruneReply, PurgeReceipt
+from contracts.nats_connect import Refusals, refusal_raised
 from contracts.operations import Operation
 from contracts.ops import DeadLetterPage, LagReply
 from contracts.recall import ExpandReply, FeedbackReply, RecallReply
@@ -50,6 +50,8 @@ class EngramClient:
         self._token = token
         self._timeout = timeout
         self._owns = owns_connection
+        #: How this client's own connection (``connect``) learns that NATS refused its identity.
+        self._refusals: Refusals | None = None
 
     @classmethod
     # The timeout is the per-request default, not a deadline for this call.
@@ -64,10 +66,16 @@ class EngramClient:
     ) -> EngramClient:
         """``inbox_prefix``: where replies come back (a NATS identity may receive only under its
         own); ``nats_options`` go to ``nats.connect`` as they are, e.g. the NATS identity from
-        ``contracts.connection.ConnectionInfo.nats_options()``."""
-        options = {"name": "engram-client", **nats_options}
-        nc = await nats.connect(url, inbox_prefix=inbox_prefix, **options)
-        return cls(nc, token, timeout=timeout, owns_connection=True)
+        ``contracts.connection.ConnectionInfo.nats_options()``.
+
+        An identity NATS refuses raises :class:`~contracts.errors.Unauthenticated` at the first
+        refusal (nats-py alone would retry for minutes); so does every request once the server
+        has refused an open connection's identity (revoked or rotated away)."""
+        refusals = Refusals(url, {"name": "engram-client", **nats_options})
+        nc = await refusals.connect(inbox_prefix=inbox_prefix)
+        client = cls(nc, token, timeout=timeout, owns_connection=True)
+        client._refusals = refusals
+        return client
 
     async def __aenter__(self) -> EngramClient:
         return self
@@ -88,22 +96,24 @@ class EngramClient:
         """Publish ``engram.session.ended`` (JetStream, deduplicated by ``event_id``); returns
         the stream sequence."""
         model = session if isinstance(session, SessionEnded) else SessionEnded.model_validate(session)
-        ack = await self._js.publish(
-            ops.SESSION_ENDED.subject,
-            model.model_dump_json().encode(),
-            headers=self._headers(**{"Nats-Msg-Id": str(model.event_id)}),
-        )
+        with refusal_raised(self._refusals):
+            ack = await self._js.publish(
+                ops.SESSION_ENDED.subject,
+                model.model_dump_json().encode(),
+                headers=self._headers(**{"Nats-Msg-Id": str(model.event_id)}),
+            )
         return int(ack.seq)
 
     # nats-py takes a timeout per request; so does this thin wrapper.
     async def request(self, subject: str, payload: dict[str, Any], *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         """One request-reply; a wire error is raised as its typed ``EngramError``."""
-        reply = await self._nc.request(
-            subject,
-            json.dumps(payload, default=str).encode(),
-            timeout=timeout or self._timeout,
-            headers=self._headers(),
-        )
+        with refusal_raised(self._refusals):
+            reply = await self._nc.request(
+                subject,
+                json.dumps(payload, default=str).encode(),
+                timeout=timeout or self._timeout,
+                headers=self._headers(),
+            )
         data = json.loads(reply.data)
         if isinstance(data, dict) and isinstance(data.get("error"), dict):
             err = data["error"]

@@ -15,6 +15,7 @@ __all__ = [
     "CONFIG_GET",
     "CONFIG_PUT",
     "DEAD_LETTER_PREFIX",
+    "HEALTH_PREFIX",
     "MEMORY_DELETE",
     "MEMORY_EXPORT",
     "MEMORY_FEEDBACK",
@@ -38,6 +39,7 @@ __all__ = [
     "StreamDef",
     "audit_subject",
     "dead_letter_subject",
+    "health_subject",
     "save_result_subject",
 ]
 
@@ -77,6 +79,11 @@ AUDIT_VERIFY = "engram.audit.verify"
 OPS_DEAD_LETTERS = "engram.ops.dead_letters"
 OPS_LAG = "engram.ops.lag"
 
+# -- liveness (core NATS request-reply, internal) ------------------------------------------
+#: ``engram.health.<service>``: any running instance of the service answers, in the service's
+#: queue group, ``{"service": "<service>"}`` (the gateway's ``/readyz``; docs/adr/readiness.md).
+HEALTH_PREFIX = "engram.health"
+
 
 def audit_subject(kind: str) -> str:
     """``engram.audit.<kind>`` with the dots of a kind like ``memory.saved`` kept as tokens."""
@@ -85,6 +92,10 @@ def audit_subject(kind: str) -> str:
 
 def dead_letter_subject(source: str) -> str:
     return f"{DEAD_LETTER_PREFIX}.{source}"
+
+
+def health_subject(service: str) -> str:
+    return f"{HEALTH_PREFIX}.{service}"
 
 
 def save_result_subject(request_id: str) -> str:

@@ -19,6 +19,7 @@ from shared.db.engine import Database
 from shared.distillers.builtin import BuiltinDistiller
 from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.infra import Infra
+from shared.liveness import LivenessResponder
 from shared.metrics import refreshing
 from shared.nats_auth.permissions import ALL_IN_ONE, CONSUMERS, process_name, service_inbox
 from shared.outbox import OutboxRelay
@@ -153,6 +154,9 @@ async def running_services(
     async with AsyncExitStack() as stack:
         stack.push_async_callback(db.close)
         await broker.connect()
+        # Closed last but the database, also when start-up is cut short (Ctrl-C): before whoever
+        # started NATS stops it, so the connection never outlives its server.
+        stack.push_async_callback(_disconnect, broker)
         js = broker.connection.jetstream()
         await ensure_streams(
             js,
@@ -193,11 +197,14 @@ async def running_services(
             vector_index = build_vector_index(settings, embedder)
             if vector_index is not None:
                 stack.push_async_callback(vector_index.close)
+        #: The services whose parts run here: they answer their liveness probes (shared/liveness.py).
+        serving: list[str] = []
         # Imported here: each service's code is only loaded when that service runs.
         if "ingest" in names:
             from services.ingest.router import build_router as ingest_router
 
             broker.include_router(ingest_router(infra))
+            serving.append("ingest")
         if "distill" in names:
             from services.distill.router import build_router as distill_router
 
@@ -206,6 +213,7 @@ async def running_services(
             if close is not None:
                 stack.push_async_callback(close)
             broker.include_router(distill_router(infra, distiller))
+            serving.append("distill")
         if "embed" in names and vector_index is not None and embedder is not None:
             from services.embed.router import EmbedPipeline
             from services.embed.router import build_router as embed_router
@@ -213,6 +221,10 @@ async def running_services(
             pipeline = EmbedPipeline(infra, embedder, vector_index)
             workers.append(pipeline)
             broker.include_router(embed_router(infra, pipeline, vector_index))
+        if "embed" in names:
+            # Without a vector store (ENGRAM_VECTOR_STORE=none) embed runs with nothing to index;
+            # it is still there, so a gateway's /readyz may count it.
+            serving.append("embed")
         results = None
         if settings.redis_url and settings.result_cache_s > 0 and {"recall", "governance-audit"} & set(names):
             from shared.cache import ResultCache
@@ -243,6 +255,7 @@ async def running_services(
                 coverage=VectorCoverage(db, embedder) if embedder is not None else None,
             )
             broker.include_router(recall_router(infra, recall, results))
+            serving.append("recall")
         if "governance-audit" in names:
             from services.governance_audit.erasure_api import Erasures
             from services.governance_audit.retention import RetentionSweeper
@@ -251,8 +264,11 @@ async def running_services(
             erasures = Erasures(db, index=vector_index, results=results)
             broker.include_router(governance_router(infra, erasures, results))
             workers.append(RetentionSweeper(db, erasures.after_commit, interval_s=settings.retention_sweep_s))
+            serving.append("governance-audit")
         await broker.start()
         await infra.edge.start(broker.connection, tracer_provider=provider)
+        liveness = LivenessResponder(serving)
+        await liveness.start(broker.connection)
         # Wait until the server has our subscriptions: a client told "ready" right after this
         # must not meet "no responders".
         await broker.connection.flush()
@@ -267,9 +283,11 @@ async def running_services(
         try:
             yield infra
         finally:
-            # Subscribers first, the edge's and the streams' (in-flight handlers finish and
-            # commit), then the relay's last flush while the connection is still open, then the
-            # connection itself; the exit stack then closes side effects, adapters and the database.
+            # No longer counted as running (a /readyz stops routing here), then the subscribers,
+            # the edge's and the streams' (in-flight handlers finish and commit), then the relay's
+            # last flush while the connection is still open; the exit stack then closes side
+            # effects and adapters, the connection, and the database.
+            await liveness.stop()
             await asyncio.gather(
                 infra.edge.stop(GRACEFUL_S),
                 *(sub.stop() for sub in broker.subscribers),
@@ -279,7 +297,11 @@ async def running_services(
             for worker in reversed(workers):
                 await worker.stop()
             await relay.stop()
-            try:
-                await broker.stop()
-            except Exception:  # NATS away at shutdown: nothing left to drain; leave anyway
-                log.warning("NATS connection could not be drained at shutdown", exc_info=True)
+
+
+async def _disconnect(broker: NatsBroker) -> None:
+    """Drain and close the broker's connection (what was published is flushed)."""
+    try:
+        await broker.stop()
+    except Exception as exc:  # NATS away at shutdown: nothing left to drain; leave anyway
+        log.warning("NATS connection could not be drained at shutdown (%r)", exc)

@@ -18,6 +18,7 @@ import jwt
 
 from contracts.common import Principal
 from contracts.errors import Forbidden, Unauthenticated
+from contracts.json_rules import check_storable
 
 __all__ = [
     "ALL_PERMISSIONS",
@@ -167,6 +168,11 @@ class TokenService:
         except jwt.PyJWTError as exc:
             raise Unauthenticated("invalid token") from exc
         try:
+            # Claims reach queries and audit records: the text rule of every payload holds here too.
+            check_storable(claims)
+            session_id = claims.get("sid")
+            if session_id is not None and not isinstance(session_id, str):
+                raise TypeError("sid must be a string")
             principal = Principal(kind=claims["pk"], id=claims.get("pid"))
             raw_perms = claims["perms"]
             # A list of strings only: an object's keys ({"memory.admin": false}) grant nothing.
@@ -179,7 +185,7 @@ class TokenService:
                 principal=principal,
                 permissions=perms & ALL_PERMISSIONS,
                 agent_config_id=UUID(str(acfg)) if acfg else None,
-                session_id=claims.get("sid"),
+                session_id=session_id,
                 token_id=str(claims.get("jti", "")),
             )
             return credential, float(claims["exp"])

@@ -11,9 +11,15 @@ handler touches ``Msg`` acks (STYLE 16):
 - bad input is dead-lettered (``Batch.parse``, ``Batch.dead_letter``) and acked: dead-lettered on
   its first delivery, never retried;
 - when the handler returns — its transactions committed — every message it left is acked;
-- when it raises (Postgres or NATS away), every message not yet settled is nakked with the
-  deployment's backoff and comes back later; the steps before an ack are idempotent (inbox rows,
-  ``Nats-Msg-Id``, dead-letter keys), so a redelivery takes effect once.
+- when it raises, the failure decides (:meth:`Batch.run`, STYLE 23):
+  - an outage (Postgres, NATS, the model or vector store away) naks every unsettled message with
+    the deployment's backoff, without limit: they come back when it may be over;
+  - anything else is a message's own failure: a batch of several is tried again one message at a
+    time, so the others take effect, and a message that fails alone is nakked with backoff until
+    its ``max_deliver``-th delivery, then dead-lettered (``INTERNAL``, with the failure's kind) and
+    acked — no message is redelivered without bound because of what it holds;
+  the steps before an ack are idempotent (inbox rows, ``Nats-Msg-Id``, dead-letter keys), so a
+  redelivery or a second try takes effect once.
 
 The batch keeps its own record of what it settled: nats-py's flag is private (``Msg._ackd``) and
 counts a nak as "acked" too.
@@ -33,16 +39,18 @@ from faststream.nats.message import NatsBatchMessage
 from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
 
+from contracts.errors import Unavailable, VectorUnavailable
 from contracts.operations import stream_by_subject
 from shared.bus import durable_config
 from shared.deadletter import Rejection, dead_letter_all
 from shared.provenance import refuse_forged
 from shared.raw_message import as_message, whole_message
+from shared.wire import dependency_down
 
 if TYPE_CHECKING:
     from shared.infra import Infra
 
-__all__ = ["Batch", "BatchHandler", "batch_consumer", "consume"]
+__all__ = ["Batch", "BatchHandler", "batch_consumer", "consume", "describe_failure", "is_outage"]
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -131,14 +139,80 @@ class Batch:
                 log.debug("%s: nak failed; redelivered after ack_wait", self.consumer, exc_info=True)
         await self.close()
 
-    async def settle(self, work: Awaitable[object]) -> bool:
-        """Run ``work``; then ack what is left, or — if it raised — retry it later. For a batch
-        :meth:`hand_over`-ed to a worker; the subscriber settles the others itself."""
+    async def run(self, work: BatchHandler) -> bool:
+        """Run ``work`` on this batch; True when it returned (what it left is the caller's to
+        ack). When it raises, every message it left is settled by the kind of failure (see the
+        module's docstring) and False is returned: nothing escapes to the subscriber."""
         try:
-            await work
-        except Exception:
-            log.warning("%s: %d messages failed; retried later", self.consumer, len(self._all), exc_info=True)
+            await work(self)
+        except Exception as exc:
+            try:
+                await self._failed(work, exc)
+            except Exception:  # settling needs Postgres or NATS: redelivered after ack_wait
+                log.warning("%s: settling a failed batch failed", self.consumer, exc_info=True)
+                await self.close()
+            return False
+        return True
+
+    async def _failed(self, work: BatchHandler, exc: Exception) -> None:
+        pending = self.pending()
+        if is_outage(exc):
+            # No traceback: the same outage meets every batch until it ends.
+            log.warning(
+                "%s: %d message(s) met an outage (%s); retried after the backoff",
+                self.consumer,
+                len(pending),
+                describe_failure(exc),
+            )
             await self.retry_later()
+            return
+        if len(pending) > 1:
+            log.warning(
+                "%s: a batch of %d failed (%s); each message is tried alone",
+                self.consumer,
+                len(pending),
+                describe_failure(exc),
+                exc_info=exc,
+            )
+            for msg in pending:
+                self._settled.add(id(msg))  # the single message's batch settles it now
+                alone = Batch(self._infra, [msg], consumer=self.consumer, source=self.source)
+                alone.start()
+                if await alone.run(work) and not alone.handed_over:
+                    await alone.finish()
+            await self.close()
+            return
+        for msg in pending:
+            reason = f"failed {msg.metadata.num_delivered} times: {describe_failure(exc)}"
+            await self.retry_or_dead_letter(msg, Rejection("INTERNAL", reason), cause=exc)
+        await self.close()
+
+    async def retry_or_dead_letter(
+        self, msg: Msg, rejection: Rejection, *, cause: BaseException | None = None
+    ) -> None:
+        """A message that failed on its own: nakked with backoff until its ``max_deliver``-th
+        delivery has failed too, then dead-lettered with ``rejection`` and acked."""
+        deliveries, limit = msg.metadata.num_delivered, self._infra.settings.max_deliver
+        if deliveries < limit:
+            log.warning(
+                "%s: %s, delivery %d of %d; retried after the backoff",
+                self.consumer,
+                rejection.reason,
+                deliveries,
+                limit,
+                exc_info=cause,
+            )
+            await self.nak(msg)
+            return
+        log.error(
+            "%s: %s, delivery %d of %d; dead-lettered", self.consumer, rejection.reason, deliveries, limit
+        )
+        await self.dead_letter([(msg, rejection)])
+
+    async def settle(self, work: BatchHandler) -> bool:
+        """Run ``work`` on this batch and settle it (:meth:`run`, then ack what is left): for a
+        batch :meth:`hand_over`-ed to a worker; the subscriber settles the others itself."""
+        if not await self.run(work):
             return False
         try:
             await self.finish()
@@ -198,19 +272,42 @@ BatchHandler = Callable[[Batch], Awaitable[None]]
 
 
 async def consume(batch: Batch, handler: BatchHandler, *, signed: bool = False) -> None:
-    """Run ``handler`` on ``batch`` and settle it: ack after the handler's commits, nak the
-    unsettled with backoff when it raises (re-raised, so the broker logs it)."""
+    """Run ``handler`` on ``batch`` and settle it: ack after the handler's commits; when it
+    raises, settle by the kind of failure (:meth:`Batch.run`). Nothing is raised to the broker."""
     batch.start()
-    try:
+
+    async def work(each: Batch) -> None:
         if signed:
-            await batch.refuse_forged()
-        if batch.msgs:
-            await handler(batch)
-    except Exception:
-        await batch.retry_later()
-        raise
-    if not batch.handed_over:
-        await batch.finish()
+            await each.refuse_forged()
+        if each.msgs:
+            await handler(each)
+
+    if await batch.run(work) and not batch.handed_over:
+        try:
+            await batch.finish()
+        except Exception:  # NATS away: redelivered after ack_wait, and absorbed (idempotent work)
+            log.warning("%s: acking a batch failed", batch.consumer, exc_info=True)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether a consumer's failure is a dependency being away — Postgres, NATS, or the model or
+    vector store answering ``UNAVAILABLE`` — retried until it returns, rather than the message's own."""
+    return dependency_down(exc) or isinstance(exc, (Unavailable, VectorUnavailable))
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The kinds of ``exc`` and its causes (``DBAPIError <- CharacterNotInRepertoireError
+    (SQLSTATE 22021)``) for logs and dead letters — never their messages, which can quote the
+    statement's parameters, i.e. memory text."""
+    kinds: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(kinds) < 4:
+        kind = type(seen).__name__
+        if isinstance(getattr(seen, "sqlstate", None), str):
+            kind += f" (SQLSTATE {seen.sqlstate})"  # type: ignore[attr-defined]
+        kinds.append(kind)
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return " <- ".join(kinds)
 
 
 def batch_consumer(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from typing import Any, TypeVar
 
 from asyncpg.exceptions import (
@@ -15,13 +13,21 @@ from asyncpg.exceptions import (
     TooManyConnectionsError,
 )
 from asyncpg.exceptions import InterfaceError as AsyncpgInterfaceError
+from nats import errors as nats_errors
+from nats.js import errors as js_errors
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from contracts.errors import EngramError, Internal, InvalidRequest, PayloadTooLarge, Unavailable
+from contracts.json_rules import decode_json
 
-__all__ = ["dependency_down", "error_reply", "parse_model", "validation_details"]
+__all__ = [
+    "dependency_down",
+    "error_reply",
+    "parse_model",
+    "validation_details",
+]
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -38,30 +44,14 @@ def validation_details(exc: ValidationError) -> dict[str, Any]:
     }
 
 
-_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def _has_lone_surrogate(data: Any) -> bool:
-    try:
-        json.dumps(data, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def parse_model(model: type[M], body: bytes, *, max_bytes: int = MAX_REQUEST_BYTES) -> M:
-    """Decode and validate a JSON body, raising ``PAYLOAD_TOO_LARGE`` or ``INVALID_REQUEST``."""
+    """Decode and validate a JSON body, raising ``PAYLOAD_TOO_LARGE`` or ``INVALID_REQUEST`` (also
+    for JSON nested too deep and text no store can keep: ``contracts.json_rules``)."""
     if len(body) > max_bytes:
         raise PayloadTooLarge(f"payload of {len(body)} bytes exceeds {max_bytes}", {"limit": max_bytes})
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequest("payload is not valid JSON") from exc
+    data = decode_json(body)
     if not isinstance(data, dict):
         raise InvalidRequest("payload must be a JSON object")
-    if _ESCAPED_SURROGATE.search(body) and _has_lone_surrogate(data):
-        # JSON may escape half a UTF-16 pair (\\ud800); Python decodes it, no store can hold it.
-        raise InvalidRequest("payload has a lone surrogate escape: strings must be valid Unicode")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -79,6 +69,19 @@ _POSTGRES_GOING = (
     PoolTimeout,  # no pooled connection came back in time: the server is not answering
 )
 
+#: What nats-py raises while the server is away or reconnecting, or JetStream has no leader yet.
+_NATS_AWAY = (
+    nats_errors.ConnectionClosedError,
+    nats_errors.ConnectionDrainingError,
+    nats_errors.ConnectionReconnectingError,
+    nats_errors.NoServersError,
+    nats_errors.StaleConnectionError,
+    nats_errors.OutboundBufferLimitError,
+    nats_errors.NoRespondersError,
+    js_errors.ServiceUnavailableError,
+    js_errors.NoStreamResponseError,
+)
+
 
 def _closed_connection(exc: BaseException) -> bool:
     """asyncpg's "connection is closed" (a pooled connection the restart cut, used before the
@@ -88,12 +91,14 @@ def _closed_connection(exc: BaseException) -> bool:
 
 def dependency_down(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is a store being unreachable right now — Postgres
-    restarting, a dropped connection — rather than a bug: the caller may retry."""
+    restarting, a dropped connection, NATS reconnecting — rather than a bug: the caller may retry."""
     seen: BaseException | None = exc
     for _ in range(8):  # the cause chain, bounded
         if seen is None:
             return False
-        if isinstance(seen, (ConnectionError, TimeoutError, *_POSTGRES_GOING)) or _closed_connection(seen):
+        if isinstance(seen, (ConnectionError, TimeoutError, *_POSTGRES_GOING, *_NATS_AWAY)):
+            return True
+        if _closed_connection(seen):
             return True
         if isinstance(seen, DBAPIError):
             if seen.connection_invalidated:

@@ -171,14 +171,25 @@ class EngramUp:
         raise AssertionError
 
     async def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> int:
-        """Signal it (SIGTERM as a supervisor does, SIGINT as Ctrl-C does); its exit code, failing if
-        it does not exit in time."""
+        """Signal it alone (SIGTERM as a supervisor does); its exit code, failing if it does not
+        exit in time."""
         assert self.proc is not None
         self.proc.send_signal(sig)
+        return await self._exit_code(signal.Signals(sig).name, timeout)
+
+    async def ctrl_c(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """Ctrl-C as a terminal sends it: SIGINT to the whole process group (engram up and every
+        child still in its group); its exit code, failing if it does not exit in time."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGINT)  # its own session: the group is engram up's
+        return await self._exit_code("Ctrl-C", timeout)
+
+    async def _exit_code(self, what: str, timeout: float) -> int:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while self.proc.poll() is None:
             if time.monotonic() > deadline:
-                self.fail(f"engram up still running {timeout}s after SIGTERM")
+                self.fail(f"engram up still running {timeout}s after {what}")
             await asyncio.sleep(0.05)
         return self.proc.returncode
 

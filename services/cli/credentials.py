@@ -16,6 +16,7 @@ from uuid import UUID
 import typer
 
 from contracts.common import Principal
+from contracts.connection import ConnectionInfo
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedded.nats_server import reload_nats_server
 from shared.embedded.stack import connection_file, load_dev_identity
@@ -31,6 +32,14 @@ credentials_app = typer.Typer(
 DATA_DIR = typer.Option(Path(".engram"), "--data-dir", help="The `engram up` data dir.")
 DEFAULT_NATS_URL = "nats://127.0.0.1:4223"
 CLIENT_TOKEN_TTL_S = 30 * 24 * 3600
+NATS_URL = typer.Option("", help="The NATS URL to write (default: the running engram up's).")
+HTTP_URL = typer.Option("", help="The HTTP API to write (default: the running engram up's).")
+AGENT_CONFIG = typer.Option(
+    None,
+    "--agent-config",
+    help="The agent config to write (default: the running engram up's development one, for its "
+    "development organization only).",
+)
 
 
 def signing_keys(data_dir: Path) -> dict[str, str]:
@@ -51,29 +60,41 @@ def _apply(data_dir: Path) -> None:
 
 
 def _write_client_file(
-    out: Path, identity: Identity, org_id: UUID, token: str, nats_url: str, *, replace: bool
+    out: Path, identity: Identity, org_id: UUID, token: str, where: ConnectionInfo, *, replace: bool
 ) -> None:
+    """The client's file: every field of ``ConnectionInfo`` (what ``connection.json`` gives the
+    development client), those the deployment does not tell null, plus the client's name."""
     if out.exists() and not replace:
         raise typer.BadParameter(f"{out} exists; choose another --out")
-    info = {
-        "name": identity.name,
-        "nats_url": nats_url,
-        "nats_nkey_seed": identity.seed,
-        "nats_inbox_prefix": identity.inbox_prefix,
-        "token": token,
-        "org_id": str(org_id),
-    }
-    write_private(out, json.dumps(info, indent=2) + "\n")
+    info = ConnectionInfo(
+        nats_url=where.nats_url,
+        nats_nkey_seed=identity.seed,
+        nats_inbox_prefix=identity.inbox_prefix,
+        http_url=where.http_url,
+        token=token,
+        org_id=org_id,
+        agent_config_id=where.agent_config_id,
+    )
+    data = {"name": identity.name, **info.model_dump(mode="json")}
+    write_private(out, json.dumps(data, indent=2) + "\n")
     typer.echo(f"wrote {out} (mode 0600): NATS identity {identity.public_key}, inbox {identity.inbox_prefix}")
 
 
-def _nats_url(data_dir: Path, given: str) -> str:
-    if given:
-        return given
+def _where(
+    data_dir: Path, org: UUID, nats_url: str, http_url: str, agent_config: UUID | None
+) -> ConnectionInfo:
+    """Where the client is to work: the URLs and agent config given, else the running ``engram
+    up``'s (its HTTP API only when the NATS URL is its own; its development agent config only for
+    its development organization)."""
     path = connection_file(data_dir)
-    if path.exists():
-        return str(json.loads(path.read_text())["nats_url"])
-    return DEFAULT_NATS_URL
+    running = ConnectionInfo.load(path) if path.exists() else None
+    same_stack = running is not None and nats_url in ("", running.nats_url)
+    return ConnectionInfo(
+        nats_url=nats_url or (running.nats_url if running else DEFAULT_NATS_URL),
+        http_url=http_url or (running.http_url if running and same_stack else None),
+        agent_config_id=agent_config
+        or (running.agent_config_id if running and same_stack and running.org_id == org else None),
+    )
 
 
 def _client_token(data_dir: Path, org: UUID, name: str, perms: list[str], ttl: int) -> str:
@@ -99,10 +120,13 @@ def mint(
     out: Path = typer.Option(None, help="Where to write the client's file (default: ./<name>.json)."),
     perm: list[str] = typer.Option(["memory.read", "memory.write"], help="Token permissions; repeat."),
     token_ttl: int = typer.Option(CLIENT_TOKEN_TTL_S, help="Seconds until the token expires."),
-    nats_url: str = typer.Option("", help="The URL to write (default: the running engram up's)."),
+    nats_url: str = NATS_URL,
+    http_url: str = HTTP_URL,
+    agent_config: UUID = AGENT_CONFIG,
     data_dir: Path = DATA_DIR,
 ) -> None:
-    """Issue a platform client: its own NATS identity and a service token for ORG, in one file."""
+    """Issue a platform client: its own NATS identity and a service token for ORG, in one file
+    with the fields of connection.json."""
     target = out or Path(f"{name}.json")
     if target.exists():
         raise typer.BadParameter(f"{target} exists; choose another --out")
@@ -111,7 +135,8 @@ def mint(
         identity = NatsIdentities(data_dir).mint(name, org)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    _write_client_file(target, identity, org, token, _nats_url(data_dir, nats_url), replace=False)
+    where = _where(data_dir, org, nats_url, http_url, agent_config)
+    _write_client_file(target, identity, org, token, where, replace=False)
     _apply(data_dir)
 
 
@@ -121,7 +146,9 @@ def rotate(
     out: Path = typer.Option(None, help="Where to write its new file (default: ./<name>.json)."),
     perm: list[str] = typer.Option(["memory.read", "memory.write"], help="Token permissions; repeat."),
     token_ttl: int = typer.Option(CLIENT_TOKEN_TTL_S, help="Seconds until the new token expires."),
-    nats_url: str = typer.Option("", help="The URL to write (default: the running engram up's)."),
+    nats_url: str = NATS_URL,
+    http_url: str = HTTP_URL,
+    agent_config: UUID = AGENT_CONFIG,
     data_dir: Path = DATA_DIR,
 ) -> None:
     """A new key (and token) for a client, same organization and inbox; the old key stops working."""
@@ -131,9 +158,8 @@ def rotate(
         raise typer.BadParameter(str(exc.args[0])) from exc
     org = UUID(record.org_id)
     token = _client_token(data_dir, org, name, perm, token_ttl)
-    _write_client_file(
-        out or Path(f"{name}.json"), identity, org, token, _nats_url(data_dir, nats_url), replace=True
-    )
+    where = _where(data_dir, org, nats_url, http_url, agent_config)
+    _write_client_file(out or Path(f"{name}.json"), identity, org, token, where, replace=True)
     _apply(data_dir)
 
 

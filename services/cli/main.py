@@ -100,12 +100,16 @@ def up(
         nats_port = 0
 
     async def main() -> None:
-        # Until _wait_for_signal takes over, SIGTERM cancels startup (and the demo) the way Ctrl-C
-        # does, so embedded_stack's finally still stops nats-server and Postgres; by default it
-        # would kill this process at once and leave both running.
+        # Until wait_for_signal takes over, SIGTERM and Ctrl-C cancel start-up (and the demo), so
+        # the exits below still stop what was started, in order; by default SIGTERM would kill
+        # this process at once and leave nats-server and Postgres running.
         task = asyncio.current_task()
         assert task is not None
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
+        # On the way out: the gateway and the services drain while NATS is still there (the
+        # embedded nats-server runs in a session of its own, so a terminal's Ctrl-C does not
+        # reach it), then NATS stops, then Postgres.
         async with (
             embedded_stack(
                 data_dir,
@@ -155,11 +159,12 @@ def up(
 
     try:
         asyncio.run(main())
-    except asyncio.CancelledError:  # SIGTERM before _wait_for_signal: cleaned up, a normal stop
-        console.print("stopped before startup finished")
+    except asyncio.CancelledError:  # a signal while starting or during the demo: a normal stop
+        pass
     except PostgresWontStart as exc:  # one line saying what is wrong and what to do, no traceback
         console.print(f"[red]engram up: {exc}[/]", soft_wrap=True)
         raise typer.Exit(1) from None
+    console.print("Engram stopped.")
 
 
 @app.command("console")
@@ -343,25 +348,35 @@ def mcp(
         help="A client file from `engram credentials mint` (default: the data dir's connection.json).",
     ),
     nats_url: str = typer.Option("", envvar="ENGRAM_NATS_URL", help="Default: the connection file's."),
-    token: str = typer.Option("", envvar="ENGRAM_TOKEN", help="The agent's bearer token: who it is."),
+    token: str = typer.Option(
+        "", envvar="ENGRAM_TOKEN", help="The agent's bearer token: who it is (required)."
+    ),
     agent: UUID = typer.Option(
         None, "--agent", envvar="ENGRAM_AGENT_CONFIG_ID", help="Default: the connection file's."
     ),
     session: str = typer.Option(None, "--session", envvar="ENGRAM_SESSION_ID"),
 ) -> None:
-    """Serve Engram's memory tools over MCP on stdin/stdout (for desktop agents and IDEs)."""
+    """Serve Engram's memory tools over MCP on stdin/stdout (for desktop agents and IDEs).
+
+    The agent is who ENGRAM_TOKEN says, and nobody else: the connection file's own token (engram
+    up's, with every permission) is never used for it."""
     from services.mcp.caller import Caller
     from services.mcp.stdio import serve_stdio
 
+    if not token:
+        raise typer.BadParameter(
+            "set ENGRAM_TOKEN to the agent's own token, e.g. `engram token mint --kind end_user --id "
+            "alice --perm memory.read --perm memory.write` (it expires after an hour unless given "
+            "--ttl); the connection file's token is never used for an agent",
+            param_hint="ENGRAM_TOKEN",
+        )
     path = connection or connection_file(data_dir)
     base = ConnectionInfo.load(path) if path.exists() else None
     url = nats_url or (base.nats_url if base is not None else "")
-    tok = token or (base.token if base is not None else "")
     target = agent or (base.agent_config_id if base is not None else None)
-    if not url or not tok or target is None:
+    if not url or target is None:
         raise typer.BadParameter(
-            "set ENGRAM_NATS_URL, ENGRAM_TOKEN and ENGRAM_AGENT_CONFIG_ID "
-            f"(or start `engram up` so {path} exists)"
+            f"set ENGRAM_NATS_URL and ENGRAM_AGENT_CONFIG_ID (or start `engram up` so {path} exists)"
         )
     # The NATS identity belongs to the connection file's server; another URL connects without it.
     info = (
@@ -370,7 +385,7 @@ def mcp(
         else ConnectionInfo(nats_url=url)
     )
     setup_logging("WARNING", json=False)
-    asyncio.run(serve_stdio(info, Caller(token=tok, agent_config_id=target, session_id=session)))
+    asyncio.run(serve_stdio(info, Caller(token=token, agent_config_id=target, session_id=session)))
 
 
 @app.command()
@@ -550,7 +565,7 @@ def audit_tail(
     data_dir: Path = DATA_DIR,
     nats_url: str = "",
 ) -> None:
-    """Follow the audit stream (``engram.audit.<kind>`` on ENGRAM_AUDIT), one line per record."""
+    """Follow the audit stream (``engram.audit.<kind>`` on ENGRAM_AUDIT), one line per record, whole."""
     url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
     if org is None and connection_file(data_dir).exists():
         org = UUID(_connection(data_dir)["org_id"])
@@ -561,10 +576,11 @@ def audit_tail(
             return False
         ids = record.get("entry_ids") or []
         when = str(record.get("occurred_at", ""))[:23]
+        # The whole record on one line: its details are what says why (a rejection's reason).
+        details = json.dumps(record.get("details") or {}, sort_keys=True, ensure_ascii=False)
         console.print(
-            f"{when} #{record.get('seq')} [bold]{record.get('kind')}[/] "
-            f"by {record.get('actor_ref') or '-'} ids={len(ids)} "
-            f"{json.dumps(record.get('details') or {}, sort_keys=True)[:160]}",
+            f"{when} #{record.get('seq')} [bold]{escape(str(record.get('kind')))}[/] "
+            f"by {escape(record.get('actor_ref') or '-')} ids={len(ids)} {escape(details)}",
             highlight=False,
             soft_wrap=True,
         )

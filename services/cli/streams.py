@@ -9,9 +9,10 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-import nats
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from contracts.nats_connect import connect_nats
 
 __all__ = ["read_stream", "wait_for_signal"]
 
@@ -38,7 +39,7 @@ async def read_stream(
     """Pass each message to ``show`` (True: it counted) until ``limit`` counted ones (0: no
     limit); without ``follow``, stop once the consumer has nothing pending; with it and no limit,
     at Ctrl-C. Returns how many counted."""
-    nc = await nats.connect(url, **nats_options)
+    nc = await connect_nats(url, **nats_options)  # a refused identity fails at once
     seen = 0
     try:
         sub = await nc.jetstream().pull_subscribe(

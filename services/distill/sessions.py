@@ -10,7 +10,6 @@ that keeps failing never fails the session: that message alone is retried with b
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -44,7 +43,6 @@ __all__ = ["CONSUMER", "handle_validated_sessions"]
 
 CONSUMER = "distill"
 MAX_LESSONS = 5
-log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
 #: Skips for which not even raw activity may be kept.
 _WRITE_OFF = {"memory_disabled", "org_memory_disabled", "write_disabled"}
@@ -130,9 +128,11 @@ async def _process(infra: Infra, distiller: Distiller, batch: Batch, work: list[
     items: list[tuple[_Work, SaveItem]] = []
     for item, outcome in zip(ready, outcomes, strict=True):
         if isinstance(outcome, EngramError):
-            await _retry_or_dead_letter(infra, batch, item, outcome)
+            # A distiller failure (the model down, slow, unreadable) fails this session alone.
+            reason = f"distill failed: {outcome.message}"
+            await batch.retry_or_dead_letter(item.msg, _rejection(outcome, item.session, reason))
         elif isinstance(outcome, BaseException):
-            raise outcome  # unexpected: the whole batch is redelivered
+            raise outcome  # unexpected: settled by shared.consumer (each session tried alone)
         else:
             items.append((item, outcome))
     if not items:
@@ -199,17 +199,6 @@ async def _distill(distiller: Distiller, work: _Work, config: MemoryConfig, org_
 def _headers_of(span: Span) -> dict[str, str]:
     with trace.use_span(span, end_on_exit=False):
         return inject_trace_headers({})
-
-
-async def _retry_or_dead_letter(infra: Infra, batch: Batch, work: _Work, exc: EngramError) -> None:
-    """A distiller failure fails this session alone: retried with backoff, dead-lettered after
-    ``max_deliver`` attempts."""
-    deliveries = work.msg.metadata.num_delivered
-    if deliveries < infra.settings.max_deliver:
-        log.warning("distill failed (%s), attempt %d, retrying later", exc.message, deliveries)
-        await batch.nak(work.msg)
-        return
-    await batch.dead_letter([(work.msg, _rejection(exc, work.session, f"distill failed: {exc.message}"))])
 
 
 def _rejection(exc: EngramError, session: SessionEnded, reason: str | None = None) -> Rejection:

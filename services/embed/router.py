@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from faststream.nats import NatsRouter
@@ -38,21 +37,21 @@ class EmbedPipeline:
         self._infra = infra
         self._embedder = embedder
         self._index = index
-        self._queue: asyncio.Queue[tuple[Batch, Sequence[Any]] | None] = asyncio.Queue(maxsize=1)
+        self._queue: asyncio.Queue[tuple[Batch, dict[int, Any]] | None] = asyncio.Queue(maxsize=1)
         self._task: asyncio.Task[None] | None = None
 
     async def submit(self, batch: Batch) -> None:
-        """Load the batch's rows (retried later on failure) and queue it; waits while one is queued."""
+        """Load the batch's rows and queue it; waits while one is queued. A failure to load is
+        settled by the subscriber (``shared.consumer``: an outage comes back after the backoff)."""
         batch.hand_over()
-        ids = [event.entry_id for _, event in await batch.parse(MemoryWritten, what="memory.written event")]
-        try:
-            todo, _ = await load_pending(self._infra.db, self._embedder, ids)
-        except Exception:  # Postgres away: the batch comes back after the backoff
-            log.warning("loading a batch of %d failed; retried later", len(batch.msgs), exc_info=True)
-            await batch.retry_later()
-            return
+        events = await batch.parse(MemoryWritten, what="memory.written event")
+        todo, _ = await load_pending(self._infra.db, self._embedder, [event.entry_id for _, event in events])
+        rows = {row.id: row for row in todo}
+        # Each message's row (none when it needs no embedding): a message the worker must try
+        # alone (shared.consumer) is embedded alone.
+        by_message = {id(msg): rows[event.entry_id] for msg, event in events if event.entry_id in rows}
         EMBED_BACKLOG.inc(len(todo))
-        await self._queue.put((batch, todo))
+        await self._queue.put((batch, by_message))
 
     async def start(self) -> None:
         await self._warn_about_foreign_vectors()
@@ -93,15 +92,19 @@ class EmbedPipeline:
 
     async def _run(self) -> None:
         while (item := await self._queue.get()) is not None:
-            batch, todo = item
-            try:
-                await batch.settle(self._index_rows(todo))
-            finally:
-                EMBED_BACKLOG.dec(len(todo))
+            batch, by_message = item
+            rows = len({row.id for row in by_message.values()})
 
-    async def _index_rows(self, todo: Sequence[Any]) -> None:
-        outcome = await index_rows(self._infra.db, self._embedder, self._index, todo)
-        EMBEDDED.inc(outcome.indexed)
+            async def index(each: Batch, by_message: dict[int, Any] = by_message) -> None:
+                # Each row once, though several messages (reinforcements) may name it.
+                todo = {by_message[id(m)].id: by_message[id(m)] for m in each.msgs if id(m) in by_message}
+                outcome = await index_rows(self._infra.db, self._embedder, self._index, list(todo.values()))
+                EMBEDDED.inc(outcome.indexed)
+
+            try:
+                await batch.settle(index)
+            finally:
+                EMBED_BACKLOG.dec(rows)
 
 
 def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> NatsRouter:

@@ -4,7 +4,6 @@ request-reply or a JetStream publish carrying the caller's ``Authorization`` hea
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +15,9 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import APIError, NoStreamResponseError
 
 from contracts.errors import Unavailable
-from contracts.operations import OPERATIONS, SESSION_ENDED, Operation
-from shared.nats_auth.permissions import GATEWAY, service_inbox
+from contracts.operations import SESSION_ENDED, Operation
+from shared.liveness import services_alive
+from shared.nats_auth.permissions import GATEWAY, SERVICES, service_inbox
 from shared.settings import EngramSettings
 from shared.tls import client_tls_context
 
@@ -109,17 +109,6 @@ class Bridge:
             raise Unavailable("the session could not be stored; retry") from exc
         return Published(int(ack.seq), bool(ack.duplicate))
 
-    async def services_answering(self) -> dict[str, bool]:
-        """Whether each service answers at all: one anonymous request per queue group, which the
-        service refuses (``UNAUTHENTICATED``) — any answer proves it is there."""
-        probes = {op.queue_group: op for op in reversed(OPERATIONS)}
-
-        async def answers(op: Operation[Any, Any]) -> bool:
-            try:
-                await self._nc.request(op.subject, b"{}", timeout=_PROBE_TIMEOUT_S)
-            except Exception:
-                return False
-            return True
-
-        results = await asyncio.gather(*(answers(op) for op in probes.values()))
-        return dict(zip(probes, results, strict=True))
+    async def services_running(self) -> dict[str, bool]:
+        """Whether some instance of each service runs (its liveness probe answers)."""
+        return await services_alive(self._nc, SERVICES, _PROBE_TIMEOUT_S)

@@ -179,7 +179,8 @@ def build_document() -> dict[str, Any]:
     paths[SESSION_ENDED.http_path] = {"post": _sessions(schemas)}
     paths["/healthz"] = _probe("Liveness: the gateway answers.", {"200": "Alive."})
     paths["/readyz"] = _probe(
-        "Readiness: NATS reachable and every service answering.",
+        "Readiness: NATS reachable and every service (ingest, distill, embed, recall, "
+        "governance-audit) running somewhere: each answers its liveness probe.",
         {"200": "Ready; each check true.", "503": "Not ready; the checks say what is missing."},
     )
     paths["/metrics"] = _probe(

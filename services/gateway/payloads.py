@@ -5,7 +5,6 @@ validates them against the model, exactly as on NATS."""
 
 from __future__ import annotations
 
-import json
 import types
 import typing
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pydantic import BaseModel
 
 from contracts.common import Principal
 from contracts.errors import InvalidRequest, PayloadTooLarge
+from contracts.json_rules import decode_json
 from contracts.operations import Operation
 
 __all__ = ["Shape", "decode_object", "read_limited"]
@@ -87,19 +87,17 @@ class Shape:
 
 def _json_query_value(key: str, value: str) -> Any:
     try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"query parameter {key} must be a JSON object") from exc
+        return decode_json(value)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"query parameter {key} must be a JSON object: {exc.message}") from exc
 
 
 def decode_object(body: bytes) -> dict[str, Any]:
-    """A JSON object from a request body (an empty body is ``{}``)."""
+    """A JSON object from a request body (an empty body is ``{}``), refused as the services refuse
+    it (``shared.wire.decode_json``: not JSON, nested too deep, text no store can keep)."""
     if not body.strip():
         return {}
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequest("the body is not valid JSON") from exc
+    data = decode_json(body)
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object")
     return data

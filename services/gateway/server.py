@@ -19,6 +19,7 @@ import uvicorn
 from services.gateway.app import build_app
 from services.gateway.bridge import Bridge
 from services.mcp import streamable_http_app
+from shared.auth import TokenService
 from shared.process_memory import settle_heap
 from shared.settings import EngramSettings
 
@@ -77,11 +78,13 @@ async def running_gateway(
     settings: EngramSettings, nkey_seed: str, *, fall_back: bool = False
 ) -> AsyncIterator[RunningGateway]:
     """Serve the gateway on ``settings.http_host:http_port`` until the block ends: connected to
-    NATS as ``nkey_seed`` (the gateway's identity) first, listening after."""
+    NATS as ``nkey_seed`` (the gateway's identity) first, listening after. Its token keys
+    (``ENGRAM_TOKEN_KEYS``, as the services') verify MCP clients' bearer tokens at the door."""
+    tokens = TokenService(settings.signing_keys(), settings.token_issuer)  # no keys: fails here
     bridge = await Bridge.connect(settings, nkey_seed)
     origins = [o.strip() for o in settings.http_cors_origins.split(",") if o.strip()]
     config = uvicorn.Config(
-        build_app(bridge, streamable_http_app(bridge.nats), cors_origins=origins),
+        build_app(bridge, streamable_http_app(bridge.nats, tokens), cors_origins=origins),
         lifespan="on",  # the MCP session manager at /mcp (services/mcp) runs in it
         access_log=False,
         server_header=False,

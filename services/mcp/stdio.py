@@ -3,9 +3,8 @@ process starts (``ENGRAM_TOKEN``). Logs go to stderr; stdout carries only JSON-R
 
 from __future__ import annotations
 
-import nats
-
 from contracts.connection import ConnectionInfo
+from contracts.nats_connect import connect_nats
 from services.mcp.caller import Caller, FixedCaller
 from services.mcp.server import build_server
 
@@ -14,7 +13,8 @@ __all__ = ["serve_stdio"]
 
 async def serve_stdio(info: ConnectionInfo, caller: Caller) -> None:
     """Serve MCP on stdin/stdout until the client closes them, reaching Engram at ``info``."""
-    nc = await nats.connect(info.nats_url, name="engram-mcp", **info.nats_options())
+    # A refused NATS identity fails at once, naming authorization, rather than retrying.
+    nc = await connect_nats(info.nats_url, name="engram-mcp", **info.nats_options())
     try:
         await build_server(nc, FixedCaller(caller)).run_stdio_async()
     finally:

@@ -133,9 +133,14 @@ class NatsServerProcess:
             raise RuntimeError(f"port {self.port} is already in use; pass --nats-port with a free port")
         conf = self._write_config()
         log = (self.store_dir / LOG_FILE).open("ab")
-        # Popen only forks and returns; waiting for readiness below is async.
+        # Popen only forks and returns; waiting for readiness below is async. A session of its own:
+        # Ctrl-C in a terminal signals the whole foreground process group, and a nats-server in it
+        # would quit before the services on it drained; the owner stops it, last (``stop``).
         self._proc = subprocess.Popen(  # noqa: S603, ASYNC220 (our own binary and config)
-            [find_nats_server(), "-c", str(conf.resolve())], stdout=log, stderr=subprocess.STDOUT
+            [find_nats_server(), "-c", str(conf.resolve())],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

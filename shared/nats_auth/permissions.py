@@ -182,20 +182,20 @@ def _service_rights(name: str) -> Permissions:
     if name not in SERVICES:
         raise ValueError(f"unknown service {name!r}; choose from {', '.join(SERVICES)}")
     publish: list[Grant] = []
-    subscribe: list[Grant] = []
-    responds = False
+    # Every service answers its liveness probe (shared/liveness.py), so every service responds.
+    subscribe: list[Grant] = [
+        Grant(f"liveness probe, queue group {name!r}", (f"{s.health_subject(name)} {name}",))
+    ]
     if name == "ingest":
         publish.append(Grant("hand-offs to distill", (s.SESSION_VALIDATED, s.MEMORY_SAVE_ACCEPTED)))
         subscribe.append(_served("ingest"))
         subscribe.append(Grant("outcomes of waiting saves", (f"{s.SAVE_RESULT_PREFIX}.*",)))
-        responds = True
     elif name == "distill":
         publish.append(Grant("outcomes of waiting saves", (f"{s.SAVE_RESULT_PREFIX}.*",)))
     elif name == "recall":
         subscribe.append(_served("recall"))
         # The Redis result cache's invalidations (ids and metadata, never memory text).
         subscribe.append(_queue("recall-cache", [s.MEMORY_WRITTEN, s.MEMORY_PURGED]))
-        responds = True
     elif name == "governance-audit":
         subscribe.append(_served("governance-audit"))
         # engram.ops.dead_letters reads ENGRAM_DLQ with ephemeral consumers the server removes
@@ -220,9 +220,8 @@ def _service_rights(name: str) -> Permissions:
                 ),
             )
         )
-        responds = True
     publish += [_RELAY, _ENSURE_STREAMS, *(_consumer(*c) for c in CONSUMERS[name])]
-    return Permissions(tuple(publish), tuple(subscribe), responds)
+    return Permissions(tuple(publish), tuple(subscribe), allow_responses=True)
 
 
 def _with_inbox(rights: Permissions, prefix: str) -> Permissions:
@@ -289,8 +288,10 @@ def gateway_permissions() -> Permissions:
     """The HTTP gateway: what a platform client may do — publish ended sessions (the JetStream ack
     comes back on its inbox) and make the public requests, each with its HTTP caller's token
     unchanged — under its own inbox, ``_INBOX_engram-gateway``. No internal subject, no
-    ``$JS.API``, no subscription but its inbox: it holds no business logic, so it needs no more."""
-    return platform_permissions(service_inbox(GATEWAY))
+    ``$JS.API``, no subscription but its inbox: it holds no business logic, so it needs no more —
+    but for asking whether each service runs (``/readyz``; shared/liveness.py)."""
+    liveness = Permissions(publish=(Grant("liveness probes (/readyz)", (f"{s.HEALTH_PREFIX}.*",)),))
+    return platform_permissions(service_inbox(GATEWAY)) | liveness
 
 
 def _stream_reader(stream: str, inbox_prefix: str) -> Permissions:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import asyncpg
 
@@ -72,21 +72,38 @@ class SecuredNatsServer(NatsServerProcess):
         self.services: Identity | None = None
         #: ``engram up``'s gateway identity (in-process, like the services').
         self.gateway: Identity | None = None
+        #: The users a deployment does not have (the observer, the per-service identities).
+        self._extra = [NatsUser(self.observer.public_key, _EVERYTHING, "test observer")]
+        self._extra += [
+            NatsUser(
+                public_key_of(seed),
+                gateway_permissions() if name == GATEWAY else service_permissions(name),
+                f"engram serve {name}",
+            )
+            for name, seed in self.service_seeds.items()
+        ]
 
     async def start(self, timeout_s: float = 15.0) -> None:
         if self.services is None:
-            extra = [NatsUser(self.observer.public_key, _EVERYTHING, "test observer")]
-            extra += [
-                NatsUser(
-                    public_key_of(seed),
-                    gateway_permissions() if name == GATEWAY else service_permissions(name),
-                    f"engram serve {name}",
-                )
-                for name, seed in self.service_seeds.items()
-            ]
-            run = self.identities.start_run(extra=extra)
+            run = self.identities.start_run(extra=self._extra)
             self.services, self.gateway = run.services, run.gateway
         await super().start(timeout_s)
+
+    async def mint(self, name: str, org_id: UUID) -> Identity:
+        """A new platform client, admitted once this returns (``engram credentials mint``)."""
+        identity = self.identities.mint(name, org_id)
+        await self._apply()
+        return identity
+
+    async def revoke(self, name: str) -> None:
+        """Refuse a platform client: once this returns, its open connections are closed
+        (``engram credentials revoke``)."""
+        self.identities.revoke(name)
+        await self._apply()
+
+    async def _apply(self) -> None:
+        self.identities.write_auth(self._extra)
+        await self.reload()
 
     def log_lines(self, *needles: str) -> list[str]:
         """Lines of the server's log containing any of ``needles`` (e.g. "Violation")."""

@@ -27,6 +27,7 @@ from contracts.client import EngramClient
 from contracts.langgraph_store import EngramStore, item_entry
 from services.mcp import Caller, streamable_http_app
 from services.runtime import running_services
+from shared.auth import TokenService
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.process_memory import settle_heap
@@ -75,7 +76,7 @@ async def agent_rows(
     recall_args = {"strategy": "last_k", "top_k": 10}
     async with (
         in_process(nc, caller) as mcp,
-        serving(streamable_http_app(nc)) as url,
+        serving(streamable_http_app(nc, TokenService({measure.KID: measure.SECRET}))) as url,
         over_http(url, caller) as mcp_http,
     ):
         recalls = {

@@ -29,8 +29,15 @@ REQUIRED_ENV = {
 }
 #: Services whose replicas share vectors: Qdrant Edge is one process only, so they need a server.
 NEED_VECTOR_SERVER = {"embed", "recall"}
-#: What the HTTP gateway cannot run without: NATS and its identity, where to listen.
-GATEWAY_ENV = {"ENGRAM_NATS_URL", "ENGRAM_NATS_NKEY_SEED", "ENGRAM_HTTP_HOST", "ENGRAM_HTTP_PORT"}
+#: What the HTTP gateway cannot run without: NATS and its identity, where to listen, and the token
+#: keys that verify its callers' bearer tokens.
+GATEWAY_ENV = {
+    "ENGRAM_NATS_URL",
+    "ENGRAM_NATS_NKEY_SEED",
+    "ENGRAM_HTTP_HOST",
+    "ENGRAM_HTTP_PORT",
+    "ENGRAM_TOKEN_KEYS",
+}
 #: What a deployment runs as its own processes: every service, and the HTTP gateway.
 DEPLOYED = {*SERVICES, GATEWAY}
 _REFERENCE = re.compile(r"\$\{([A-Z0-9_]+)(?:(:?[-?])([^}]*))?\}")

@@ -110,7 +110,7 @@ def test_a_deployment_per_service_runs_engram_serve_with_replicas_and_probes(
 
 def test_the_gateway_serves_http_behind_a_service_with_probes_on_its_port(docs: list[dict[str, Any]]) -> None:
     """`engram serve gateway`, 2 replicas, listening on all interfaces at its port, probed there,
-    reached through a Service; no database URL and no signing keys in its environment."""
+    reached through a Service; the token keys (to verify bearers) but no database URL in its environment."""
     (deployment,) = [d for d in _of(docs, "Deployment") if d["metadata"]["name"].endswith("-gateway")]
     spec = deployment["spec"]
     container = spec["template"]["spec"]["containers"][0]
@@ -118,7 +118,7 @@ def test_the_gateway_serves_http_behind_a_service_with_probes_on_its_port(docs: 
     assert spec["replicas"] == 2
     env = _env(deployment)
     assert not GATEWAY_ENV - set(env)
-    assert not {"ENGRAM_DATABASE_URL", "ENGRAM_TOKEN_KEYS"} & set(env)
+    assert "ENGRAM_DATABASE_URL" not in env
     assert env["ENGRAM_HTTP_HOST"] == "0.0.0.0"  # noqa: S104 (in a pod: reached through its Service)
     port = int(env["ENGRAM_HTTP_PORT"])
     assert container["ports"] == [{"name": "http", "containerPort": port}]
@@ -201,8 +201,7 @@ def test_missing_secrets_fail_the_render_and_an_existing_secret_is_used_as_named
     for deployment in _of(docs, "Deployment"):
         env = _env(deployment)
         assert env["ENGRAM_NATS_NKEY_SEED"]["secretKeyRef"]["name"] == "engram-prod"
-        if "ENGRAM_TOKEN_KEYS" in env:  # the services (the gateway has no signing keys)
-            assert env["ENGRAM_TOKEN_KEYS"]["secretKeyRef"]["name"] == "engram-prod"
+        assert env["ENGRAM_TOKEN_KEYS"]["secretKeyRef"]["name"] == "engram-prod"
 
 
 def test_tls_values_mount_the_ca_and_point_the_services_at_it() -> None:

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import re
-import signal
 import stat
 import time
 from collections.abc import Iterator
@@ -214,7 +213,7 @@ async def test_restart_on_the_same_data_dir_keeps_the_audit_chain(
     shared_dir: Path, first_run: dict[str, Any]
 ) -> None:
     """A second engram up on the same data dir finds the first run's audit records, the chain verifies,
-    and Ctrl-C (SIGINT) stops it as cleanly as SIGTERM."""
+    and Ctrl-C (SIGINT to its process group) stops it as cleanly as SIGTERM."""
     if "event_id" not in first_run:
         pytest.skip("the first run did not complete")
     data_dir = shared_dir / "data"
@@ -234,8 +233,30 @@ async def test_restart_on_the_same_data_dir_keeps_the_audit_chain(
             assert verdict["checked"] == len(page["records"])
         finally:
             await nc.close()
-        assert await up.stop(signal.SIGINT) == 0
+        assert await up.ctrl_c() == 0
         _assert_fully_stopped(data_dir, info["nats_url"], postmaster)
+
+
+async def test_ctrl_c_in_a_terminal_drains_then_stops_nats_and_postgres() -> None:
+    """Ctrl-C in a terminal (SIGINT to the whole foreground process group, children included) while
+    a client is connected: the services drain before NATS and Postgres stop, engram up exits 0 with
+    no traceback and one line saying it stopped, and leaves no server running."""
+    with stack_dir() as scratch, EngramUp(scratch / "data", scratch / "ctrl-c.log") as up:
+        info = await up.connection()
+        postmaster = postmaster_pid(up.data_dir)
+        nc = await nats.connect(info["nats_url"], **ConnectionInfo.model_validate(info).nats_options())
+        try:
+            reply = await request(nc, "engram.config.get", {"agent_config_id": str(uuid4())}, info["token"])
+            assert "error" not in reply, reply  # serving, not merely started
+            code = await up.ctrl_c()
+        finally:
+            await nc.close()
+        out = up.output()
+        assert code == 0, f"exit {code}:\n{out}"
+        assert "Traceback" not in out, out
+        assert " ERROR " not in out, out
+        assert [line for line in out.splitlines() if "stopped" in line] == ["Engram stopped."], out
+        _assert_fully_stopped(up.data_dir, info["nats_url"], postmaster)
 
 
 async def test_sigterm_during_startup_stops_what_was_started() -> None:

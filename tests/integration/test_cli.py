@@ -8,7 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from nats.aio.client import Client
@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 from services.cli.main import app
 from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
-from tests.platform import eventually, request
+from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = pytest.mark.integration
 
@@ -42,6 +42,21 @@ def data_dir(
         "token": service_token,
         "org_id": str(org),
         "agent_config_id": str(agent),
+    }
+    (tmp_path / "connection.json").write_text(json.dumps(info))
+    return tmp_path
+
+
+@pytest.fixture
+def operator_dir(tmp_path: Path, nats_proc: NatsServerProcess, org: UUID, service_token: str) -> Path:
+    """connection.json with `engram up`'s development client, which may read the audit stream."""
+    identity = nats_proc.identities.dev_client()  # type: ignore[attr-defined]
+    info = {
+        "nats_url": nats_proc.url,
+        "nats_nkey_seed": identity.seed,
+        "nats_inbox_prefix": identity.inbox_prefix,
+        "token": service_token,
+        "org_id": str(org),
     }
     (tmp_path / "connection.json").write_text(json.dumps(info))
     return tmp_path
@@ -165,3 +180,28 @@ async def test_a_usage_mistake_stays_a_usage_error() -> None:
     result = await engram_cli("serve", "no-such-service")
     assert result.exit_code == 2
     assert "unknown service no-such-service" in result.output
+
+
+async def test_audit_tail_prints_whole_records(
+    engram: Infra, nc: Client, operator_dir: Path, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """engram audit tail prints each record whole: a rejected session's record keeps its full
+    reason and details, however long (they used to be cut at 160 characters)."""
+    bad = session_payload(uuid4(), agent)  # another organization's session: refused, parsed
+    await publish_session(nc, bad, service_token)
+    records: list[dict[str, Any]] = []
+
+    async def audited() -> bool:
+        page = await request(nc, "engram.audit.query", {"kind": "session.rejected"}, service_token)
+        records[:] = page.get("records") or []
+        return bool(records)
+
+    await eventually(audited, what="the session.rejected audit record")
+    details = json.dumps(records[0]["details"], sort_keys=True, ensure_ascii=False)
+    assert len(details) > 200, details  # the line used to keep 160 characters of them
+    result = await engram_cli(
+        "audit", "tail", "--from-start", "--kind", "session.rejected", "--limit", "1",
+        "--data-dir", str(operator_dir),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert details in result.stdout, result.stdout

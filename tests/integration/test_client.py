@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
+from nats.errors import ConnectionClosedError
 
 from contracts.client import EngramClient
 from contracts.common import Principal
 from contracts.errors import Forbidden, InvalidRequest, Unauthenticated
 from contracts.requests import SaveEntry, SaveOutcome
 from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
+from shared.nats_auth.store import Identity
 from shared.settings import EngramSettings
+from shared.testing.servers import SecuredNatsServer
 from tests.platform import eventually, session_payload
 
 pytestmark = pytest.mark.integration
@@ -111,3 +116,77 @@ async def test_client_calls_every_memory_operation(
         assert (await client.delete(agent, second, principal=alice)).entry_ids == [second]
         assert (await client.prune(agent, 10)).remaining == 1
         assert (await client.purge("end_user:alice", agent_config_id=agent)).entry_ids == [first]
+
+
+def _secured(server: NatsServerProcess) -> SecuredNatsServer:
+    assert isinstance(server, SecuredNatsServer), "these tests revoke identities on a secured server"
+    return server
+
+
+def _login(identity: Identity) -> dict[str, Any]:
+    return {"nkeys_seed_str": identity.seed, "inbox_prefix": identity.inbox_prefix}
+
+
+async def _refused_logins(server: SecuredNatsServer, identity: Identity) -> int:
+    """How many times the server refused ``identity``'s login, once it has logged the first."""
+
+    def count() -> int:
+        return len(server.log_lines(f'authentication error - Nkey "{identity.public_key}"'))
+
+    async def logged() -> bool:
+        return count() > 0
+
+    await eventually(logged, what=f"the server's log of a refused login of {identity.public_key}")
+    return count()
+
+
+async def test_connect_with_a_revoked_identity_fails_at_the_first_refusal(
+    nats_proc: NatsServerProcess, service_token: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """EngramClient.connect with a revoked NATS identity raises UNAUTHENTICATED naming NATS
+    authorization and the identity after one refused login, and logs no traceback (nats-py alone
+    retries for two minutes, a traceback each time, then raises NoServersError)."""
+    server = _secured(nats_proc)
+    name = f"gone-{uuid4().hex[:8]}"
+    gone = await server.mint(name, uuid4())
+    await server.revoke(name)
+    with pytest.raises(Unauthenticated) as refused:
+        await EngramClient.connect(server.url, service_token, **_login(gone))
+    assert "NATS authorization refused" in refused.value.message
+    assert gone.public_key in refused.value.message
+    assert gone.seed not in refused.value.message
+    assert await _refused_logins(server, gone) == 1
+    assert [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
+
+
+async def test_requests_of_a_connection_whose_identity_is_revoked_fail_once_refused(
+    engram: Infra,
+    nats_proc: NatsServerProcess,
+    agent: UUID,
+    service_token: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """When a connected client's NATS identity is revoked, the next request and every later one
+    raise UNAUTHENTICATED once the server refuses the reconnect (one refused login), not at their
+    timeout, and nothing logs a traceback (nats-py retries without end, each request timing out)."""
+    server = _secured(nats_proc)
+    name = f"carol-{uuid4().hex[:8]}"
+    carol = await server.mint(name, uuid4())
+    # A timeout far longer than the test: a request must end because it was refused.
+    client = await EngramClient.connect(server.url, service_token, timeout=60, **_login(carol))
+    try:
+        assert (await client.get_config(agent)).agent_config_id == agent  # serving
+        await server.revoke(name)  # the server has closed the connection when this returns
+        with pytest.raises(Unauthenticated) as next_request:
+            await client.get_config(agent)
+        with pytest.raises(Unauthenticated) as later:
+            await client.publish_session(session_payload(uuid4(), agent))
+    finally:
+        await client.close()
+    for refused in (next_request.value, later.value):
+        assert "NATS authorization refused" in refused.message
+        assert carol.public_key in refused.message
+        # The connection was closed on the refusal; neither request waited out its timeout.
+        assert isinstance(refused.__cause__, ConnectionClosedError), repr(refused.__cause__)
+    assert await _refused_logins(server, carol) == 1
+    assert [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []

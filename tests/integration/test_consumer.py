@@ -1,7 +1,8 @@
 """The JetStream batch helper (``shared.consumer``) on a real durable: bad input is dead-lettered
-and acked once, an outage naks with backoff and the redelivery takes effect once, and a batch that
-fails after acking part of itself naks only the rest. The outages are real: a Postgres that is not
-there."""
+and acked once, an outage naks with backoff and the redelivery takes effect once, a batch that
+fails after acking part of itself naks only the rest, and a message that fails on its own is
+isolated from its batch and dead-lettered after ``max_deliver`` deliveries. The outages are real
+(a Postgres that is not there), and so is the failure (a text Postgres refuses)."""
 
 from __future__ import annotations
 
@@ -197,8 +198,7 @@ async def test_an_outage_naks_with_backoff_and_the_redelivery_takes_effect_once(
     [first] = await durable.fetch(1)
     effects: list[int] = []
 
-    with pytest.raises(ConnectionRefusedError):
-        await consume(_batch(infra, durable, [first]), _claiming(postgres_away, durable.name, effects))
+    await consume(_batch(infra, durable, [first]), _claiming(postgres_away, durable.name, effects))
     nakked_at = time.monotonic()
 
     [again] = await durable.fetch(1)
@@ -224,8 +224,7 @@ async def test_a_batch_failing_after_a_partial_ack_naks_only_the_rest(
         await batch.ack(batch.msgs[:1])
         await claim(batch)
 
-    with pytest.raises(ConnectionRefusedError):
-        await consume(_batch(infra, durable, msgs), ack_one_then_fail)
+    await consume(_batch(infra, durable, msgs), ack_one_then_fail)
 
     back = await durable.fetch(2)
     assert sorted(Ping.model_validate_json(m.data).n for m in back) == [2, 3]
@@ -236,3 +235,45 @@ async def test_a_batch_failing_after_a_partial_ack_naks_only_the_rest(
     await consume(_batch(infra, durable, back), _claiming(db, durable.name, effects))
     assert sorted(effects) == [2, 3]
     await durable.all_acked()
+
+
+async def test_a_message_failing_on_its_own_is_isolated_then_dead_lettered_after_max_deliver(
+    infra: Infra, durable: Durable, db: Database, observer_nc: Client
+) -> None:
+    """One ping Postgres refuses (its key holds U+0000) in a batch of three: the other two take
+    effect on the first delivery; the bad one alone is nakked with backoff, redelivered, and on
+    its ``max_deliver``-th delivery dead-lettered (INTERNAL, the failure's kind, never its text)
+    and acked: nothing is left to redeliver."""
+    quick = dataclasses.replace(
+        infra, settings=infra.settings.model_copy(update={"redeliver_backoff_s": (0.1,), "max_deliver": 3})
+    )
+    for key in ("one", "bad\x00key", "two"):
+        await durable.js.publish(durable.subject, json.dumps({"key": key}).encode())
+    effects: list[str] = []
+
+    async def claim_keys(batch: Batch) -> None:
+        keys = [(m, json.loads(m.data)["key"]) for m in batch.msgs]
+        async with db.transaction() as session:
+            fresh = [k for _, k in keys if await claim_inbox(session, durable.name, k)]
+        effects.extend(fresh)
+
+    msgs = await durable.fetch(3)
+    await consume(_batch(quick, durable, msgs), claim_keys)
+    assert sorted(effects) == ["one", "two"]
+
+    for delivery in (2, 3):
+        [again] = await durable.fetch(1)
+        assert json.loads(again.data)["key"] == "bad\x00key"
+        assert again.metadata.num_delivered == delivery
+        await consume(_batch(quick, durable, [again]), claim_keys)
+    await durable.all_acked()
+    assert sorted(effects) == ["one", "two"]
+
+    source = durable.name.replace("-", "")
+    [record] = await _rejections(db, f"{source}.rejected")
+    assert record.details["code"] == "INTERNAL"
+    assert record.details["deliveries"] == 3
+    assert "CharacterNotInRepertoireError" in record.details["reason"]
+    [letter] = await _letters(observer_nc, dead_letter_subject(source), 1)
+    assert letter["code"] == "INTERNAL"
+    assert letter["deliveries"] == 3

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from typing import Any
 from uuid import UUID, uuid4
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from contracts.operations import OPERATIONS, SESSION_ENDED
 from services.gateway.server import running_gateway
+from services.runtime import running_services
+from shared.nats_auth.permissions import SERVICES
 from shared.settings import EngramSettings
 from shared.testing.servers import secured_nats_server
 from shared.wire import MAX_REQUEST_BYTES
@@ -273,7 +277,7 @@ async def test_probes(http: httpx.AsyncClient) -> None:
     assert (await http.get("/healthz")).json() == {"status": "ok"}
     ready = await http.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"nats": True, "ingest": True, "recall": True, "governance-audit": True}
+    assert ready.json()["checks"] == {"nats": True, **dict.fromkeys(SERVICES, True)}
 
 
 def _sample(text: str, name: str, labels: str) -> float:
@@ -320,17 +324,67 @@ async def test_readyz_fails_while_no_service_answers(
             assert (await client.get("/healthz")).status_code == 200
             ready = await client.get("/readyz")
             assert ready.status_code == 503
-            assert ready.json()["checks"] == {
-                "nats": True,
-                "ingest": False,
-                "recall": False,
-                "governance-audit": False,
-            }
+            assert ready.json()["checks"] == {"nats": True, **dict.fromkeys(SERVICES, False)}
             save = await client.post("/v1/recall", json={}, headers=bearer("anything"))
             _error(save, "UNAVAILABLE", 503)
             session = session_payload(uuid4(), uuid4())
             published = await client.post("/v1/sessions", json=session, headers=bearer("anything"))
             _error(published, "UNAVAILABLE", 503)
+
+
+async def test_readyz_needs_every_service_distill_and_embed_included(
+    settings: EngramSettings, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """/readyz checks all five services, each under its own NATS identity: with ingest, recall and
+    governance-audit running it is 503 and names distill and embed (which serve no request of the
+    table); once they run too it is 200."""
+    async with secured_nats_server(tmp_path_factory.mktemp("partial")) as server, AsyncExitStack() as stack:
+        assert server.gateway is not None
+        base = settings.model_copy(
+            update={"nats_url": server.url, "http_port": 0, "data_dir": tmp_path_factory.mktemp("vectors")}
+        )
+
+        async def start(service: str) -> None:
+            seed = SecretStr(server.service_seeds[service])
+            # Qdrant Edge opens in one process: embed's; recall runs without vectors here.
+            vectors = "" if service == "embed" else "none"
+            own = base.model_copy(update={"nats_nkey_seed": seed, "vector_store": vectors})
+            await stack.enter_async_context(running_services(own, [service]))
+
+        running = await stack.enter_async_context(running_gateway(base, server.gateway.seed))
+        client = await stack.enter_async_context(httpx.AsyncClient(base_url=running.url))
+        for service in ("ingest", "recall", "governance-audit"):
+            await start(service)
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["checks"] == {
+            "nats": True,
+            **dict.fromkeys(SERVICES, True),
+            "distill": False,
+            "embed": False,
+        }
+        for service in ("distill", "embed"):
+            await start(service)
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert ready.json() == {"status": "ready", "checks": {"nats": True, **dict.fromkeys(SERVICES, True)}}
+
+
+async def test_readyz_counts_embed_in_a_deployment_without_a_vector_store(
+    settings: EngramSettings, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """With ENGRAM_VECTOR_STORE=none embed has nothing to index but runs, so it answers its probe:
+    such a deployment becomes ready (it never did: embed was left out of the probes' responders)."""
+    async with secured_nats_server(tmp_path_factory.mktemp("novectors")) as server, AsyncExitStack() as stack:
+        assert server.gateway is not None
+        base = settings.model_copy(update={"nats_url": server.url, "http_port": 0, "vector_store": "none"})
+        for service in SERVICES:
+            own = base.model_copy(update={"nats_nkey_seed": SecretStr(server.service_seeds[service])})
+            await stack.enter_async_context(running_services(own, [service]))
+        running = await stack.enter_async_context(running_gateway(base, server.gateway.seed))
+        client = await stack.enter_async_context(httpx.AsyncClient(base_url=running.url))
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.text
 
 
 async def _chunks(size: int) -> AsyncIterator[bytes]:

@@ -1,23 +1,26 @@
-"""``EngramStore`` as a LangGraph ``BaseStore``. LangGraph ships no store conformance suite, so this
-is one behaviour suite written once and run against LangGraph's own ``InMemoryStore`` (which
-checks the suite) and against ``EngramStore`` on the real stack (STYLE habit 3); what only Engram
-has — tenancy, quarantine, ranking by recall — is tested after it."""
+"""``EngramStore`` as a LangGraph ``BaseStore``: one behaviour suite written once and run against
+LangGraph's own ``InMemoryStore`` (which checks the suite) and against ``EngramStore`` on the real
+stack (STYLE habit 3); what only Engram has — tenancy, quarantine, ranking by recall, TTL as the
+entry's expiry — is tested after it. LangGraph's own store tests run against ``EngramStore`` in
+``tests/conformance/langgraph``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
-from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, PutOp
+from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 from nats.aio.client import Client as Nats
 from sqlalchemy import select
 
 from contracts.client import EngramClient
+from contracts.governance import EntryView
 from contracts.langgraph_store import WITHHELD, EngramStore
 from shared.auth import TokenService
 from shared.db.engine import Database
@@ -161,6 +164,20 @@ class StoreBehaviour:
         same = [i for i in await store.asearch(ns, limit=100) if i.key == "same"]
         assert len(same) == 1
 
+    async def test_text_no_store_can_keep_matches_nothing(self, store: BaseStore) -> None:
+        """A filter or key holding U+0000 or a lone surrogate, or a namespace holding a lone
+        surrogate, finds nothing (no stored value can hold either) rather than failing the read;
+        LangGraph itself refuses U+0000 in a namespace label."""
+        await store.aput(("docs",), "k", {"text": "a b"})
+        for bad in ("a\x00b", "\ud800"):
+            assert await store.asearch(("docs",), filter={"text": bad}) == []
+            assert await store.asearch(("docs",), filter={bad: "a b"}) == []
+            assert await store.aget(("docs",), bad) is None
+        assert await store.alist_namespaces(prefix=("docs", "\ud800")) == []
+        assert await store.asearch(("docs", "\ud800")) == []
+        assert await store.aget(("docs", "\ud800"), "k") is None
+        assert [i.key for i in await store.asearch(("docs",), filter={"text": "a b"})] == ["k"]
+
     async def test_synchronous_calls_from_a_worker_thread(self, store: BaseStore) -> None:
         """Synchronous graph nodes run in worker threads and use the synchronous API."""
         await asyncio.to_thread(store.put, ("sync",), "k", {"v": "from a thread"})
@@ -168,6 +185,13 @@ class StoreBehaviour:
         assert got is not None
         assert got.value == {"v": "from a thread"}
         assert await asyncio.to_thread(store.list_namespaces) == [("sync",)]
+
+
+@pytest.fixture(scope="module")
+def settings(settings: EngramSettings) -> EngramSettings:
+    """Engram's retention sweeper runs once, as the services start: an entry expired by a test
+    stays until the test looks at it (reads must hide it before any sweep)."""
+    return settings.model_copy(update={"retention_sweep_s": 3600.0})
 
 
 class TestInMemoryStore(StoreBehaviour):
@@ -309,15 +333,117 @@ class TestEngramStore(StoreBehaviour):
         assert all(i.value != attack for i in await store.asearch(("notes",), query="instructions"))
 
     async def test_ops_passed_to_abatch_are_checked_too(self, store: BaseStore) -> None:
-        """Ops built by hand skip BaseStore's own label check; EngramStore checks them itself."""
-        for op in (GetOp(("a.b",), "k"), PutOp(("a", ""), "k", {"x": 1})):
+        """Ops built by hand skip BaseStore's own label check; EngramStore checks them itself, all
+        of them before any runs: a batch with one bad op changes nothing."""
+        for op in (
+            GetOp(("a.b",), "k"),
+            PutOp(("a", ""), "k", {"x": 1}),
+            SearchOp(("a.b",)),
+        ):
             with pytest.raises(InvalidNamespaceError):
-                await store.abatch([op])
+                await store.abatch([PutOp(("valid",), "k", {"x": 1}), op])
+        assert await store.aget(("valid",), "k") is None
+        with pytest.raises(ValueError, match="ttl"):
+            await store.abatch([PutOp(("valid",), "k", {"x": 1}), PutOp(("a",), "k", {"x": 1}, ttl=0)])
+        assert await store.aget(("valid",), "k") is None
 
     async def test_a_synchronous_call_on_the_loop_thread_is_refused(self, store: BaseStore) -> None:
-        """It would deadlock waiting for the loop it blocks; it says so instead."""
-        with pytest.raises(RuntimeError, match="abatch"):
+        """It would deadlock waiting for the loop it blocks; it raises ``asyncio.InvalidStateError``
+        instead, as LangGraph's own async stores do, and says what to call."""
+        with pytest.raises(asyncio.InvalidStateError, match="abatch"):
             store.get(("x",), "k")
+        with pytest.raises(asyncio.InvalidStateError):
+            store.put(("x",), "k", {"v": 1})
+
+    async def test_a_put_s_ttl_is_the_entry_s_expiry(
+        self, store: BaseStore, alice_client: EngramClient, agent: UUID
+    ) -> None:
+        """``ttl`` minutes on a put set the entry's ``expires_at`` (by Engram's clock); a put of the
+        same value without one leaves the item with no expiry; the store's ``default_ttl`` applies
+        to a put that gives none."""
+        before = datetime.now(UTC)
+        await store.aput(("t",), "k", {"v": 1}, ttl=10)
+        after = datetime.now(UTC)
+        (entry,) = await _entries(alice_client, agent)
+        assert entry.expires_at is not None
+        assert before + timedelta(minutes=10) <= entry.expires_at <= after + timedelta(minutes=10, seconds=1)
+        await store.aput(("t",), "k", {"v": 1}, ttl=None)
+        (entry,) = await _entries(alice_client, agent)
+        assert entry.expires_at is None
+        assert (await store.aget(("t",), "k")) is not None
+        defaults = EngramStore(alice_client, agent, ttl={"default_ttl": 5})
+        before = datetime.now(UTC)
+        await defaults.aput(("t",), "k", {"v": 1})
+        (entry,) = await _entries(alice_client, agent)
+        assert entry.expires_at is not None
+        assert entry.expires_at >= before + timedelta(minutes=5)
+        assert entry.expires_at <= datetime.now(UTC) + timedelta(minutes=5, seconds=1)
+
+    async def test_reads_renew_the_ttl_unless_told_not_to(
+        self, store: BaseStore, alice_client: EngramClient, agent: UUID
+    ) -> None:
+        """A get or search renews the TTL of what it returns (``refresh_ttl``, LangGraph's default),
+        not with ``refresh_ttl=False`` nor under ``TTLConfig(refresh_on_read=False)``; an item
+        without a TTL never gains an expiry."""
+        ns = ("renew",)
+        await store.aput(ns, "k", {"v": 1}, ttl=10)
+        await store.aput(ns, "forever", {"v": 2})
+
+        async def expiry() -> datetime | None:
+            return (await _expiries(alice_client, agent))[ns, "k"]
+
+        first = await expiry()
+        assert first is not None
+        assert await store.aget(ns, "k", refresh_ttl=False) is not None
+        assert await expiry() == first
+        assert await store.aget(ns, "k") is not None
+        second = await expiry()
+        assert second is not None
+        assert second > first
+        assert len(await store.asearch(ns, refresh_ttl=False)) == 2
+        assert await expiry() == second
+        assert len(await store.asearch(ns)) == 2
+        third = await expiry()
+        assert third is not None
+        assert third > second
+        assert await EngramStore(alice_client, agent, ttl={"refresh_on_read": False}).aget(ns, "k")
+        assert await expiry() == third
+        assert (await _expiries(alice_client, agent))[ns, "forever"] is None
+
+    async def test_an_expired_item_is_gone_before_it_is_swept(
+        self, store: BaseStore, alice_client: EngramClient, agent: UUID
+    ) -> None:
+        """Once its expiry passes, an item is not read, searched or listed, even while Engram's
+        sweeper has not erased it yet; a read does not bring it back, and a put makes it anew."""
+        await store.aput(("ns",), "gone", {"v": 1}, ttl=10)
+        await store.aput(("ns",), "kept", {"v": 2}, ttl=10)
+        await store.aput(("other",), "gone", {"v": 3}, ttl=10)
+        first = await store.aget(("ns",), "gone")
+        assert first is not None
+        created = first.created_at
+        past = datetime.now(UTC) - timedelta(minutes=1)
+        for entry in await _entries(alice_client, agent):
+            if entry.metadata["langgraph"]["key"] == "gone":
+                await alice_client.manage(agent, entry.id, "change_retention", expires_at=past)
+        assert await store.aget(("ns",), "gone") is None
+        assert [i.key for i in await store.asearch(("ns",))] == ["kept"]
+        assert await store.asearch(("other",)) == []
+        assert await store.alist_namespaces() == [("ns",)]
+        unswept = await _expiries(alice_client, agent)
+        assert (unswept[("ns",), "gone"], unswept[("other",), "gone"]) == (past, past)
+        await store.aput(("ns",), "gone", {"v": 1}, ttl=10)
+        again = await store.aget(("ns",), "gone")
+        assert again is not None
+        assert again.created_at > created
+        assert (await _expiries(alice_client, agent))[("ns",), "gone"] != past
+
+    async def test_a_ttl_is_positive_minutes(self, store: BaseStore) -> None:
+        """A TTL of zero, below zero, not a number or past any date Engram can hold is refused, and
+        nothing is stored."""
+        for ttl in (0, -1, float("nan"), float("inf"), 1e12):
+            with pytest.raises(ValueError, match="ttl"):
+                await store.aput(("t",), "k", {"v": 1}, ttl=ttl)
+        assert await store.asearch(("t",)) == []
 
     async def test_items_are_engram_memories(
         self, store: BaseStore, alice_client: EngramClient, agent: UUID
@@ -330,6 +456,22 @@ class TestEngramStore(StoreBehaviour):
         assert entry.owner.ref == "end_user:alice"
         assert entry.metadata["langgraph"]["namespace"] == ["users", "alice"]
         assert "Prefers email over phone" in entry.text
+
+
+async def _entries(client: EngramClient, agent: UUID) -> list[EntryView]:
+    """The store's entries as governance lists them (expired ones not yet swept included)."""
+    return list((await client.list_entries(agent, memory_types=["langgraph"], page_size=100)).entries)
+
+
+async def _expiries(client: EngramClient, agent: UUID) -> dict[tuple[tuple[str, ...], str], datetime | None]:
+    """``(namespace, key) → expires_at`` of each entry (one entry per key expected)."""
+    found: dict[tuple[tuple[str, ...], str], datetime | None] = {}
+    for entry in await _entries(client, agent):
+        meta = entry.metadata["langgraph"]
+        where = (tuple(meta["namespace"]), meta["key"])
+        assert where not in found, f"two entries hold {where}"
+        found[where] = entry.expires_at
+    return found
 
 
 async def test_the_readme_graph_remembers_and_recalls(

@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import json
 import os
-import sys
+import subprocess
 from pathlib import Path
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from nats.aio.client import Client as Nats
 from prometheus_client import REGISTRY
 
 from contracts.operations import OPERATIONS, by_mcp_tool
 from services.mcp import Caller
 from services.mcp.catalog import TOOLS
-from shared.auth import TokenService
+from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
 from shared.memory_block import BLOCK_CLOSE, BLOCK_OPEN
-from tests.mcp_clients import error_of, in_process, ok, text_of
+from shared.nats_auth.keys import new_user_seed
+from tests.mcp_clients import ENGRAM, code_of, connection_file, error_of, in_process, ok, over_stdio, text_of
 from tests.platform import eventually
 from tests.security.support import mint
 
@@ -116,22 +118,19 @@ async def test_remember_recall_expand_list_feedback_forget(session: Client) -> N
         await eventually(recalled_it, what="the lesson embedded")
         recalled = await session.call_tool("recall", {"cue": "refund approval", "strategy": "hybrid"})
         data = ok(recalled)
-        text = text_of(recalled)
         assert [r["id"] for r in data["results"]] == [memory_id]
-        # The context exactly as Engram rendered it, the lesson inside the block, ids after it.
-        assert text.startswith(data["context"])
-        inside = data["context"].split(BLOCK_OPEN, 1)[1].split(BLOCK_CLOSE, 1)[0]
-        assert lesson in inside
-        assert memory_id in text.split(BLOCK_CLOSE, 1)[1]
+        # The result's text is its JSON; the lesson is inside the context's data block.
+        assert json.loads(text_of(recalled)) == data
+        assert lesson in _inside_block(data["context"])
 
-        expanded = await session.call_tool("expand", {"ids": [memory_id, str(uuid4())]})
-        assert ok(expanded)["ids"] == [memory_id]
-        assert len(ok(expanded)["not_found"]) == 1
-        assert lesson in text_of(expanded).split(BLOCK_OPEN, 1)[1].split(BLOCK_CLOSE, 1)[0]
+        expanded = ok(await session.call_tool("expand", {"ids": [memory_id, str(uuid4())]}))
+        assert expanded["ids"] == [memory_id]
+        assert len(expanded["not_found"]) == 1
+        assert lesson in _inside_block(expanded["context"])
 
-        listed = await session.call_tool("list_memories", {"page_size": 10})
-        assert [e["id"] for e in ok(listed)["entries"]] == [memory_id]
-        assert lesson in text_of(listed)
+        listed = ok(await session.call_tool("list_memories", {"page_size": 10}))
+        assert [e["id"] for e in listed["entries"]] == [memory_id]
+        assert lesson in _inside_block(listed["context"])
 
         helped = ok(await session.call_tool("memory_feedback", {"entry_id": memory_id, "success": True}))
         assert helped == {"updated": 0, "deleted": 0, "labelled": 0}  # recorded; nothing to decay
@@ -144,6 +143,10 @@ async def test_remember_recall_expand_list_feedback_forget(session: Client) -> N
         assert ok(await session.call_tool("expand", {"ids": [memory_id]}))["not_found"] == [memory_id]
 
 
+def _inside_block(context: str) -> str:
+    return context.split(BLOCK_OPEN, 1)[1].split(BLOCK_CLOSE, 1)[0]
+
+
 async def test_remembering_twice_reinforces(session: Client) -> None:
     """The second identical remember is reported as reinforcement, not a second memory."""
     async with session:
@@ -151,7 +154,7 @@ async def test_remembering_twice_reinforces(session: Client) -> None:
         second = await session.call_tool("remember", {"text": "Alice prefers store credit."})
         assert first["saved"] == 1
         assert ok(second)["reinforced"] == 1
-        assert "reinforced" in text_of(second)
+        assert ok(second)["ids"] == first["ids"]
 
 
 async def test_wire_errors_are_tool_errors(
@@ -185,38 +188,40 @@ async def test_wire_errors_are_tool_errors(
                 assert error["message"]
 
 
+async def test_unknown_arguments_are_refused_naming_the_allowed_ones(session: Client) -> None:
+    """An argument a tool does not take (recall's ``query`` for ``cue``, as an agent guesses) is an
+    ``INVALID_REQUEST`` tool error naming it and every argument the tool takes, for every tool, and
+    nothing reaches Engram; the same call without it is answered."""
+    valid: dict[str, dict[str, Any]] = {
+        "remember": {"text": "Backups run at 02:00 UTC."},
+        "recall": {"strategy": "last_k"},
+        "expand": {"ids": [str(uuid4())]},
+        "forget": {"entry_id": str(uuid4())},
+        "list_memories": {},
+        "memory_feedback": {"entry_id": str(uuid4()), "success": True},
+    }
+    async with session:
+        listed = {t.name: list(t.input_schema["properties"]) for t in (await session.list_tools()).tools}
+        for decl in TOOLS:
+            before = _answered()
+            refused = await session.call_tool(decl.name, {**valid[decl.name], "query": "backups"})
+            assert _answered() == before, decl.name
+            error = error_of(refused)
+            assert error["code"] == "INVALID_REQUEST", (decl.name, error)
+            assert error["details"] == {"fields": ["query"], "allowed": listed[decl.name]}, decl.name
+            assert "query" in error["message"]
+            assert all(name in error["message"] for name in listed[decl.name]), error["message"]
+            assert "query" in text_of(refused)
+            assert code_of(await session.call_tool(decl.name, valid[decl.name])) in {"OK", "NOT_FOUND"}
+
+
 async def test_engram_mcp_over_stdio(
-    engram: Infra,
-    nats_proc: NatsServerProcess,
-    alice: str,
-    agent: UUID,
-    tmp_path: Path,
+    engram: Infra, nats_proc: NatsServerProcess, alice: str, agent: UUID, tmp_path: Path
 ) -> None:
     """``engram mcp`` as a desktop agent runs it: a subprocess speaking MCP on stdin/stdout, the token
     from ``ENGRAM_TOKEN``, NATS and its identity from a connection file."""
-    identity = nats_proc.client  # type: ignore[attr-defined]
-    connection = tmp_path / "client.json"
-    connection.write_text(
-        json.dumps(
-            {
-                "nats_url": nats_proc.url,
-                "nats_nkey_seed": identity.seed,
-                "nats_inbox_prefix": identity.inbox_prefix,
-            }
-        )
-    )
-    engram_bin = Path(sys.executable).with_name("engram")
-    params = StdioServerParameters(
-        command=str(engram_bin),
-        args=["mcp"],
-        env={
-            "PATH": os.environ.get("PATH", ""),
-            "ENGRAM_CONNECTION_FILE": str(connection),
-            "ENGRAM_TOKEN": alice,
-            "ENGRAM_AGENT_CONFIG_ID": str(agent),
-        },
-    )
-    async with Client(params, read_timeout_seconds=60) as client:
+    connection = connection_file(nats_proc, tmp_path / "client.json")
+    async with over_stdio(connection, Caller(token=alice, agent_config_id=agent)) as client:
         names = [t.name for t in (await client.list_tools()).tools]
         assert names == [d.name for d in TOOLS]
         saved = ok(
@@ -225,3 +230,58 @@ async def test_engram_mcp_over_stdio(
         recalled = ok(await client.call_tool("recall", {"strategy": "last_k"}))
     assert [r["id"] for r in recalled["results"]] == saved["ids"]
     assert "read-only on Fridays" in recalled["context"]
+
+
+def test_engram_mcp_with_a_refused_nats_identity_exits_naming_authorization(
+    nats_proc: NatsServerProcess, tokens: TokenService, org: UUID, agent: UUID, tmp_path: Path
+) -> None:
+    """``engram mcp`` whose connection file holds an nkey the server does not know (revoked, or
+    never minted) exits with UNAUTHENTICATED naming NATS authorization, after one refused login —
+    not after nats-py's reconnect loop gives up minutes later."""
+    if getattr(nats_proc, "client", None) is None:
+        pytest.skip("this module's NATS server runs without authentication")
+    connection = connection_file(nats_proc, tmp_path / "connection.json")
+    info = json.loads(connection.read_text()) | {"nats_nkey_seed": new_user_seed()}
+    connection.write_text(json.dumps(info))
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "ENGRAM_CONNECTION_FILE": str(connection),
+        "ENGRAM_TOKEN": mint(tokens, org, "end_user:alice", {"memory.read"}),
+        "ENGRAM_AGENT_CONFIG_ID": str(agent),
+        "COLUMNS": "200",
+    }
+    started = subprocess.run(
+        [str(ENGRAM), "mcp"], env=env, input="", capture_output=True, text=True, timeout=60, check=False
+    )
+    assert started.returncode != 0, started.stderr
+    assert "UNAUTHENTICATED" in started.stderr, started.stderr[-2000:]
+    assert "authorization" in started.stderr.lower(), started.stderr[-2000:]
+    assert "Traceback" not in started.stderr
+    assert started.stdout == ""
+
+
+def test_engram_mcp_refuses_to_start_without_a_token(
+    nats_proc: NatsServerProcess, tokens: TokenService, org: UUID, agent: UUID, tmp_path: Path
+) -> None:
+    """Without ``ENGRAM_TOKEN``, ``engram mcp`` exits at once saying to set it, although its
+    connection file holds a token with every permission (``engram up``'s, for the operator): an
+    agent never acts with that one by default."""
+    connection = connection_file(nats_proc, tmp_path / "connection.json")
+    operator = mint(tokens, org, "service:engram-dev", ALL_PERMISSIONS)
+    info = json.loads(connection.read_text()) | {"token": operator, "agent_config_id": str(agent)}
+    connection.write_text(json.dumps(info))
+    # Wide, so the error box does not wrap the command it names.
+    env = {"PATH": os.environ.get("PATH", ""), "ENGRAM_CONNECTION_FILE": str(connection), "COLUMNS": "200"}
+    started = subprocess.run(
+        [str(ENGRAM), "mcp"],
+        env=env,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode != 0, started.stderr
+    assert "ENGRAM_TOKEN" in started.stderr
+    assert "engram token mint" in started.stderr
+    assert started.stdout == ""  # nothing spoken on the MCP channel

@@ -3,12 +3,15 @@ and reached by the SDK's own HTTP client; the caller is each request's ``Authori
 
 from __future__ import annotations
 
+import json
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID, uuid4
 
 import httpx
 import pytest
+from mcp.shared.exceptions import MCPError
 from nats.aio.client import Client as Nats
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,16 +22,17 @@ from services.mcp import Caller, streamable_http_app
 from services.mcp.catalog import TOOLS
 from shared.auth import TokenService
 from shared.infra import Infra
+from tests.conftest import TEST_KID, TEST_SECRET
 from tests.integration.test_mcp import RW
 from tests.mcp_clients import error_of, ok, over_http, serving
-from tests.security.support import mint
+from tests.security.support import b64url, mint
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-async def url(engram: Infra, nc: Nats) -> AsyncIterator[str]:
-    async with serving(streamable_http_app(nc)) as endpoint:
+async def url(engram: Infra, nc: Nats, tokens: TokenService) -> AsyncIterator[str]:
+    async with serving(streamable_http_app(nc, tokens)) as endpoint:
         yield endpoint
 
 
@@ -59,16 +63,70 @@ async def test_tools_over_http_act_as_the_bearer(
         assert ok(await client.call_tool("expand", {"ids": saved["ids"]}))["ids"] == saved["ids"]
 
 
-async def test_bad_callers_are_refused(url: str, tokens: TokenService, org: UUID, agent: UUID) -> None:
-    """No bearer: HTTP 401 with the SPEC 9 envelope before MCP. A forged bearer: UNAUTHENTICATED from
-    Engram, as a tool error. No agent config: INVALID_REQUEST naming the header."""
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "curl", "version": "1"},
+    },
+}
+
+
+def _bad_tokens(tokens: TokenService, org: UUID) -> dict[str, str]:
+    """Bearer tokens that must not open a session: none verifies."""
+    alice = mint(tokens, org, "end_user:alice", RW)
+    header, payload, signature = alice.split(".")
+    unsigned = b64url(json.dumps({"alg": "none", "typ": "JWT", "kid": TEST_KID}).encode())
+    return {
+        "garbage": "forged.token.value",
+        "expired": mint(tokens, org, "end_user:alice", RW, ttl_seconds=-60),
+        "signed with another key": mint(
+            TokenService({"k": secrets.token_urlsafe(48)}), org, "end_user:alice", RW
+        ),
+        "another issuer": mint(
+            TokenService({TEST_KID: TEST_SECRET}, "not-engram"), org, "end_user:alice", RW
+        ),
+        "payload swapped": f"{header}.{mint(tokens, uuid4(), 'service:x', RW).split('.')[1]}.{signature}",
+        "alg none": f"{unsigned}.{payload}.",
+    }
+
+
+async def test_bad_tokens_are_refused_at_initialize(
+    url: str, tokens: TokenService, org: UUID, agent: UUID
+) -> None:
+    """No bearer, or one that does not verify (forged, expired, another key or issuer, a tampered
+    payload, alg none): ``initialize`` itself is answered 401 with the SPEC 9 envelope and a Bearer
+    challenge, before MCP — the SDK client never gets a session, let alone the tool list."""
     async with httpx.AsyncClient() as http:
-        bare = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-    assert bare.status_code == 401
-    assert bare.json()["error"]["code"] == "UNAUTHENTICATED"
-    assert bare.headers["www-authenticate"] == "Bearer"
-    async with over_http(url, Caller("forged.token.value", agent)) as client:
-        assert error_of(await client.call_tool("recall", {}))["code"] == "UNAUTHENTICATED"
+        bare = await http.post(url, json=INITIALIZE)
+        assert bare.status_code == 401
+        assert bare.json()["error"]["code"] == "UNAUTHENTICATED"
+        assert bare.headers["www-authenticate"] == "Bearer"
+        for label, token in _bad_tokens(tokens, org).items():
+            refused = await http.post(url, json=INITIALIZE, headers={"Authorization": f"Bearer {token}"})
+            assert refused.status_code == 401, (label, refused.text)
+            assert refused.json()["error"]["code"] == "UNAUTHENTICATED", label
+            assert refused.headers["www-authenticate"] == 'Bearer error="invalid_token"', label
+            listed = await http.post(
+                url,
+                json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert listed.status_code == 401, (label, listed.text)
+    for label, token in _bad_tokens(tokens, org).items():
+        # The SDK reports the 401 of its initialize request as an MCPError from its task group.
+        with pytest.raises(ExceptionGroup) as refused:
+            async with over_http(url, Caller(token, agent)) as client:
+                await client.list_tools()
+        assert refused.group_contains(MCPError, match="error response"), (label, refused.value)
+
+
+async def test_bad_agent_configs_are_refused(url: str, tokens: TokenService, org: UUID) -> None:
+    """A verified bearer without an agent config, or with one that is not a UUID: INVALID_REQUEST
+    naming the header, as a tool error."""
     alice = mint(tokens, org, "end_user:alice", RW)
     async with over_http(url, Authorization=f"Bearer {alice}") as client:
         error: dict[str, Any] = error_of(await client.call_tool("recall", {}))
@@ -86,7 +144,7 @@ async def test_mounted_in_a_gateway_app(
     """The recipe for the HTTP gateway: the MCP app as the endpoint of its ``/mcp`` route, its
     lifespan entered by the gateway (which runs uvicorn with ``lifespan="off"``); the gateway's
     other routes are untouched."""
-    mcp_app = streamable_http_app(nc)
+    mcp_app = streamable_http_app(nc, tokens)
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -115,6 +173,12 @@ async def test_the_gateway_serves_mcp(gateway: str, tokens: TokenService, org: U
         recalled = ok(await client.call_tool("recall", {"strategy": "last_k"}))
         assert ok(await client.call_tool("forget", {"entry_id": saved["ids"][0]}))["entries"] == 1
     assert [r["id"] for r in recalled["results"]] == saved["ids"]
+    expired = mint(tokens, org, "end_user:alice", RW, ttl_seconds=-60)
     async with httpx.AsyncClient() as http:
-        bare = await http.post(f"{gateway}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        bare = await http.post(f"{gateway}/mcp", json=INITIALIZE)
+        late = await http.post(
+            f"{gateway}/mcp", json=INITIALIZE, headers={"Authorization": f"Bearer {expired}"}
+        )
     assert bare.status_code == 401
+    assert late.status_code == 401
+    assert late.json()["error"]["code"] == "UNAUTHENTICATED"

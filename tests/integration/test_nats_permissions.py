@@ -58,6 +58,7 @@ INBOX_PREFIX = {
     "platform": "_INBOX_platform",
     "audit-reader": "_INBOX_audit_reader",
     "engram": "_INBOX_engram",
+    "gateway": "_INBOX_engram-gateway",
     "embed+recall": "_INBOX_engram-embed+recall",
     # services/runtime.py: each service process gets its own inbox prefix.
     **{
@@ -223,15 +224,23 @@ def _service_case(name: str, pub: list[str], sub: Sequence[tuple[str, str | None
         f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.engram.dlq.session"
         for stream, durable, _ in CONSUMERS[name]
     ] + [f"$JS.API.CONSUMER.CREATE.{stream}.sneaky.{filt}" for stream, _, filt in CONSUMERS[name]]
+    liveness = f"engram.health.{name}"  # shared/liveness.py: in its own queue group only
     return UserCase(
         allowed_pub=[*pub, *RELAY, *ENSURE_STREAMS, *own],
-        allowed_sub=[*sub, (f"_INBOX_engram-{name}.>", None), (f"_INBOX_engram-{name}.abc.*", None)],
-        refused_pub=[*SERVICE_FORBIDDEN_PUB, *others, *mismatched],
+        allowed_sub=[
+            *sub,
+            (liveness, name),
+            (f"_INBOX_engram-{name}.>", None),
+            (f"_INBOX_engram-{name}.abc.*", None),
+        ],
+        refused_pub=[*SERVICE_FORBIDDEN_PUB, *others, *mismatched, liveness],
         # Not the default inbox, nor another service's: what it pulled is its own business.
         refused_sub=[
             *SERVICE_FORBIDDEN_SUB,
             ("_INBOX.>", None),
             *((f"_INBOX_engram-{other}.>", None) for other in CONSUMERS if other != name),
+            (liveness, None),
+            ("engram.health.*", name),
         ],
     )
 
@@ -330,6 +339,7 @@ def _cases() -> dict[str, UserCase]:
             ("engram.recall", None),
             ("engram.memory.save", None),
             ("engram.config.get", "recall"),
+            ("engram.health.distill", None),
         ],
     )
     # embed+recall (the Edge vector process): the union of the two, with one inbox of its own.
@@ -371,6 +381,8 @@ def _cases() -> dict[str, UserCase]:
             f"engram.save.result.{uuid4()}",
             "engram.audit.memory.saved",
             "engram.dlq.session",
+            # the services' liveness probes are the gateway's to ask
+            "engram.health.ingest",
             # forging replies into the services' inboxes
             "_INBOX.abc.1",
             "_INBOX_audit_reader.abc.1",
@@ -402,6 +414,8 @@ def _cases() -> dict[str, UserCase]:
             ("engram.save.accepted", None),
             ("engram.save.result.*", None),
             ("engram.dlq.>", None),
+            # answering liveness probes as a service would
+            ("engram.health.distill", "distill"),
             # other tenants' requests, with their tokens (posing as a service)
             ("engram.recall", None),
             ("engram.recall", "recall"),
@@ -463,6 +477,20 @@ def _cases() -> dict[str, UserCase]:
             ("$JS.API.>", None),
             ("engram.>", None),
             (">", None),
+        ],
+    )
+    # The HTTP gateway: a platform client's rights under its own inbox, and the liveness probes.
+    cases["gateway"] = UserCase(
+        allowed_pub=[
+            *cases["platform"].allowed_pub,
+            *(f"engram.health.{name}" for name in CONSUMERS),
+        ],
+        allowed_sub=[("_INBOX_engram-gateway.>", None), ("_INBOX_engram-gateway.abc.*", None)],
+        refused_pub=[x for x in cases["platform"].refused_pub if not x.startswith("engram.health.")],
+        refused_sub=[
+            *((subject, queue) for subject, queue in cases["platform"].refused_sub),
+            ("_INBOX_platform.>", None),
+            ("engram.health.*", None),
         ],
     )
     return cases
@@ -570,7 +598,12 @@ def test_every_contract_subject_is_in_the_matrix() -> None:
     platform and service blocks, and this matrix) before this passes."""
     constants = {v for k, v in vars(subjects).items() if k.isupper() and isinstance(v, str)}
     streamed = {s for d in STREAMS for s in d.subjects}
-    prefixes = {subjects.AUDIT, subjects.DEAD_LETTER_PREFIX, subjects.SAVE_RESULT_PREFIX}
+    prefixes = {
+        subjects.AUDIT,
+        subjects.DEAD_LETTER_PREFIX,
+        subjects.SAVE_RESULT_PREFIX,
+        subjects.HEALTH_PREFIX,
+    }
     assert constants - streamed - prefixes == set(REQUESTS) == set(PUBLIC_REQUESTS)
     conf = AUTH_CONF.read_text()
     for subject in REQUESTS:

@@ -117,14 +117,15 @@ async def test_serve_gateway_under_its_own_identity_answers_and_stops_on_sigterm
     service_token: str,
     tmp_path: Path,
 ) -> None:
-    """`engram serve gateway` with the production `gateway` user and nothing else (no database,
-    no signing keys): ready once the services answer, serves a recall and a session, exits 0 on
+    """`engram serve gateway` with the production `gateway` user, the token keys and nothing else
+    (no database): ready once the services answer, serves a recall and a session, exits 0 on
     SIGTERM, and never oversteps its NATS permissions."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update(
         ENGRAM_NATS_URL=settings.nats_url,
         ENGRAM_NATS_NKEY_SEED=nats_proc.service_seeds["gateway"],
+        ENGRAM_TOKEN_KEYS=settings.token_keys.get_secret_value(),
         ENGRAM_HTTP_HOST="127.0.0.1",
         ENGRAM_HTTP_PORT=str(port),
     )
@@ -153,6 +154,30 @@ async def test_serve_gateway_under_its_own_identity_answers_and_stops_on_sigterm
             proc.kill()
     assert code == 0, log.read_text()
     assert not nats_proc.log_lines("Violation"), "the gateway identity overstepped its permissions"
+
+
+async def test_serve_gateway_without_token_keys_refuses_to_start(
+    nats_proc: SecuredNatsServer, settings: EngramSettings, tmp_path: Path
+) -> None:
+    """`engram serve gateway` without ENGRAM_TOKEN_KEYS exits non-zero at once, naming it, rather
+    than serve MCP clients whose tokens it cannot verify."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env.update(
+        ENGRAM_NATS_URL=settings.nats_url,
+        ENGRAM_NATS_NKEY_SEED=nats_proc.service_seeds["gateway"],
+        ENGRAM_HTTP_HOST="127.0.0.1",
+        ENGRAM_HTTP_PORT=str(free_port()),
+    )
+    proc = _spawn(["gateway"], env, tmp_path / "gateway.log")
+    try:
+        code = await asyncio.to_thread(proc.wait, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = (tmp_path / "gateway.log").read_text()
+    assert code != 0, log
+    assert "ENGRAM_TOKEN_KEYS" in log
 
 
 async def test_serve_recall_refuses_an_edge_store_another_process_holds(

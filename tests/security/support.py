@@ -124,6 +124,16 @@ def forge(org: UUID, kid: str, secret: str) -> dict[str, str]:
             {**claims, "iss": "evil"}, secret, algorithm="HS256", headers={"kid": kid}
         ),
         "bad_org_claim": jwt.encode({**claims, "org": "*"}, secret, algorithm="HS256", headers={"kid": kid}),
+        # Claims no store could keep or no field takes, signed with the real key: refused, not a 500.
+        "nul_in_session_claim": jwt.encode(
+            {**claims, "sid": "run\x00-1"}, secret, algorithm="HS256", headers={"kid": kid}
+        ),
+        "surrogate_in_principal_claim": jwt.encode(
+            {**claims, "pk": "service", "pid": "\ud800"}, secret, algorithm="HS256", headers={"kid": kid}
+        ),
+        "object_session_claim": jwt.encode(
+            {**claims, "sid": {"a": 1}}, secret, algorithm="HS256", headers={"kid": kid}
+        ),
         "garbage": "not-a-token",
         "two_parts": f"{head}.{body}",
         "oversize": good + "A" * 5000,

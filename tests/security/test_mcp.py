@@ -25,7 +25,7 @@ from shared.db.models import ENTRIES
 from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
 from shared.memory_block import BLOCK_CLOSE, BLOCK_OPEN
-from tests.conftest import connect_as
+from tests.conftest import TEST_KID, TEST_SECRET, connect_as
 from tests.mcp_clients import code_of, in_process, over_http, serving, text_of
 from tests.platform import eventually
 from tests.security.support import Tally, count_rows, mint, org_snapshot, report, rng, save
@@ -71,7 +71,7 @@ TRANSPORTS = ["in-process", "http"]
 async def mcp_url(engram: Infra, nats_proc: NatsServerProcess) -> AsyncIterator[str]:
     """The streamable-HTTP app on a real port, on a NATS connection of its own (as a gateway's)."""
     nc = await connect_as(nats_proc, getattr(nats_proc, "client", None))
-    async with serving(streamable_http_app(nc)) as url:
+    async with serving(streamable_http_app(nc, TokenService({TEST_KID: TEST_SECRET}))) as url:
         yield url
     await nc.drain()
 
@@ -131,9 +131,13 @@ async def test_no_tool_reaches_another_organization(
                         tally.codes[code] += 1
                         per_tool.setdefault(tool, Counter())[code] += 1
                         structured = dict(result.structured_content or {})
+                        # A result's text is its structured JSON (an error's: its message), so
+                        # the structured result is all it shows.
+                        if code == "OK":
+                            assert json.loads(text_of(result)) == structured, (tool, text_of(result))
                         # expand names the requested ids it did not find: an echo, not a leak.
                         structured.pop("not_found", None)
-                        shown = text_of(result).split("not found:")[0] + json.dumps(structured)
+                        shown = (text_of(result) if code != "OK" else "") + json.dumps(structured)
                         if marker in shown or any(v in shown for v in victim_ids):
                             leaks.append(f"{label}/{session}/{tool}: {shown[:160]!r}")
                         own_seen += sum(i in shown for i in own_ids) if code == "OK" else 0
@@ -191,8 +195,12 @@ async def test_injected_memory_stays_inside_the_data_block(
         if code != "OK":
             tally.problem(f"{label}: {text_of(result)[:120]}")
             return
-        text = text_of(result)
-        everything = text + json.dumps(result.structured_content)
+        structured = result.structured_content or {}
+        if json.loads(text_of(result)) != structured:
+            tally.problem(f"{label}: the text is not the structured result")
+        # Memory text is only ever inside the context (decoded here: in the JSON text it is escaped).
+        text = str(structured.get("context", ""))
+        everything = text + json.dumps(structured) + text_of(result)
         if any(a in everything for a in ATTACKS):
             tally.problem(f"{label}: attack text in the tool result")
         if BLOCK_OPEN not in text:
@@ -202,7 +210,7 @@ async def test_injected_memory_stays_inside_the_data_block(
         _, _, rest = text.partition(BLOCK_OPEN)
         inside, _, after = rest.partition(BLOCK_CLOSE)
         results_checked += inside.count("[memory withheld") + inside.count("[quarantined memory withheld")
-        # Outside the block: the header before it, ids and page tokens after it — no memory text.
+        # Outside the block: the header before it, nothing after it — no memory text.
         if any(word in after.lower() for word in ("ignore", "instruction", "system")):
             tally.problem(f"{label}: text after the block: {after[:120]!r}")
 
@@ -217,11 +225,9 @@ async def test_injected_memory_stays_inside_the_data_block(
                         result = await client.call_tool("recall", args)
                         check(f"recall {strategy}/{fmt}/{budget}/{cue!r}", result)
                         structured = result.structured_content or {}
-                        # The context is Engram's own rendering, passed through untouched.
-                        if structured.get("results") and not text_of(result).startswith(
-                            structured["context"]
-                        ):
-                            tally.problem(f"recall {strategy}/{fmt}: context was re-rendered")
+                        # The text is the structured result, the context in it as Engram sent it.
+                        if code_of(result) == "OK" and json.loads(text_of(result)) != structured:
+                            tally.problem(f"recall {strategy}/{fmt}: the text is not the result")
                         if structured.get("context") and scaffolding_removed(structured["context"]):
                             tally.problem(f"recall {strategy}/{fmt}: memory text in the context")
         for chunk in range(0, len(ids), 20):

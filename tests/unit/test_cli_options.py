@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from uuid import uuid4
+from typing import Any
+from uuid import UUID, uuid4
 
 import pytest
 from typer.testing import CliRunner
 
+from contracts.connection import ConnectionInfo
 from services.cli.main import app
 from shared.auth import TokenService
 from shared.embedded.stack import load_dev_identity
@@ -42,3 +44,49 @@ def test_every_command_naming_an_agent_config_calls_it_agent_config(command: lis
     result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "--agent-config" in result.stdout
+
+
+def _mint(data_dir: Path, org: UUID, name: str, *extra: str) -> dict[str, Any]:
+    out = data_dir / f"{name}.json"
+    args = ["credentials", "mint", "--org", str(org), "--name", name, "--out", str(out), *extra]
+    result = CliRunner().invoke(app, [*args, "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    written: dict[str, Any] = json.loads(out.read_text())
+    return written
+
+
+def test_credentials_mint_writes_the_fields_of_connection_json(tmp_path: Path) -> None:
+    """A minted client's file has every field connection.json gives a client, filled from the
+    running engram up where it knows them: its NATS and HTTP URLs always, its development agent
+    config only for its development organization (else --agent-config, or null)."""
+    dev_org, dev_agent, other_agent = uuid4(), uuid4(), uuid4()
+    running = {
+        "nats_url": "nats://127.0.0.1:4999",
+        "http_url": "http://127.0.0.1:8999",
+        "org_id": str(dev_org),
+        "agent_config_id": str(dev_agent),
+        "token": "dev",
+    }
+    (tmp_path / "connection.json").write_text(json.dumps(running))
+    client_fields = set(ConnectionInfo.model_fields)
+
+    dev = _mint(tmp_path, dev_org, "dev-runner")
+    assert client_fields <= set(dev), client_fields - set(dev)
+    assert ConnectionInfo.model_validate(dev).model_dump(
+        include={"nats_url", "http_url", "agent_config_id"}
+    ) == {
+        "nats_url": running["nats_url"],
+        "http_url": running["http_url"],
+        "agent_config_id": dev_agent,
+    }
+    other = _mint(tmp_path, uuid4(), "acme-runner")
+    assert client_fields <= set(other)
+    assert (other["http_url"], other["agent_config_id"]) == (running["http_url"], None)
+    chosen = _mint(tmp_path, uuid4(), "beta-runner", "--agent-config", str(other_agent))
+    assert chosen["agent_config_id"] == str(other_agent)
+    elsewhere = _mint(tmp_path, dev_org, "far-runner", "--nats-url", "nats://elsewhere:4222")
+    assert (elsewhere["nats_url"], elsewhere["http_url"], elsewhere["agent_config_id"]) == (
+        "nats://elsewhere:4222",
+        None,
+        None,
+    )

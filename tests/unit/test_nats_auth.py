@@ -53,7 +53,12 @@ def test_public_requests_are_every_request_subject_of_the_contract() -> None:
     """A request-reply subject added to the contract is a public request platforms may call."""
     constants = {v for k, v in vars(subjects).items() if k.isupper() and isinstance(v, str)}
     streamed = {s for d in STREAMS for s in d.subjects}
-    prefixes = {subjects.AUDIT, subjects.DEAD_LETTER_PREFIX, subjects.SAVE_RESULT_PREFIX}
+    prefixes = {
+        subjects.AUDIT,
+        subjects.DEAD_LETTER_PREFIX,
+        subjects.SAVE_RESULT_PREFIX,
+        subjects.HEALTH_PREFIX,
+    }
     assert constants - streamed - prefixes == set(PUBLIC_REQUESTS)
 
 

@@ -154,7 +154,12 @@ def test_every_subject_constant_is_in_the_table() -> None:
     """A subject added to contracts/subjects.py is an operation or a stream of the table (or one
     of the prefixes the families are built from)."""
     constants = {v for k, v in vars(subjects).items() if k.isupper() and isinstance(v, str)}
-    prefixes = {subjects.AUDIT, subjects.DEAD_LETTER_PREFIX, subjects.SAVE_RESULT_PREFIX}
+    prefixes = {
+        subjects.AUDIT,
+        subjects.DEAD_LETTER_PREFIX,
+        subjects.SAVE_RESULT_PREFIX,
+        subjects.HEALTH_PREFIX,
+    }
     table = {op.subject for op in OPERATIONS} | {stream.subject for stream in STREAMS}
     assert constants - prefixes <= table
     assert {f"{subjects.AUDIT}.*.*", f"{subjects.DEAD_LETTER_PREFIX}.>"} <= table

@@ -18,6 +18,7 @@ from contracts import operations as ops
 from contracts.config import MemoryConfig
 from contracts.errors import EngramError, InvalidRequest, Unauthenticated
 from contracts.governance import LIFECYCLES
+from contracts.json_rules import decode_json
 from contracts.recall import Strategy
 from services.gateway.bridge import Bridge
 from services.gateway.console.calls import call
@@ -322,9 +323,9 @@ class Views:
                     config[name] = raw
                 else:
                     try:
-                        config[name] = json.loads(raw)
-                    except ValueError as exc:
-                        raise InvalidRequest(f"{name}: not valid JSON ({exc})") from exc
+                        config[name] = decode_json(raw)
+                    except InvalidRequest as exc:
+                        raise InvalidRequest(f"{name}: {exc.message}", exc.details) from exc
             await self._call(
                 session, ops.CONFIG_PUT, {"agent_config_id": session.agent_config_id, "config": config}
             )
