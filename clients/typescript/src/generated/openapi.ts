@@ -81,7 +81,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Readiness: NATS reachable and every service answering. */
+        /** Readiness: NATS reachable and every service (ingest, distill, embed, recall, governance-audit) running somewhere: each answers its liveness probe. */
         get: {
             parameters: {
                 query?: never;
