@@ -13,6 +13,7 @@ from uuid import UUID
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy import select
 from sqlmodel import col
 
@@ -123,7 +124,7 @@ async def _recall_some(
         table.add_column("score", no_wrap=True)
         table.add_column("memory", ratio=1, overflow="fold")
         for result in reply.results:
-            table.add_row(f"{result.score:.3f}", result.text)
+            table.add_row(f"{result.score:.3f}", Text(result.text))  # data, never rich markup
         console.print(table)
 
 
@@ -206,6 +207,47 @@ async def _stored(database_url: str, orgs: dict[UUID, UUID], session_ids: set[st
         await db.close()
 
 
+def _lessons_table(lessons: list[MemoryEntry]) -> Table:
+    """Each lesson as stored, and what redaction replaced in it in a column of its own: appended to
+    the text, the kinds read as a stray placeholder that is not in the memory. Stored text is
+    printed as :class:`Text`: memory text is data, never rich markup (``[bold]`` stays as written)."""
+    table = Table(title="Lessons Engram distilled (read from Postgres)", expand=True)
+    table.add_column("owner", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("imp", no_wrap=True)
+    table.add_column("x", no_wrap=True, header_style="bold", justify="right")
+    table.add_column("lesson", ratio=1, overflow="fold")
+    table.add_column("redacted", no_wrap=True)
+    for row in lessons:
+        table.add_row(
+            Text(row.owner_key or "(shared)"),
+            Text(row.memory_type),
+            f"{row.importance:.2f}",
+            str(row.reinforcement_count + 1),
+            Text("[quarantined: not shown]" if row.quarantined else row.text),
+            ",".join(row.redaction),
+        )
+    return table
+
+
+def _observations_table(observations: list[MemoryEntry]) -> Table:
+    """The observations the write policy redacted or quarantined, stored text as :class:`Text`."""
+    flagged = [r for r in observations if r.quarantined or r.redaction]
+    title = f"Observations kept: {len(observations)}; the ones the write policy touched"
+    obs = Table(title=title, expand=True)
+    obs.add_column("owner", no_wrap=True)
+    obs.add_column("policy", no_wrap=True)
+    obs.add_column("stored text", ratio=1, overflow="fold")
+    for row in flagged:
+        policy = ",".join([*(["QUARANTINED"] if row.quarantined else []), *row.redaction])
+        obs.add_row(
+            Text(row.owner_key or "(shared)"),
+            policy,
+            Text("[quarantined: never rendered into a prompt]" if row.quarantined else row.text),
+        )
+    return obs
+
+
 async def _show(
     console: Console, database_url: str, orgs: dict[UUID, UUID], session_ids: set[str], report: DemoReport
 ) -> None:
@@ -217,39 +259,9 @@ async def _show(
     report.redactions = Counter(kind for r in rows for kind in r.redaction)
     report.quarantined = sum(1 for r in rows if r.quarantined)
 
-    table = Table(title="Lessons Engram distilled (read from Postgres)", expand=True)
-    table.add_column("owner", no_wrap=True)
-    table.add_column("type", no_wrap=True)
-    table.add_column("imp", no_wrap=True)
-    table.add_column("x", no_wrap=True, header_style="bold", justify="right")
-    table.add_column("lesson", ratio=1, overflow="fold")
-    for row in lessons:
-        flags = " ".join(f"[{k}]" for k in row.redaction)
-        text = "[quarantined: not shown]" if row.quarantined else row.text
-        table.add_row(
-            row.owner_key or "(shared)",
-            row.memory_type,
-            f"{row.importance:.2f}",
-            str(row.reinforcement_count + 1),
-            f"{text} {flags}".strip(),
-        )
-    console.print(table)
+    console.print(_lessons_table(lessons))
     if observations:
-        flagged = [r for r in observations if r.quarantined or r.redaction]
-        obs = Table(
-            title=f"Observations kept: {len(observations)}; the ones the write policy touched", expand=True
-        )
-        obs.add_column("owner", no_wrap=True)
-        obs.add_column("policy", no_wrap=True)
-        obs.add_column("stored text", ratio=1, overflow="fold")
-        for row in flagged:
-            policy = ",".join([*(["QUARANTINED"] if row.quarantined else []), *row.redaction])
-            obs.add_row(
-                row.owner_key or "(shared)",
-                policy,
-                "[quarantined: never rendered into a prompt]" if row.quarantined else row.text,
-            )
-        console.print(obs)
+        console.print(_observations_table(observations))
     summary = Table(title="Demo summary", show_header=False)
     summary.add_row("sessions published", str(report.published))
     summary.add_row("distilled", str(report.distilled))

@@ -4,11 +4,9 @@ path as lessons (so PII redaction and quarantine apply) and expire after a short
 
 from __future__ import annotations
 
-import json
-
 from contracts.events import SessionEnded, ToolCall
 from services.distill.save_path import Draft
-from shared.policy import clip_outside_pii
+from shared.trace_text import call_head, clip, one_line, output_text
 
 __all__ = ["OBSERVATION_IMPORTANCE", "observation_drafts"]
 
@@ -22,16 +20,19 @@ def observation_drafts(session: SessionEnded) -> list[Draft]:
     return [_observation(i, call, session) for i, call in enumerate(session.tool_trace)]
 
 
-def _short(value: object) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    # Never through a PII value: half a card number would no longer be redacted downstream.
-    return clip_outside_pii(text, _FIELD_CHARS + 1)
+def _text(call: ToolCall) -> str:
+    """``tool(input) error: …``, ``tool(input) -> output``, or ``tool(input)`` when it worked and
+    returned nothing."""
+    head = call_head(call, _FIELD_CHARS)
+    if call.error:
+        return f"{head} error: {clip(one_line(call.error), _FIELD_CHARS)}"
+    output = output_text(call.output, _FIELD_CHARS)
+    return f"{head} -> {output}" if output else head
 
 
 def _observation(index: int, call: ToolCall, session: SessionEnded) -> Draft:
-    outcome = f"error: {_short(call.error)}" if call.error else f"-> {_short(call.output)}"
     return Draft(
-        text=f"{call.tool}({_short(call.input)}) {outcome}",
+        text=_text(call),
         importance=OBSERVATION_IMPORTANCE,
         memory_type="episodic",
         layer="observation",

@@ -6,11 +6,11 @@ and the best ``limit`` are kept, then rendered in trace order so cause and effec
 
 from __future__ import annotations
 
-import json
 import re
 
 from contracts.events import SessionEnded, ToolCall
 from shared.ports import TraceSummary
+from shared.trace_text import as_json, call_head, clip, one_line, output_text
 
 __all__ = ["DEFAULT_LIMIT", "score_calls", "summarize_trace"]
 
@@ -32,7 +32,6 @@ _ERROR_CHARS = 300
 _TASK_CHARS = 500
 
 _REMEMBER_RE = re.compile(r"\bremember\b|\bnote to self\b", re.IGNORECASE)
-_SPACE_RE = re.compile(r"\s+")
 
 
 def summarize_trace(session: SessionEnded, limit: int = DEFAULT_LIMIT) -> TraceSummary:
@@ -50,7 +49,7 @@ def summarize_trace(session: SessionEnded, limit: int = DEFAULT_LIMIT) -> TraceS
     best = sorted(range(len(trace)), key=lambda i: (-scores[i], i))[:limit]
     kept = tuple(sorted(best))
     lines = [
-        f"Task: {_clip(_one_line(session.task), _TASK_CHARS) or '(none given)'} "
+        f"Task: {clip(one_line(session.task), _TASK_CHARS) or '(none given)'} "
         f"| status: {session.status} | steps: {session.steps}",
         f"kept {len(kept)} of {len(trace)} calls (errors, recoveries, first/last, distinct tools)",
         *(_render_call(i, trace[i]) for i in kept),
@@ -84,28 +83,15 @@ def score_calls(trace: list[ToolCall]) -> list[float]:
 
 
 def _render_call(index: int, call: ToolCall) -> str:
-    line = (
-        f"#{index} {call.tool}({_clip(_one_line(_as_json(call.input)), _INPUT_CHARS)})"
-        f" -> {_clip(_one_line(_json_text(call.output)), _OUTPUT_CHARS)}"
-    )
+    line = f"#{index} {call_head(call, _INPUT_CHARS)}"
+    output = output_text(call.output, _OUTPUT_CHARS)
+    if output:
+        line += f" -> {output}"
     if call.error is not None:
-        line += f" [ERROR: {_clip(_one_line(call.error), _ERROR_CHARS)}]"
+        line += f" [ERROR: {clip(one_line(call.error), _ERROR_CHARS)}]"
     return line
 
 
 def _json_text(value: object) -> str:
-    """Strings as they are; anything else as JSON (see :func:`_as_json`)."""
-    return value if isinstance(value, str) else _as_json(value)
-
-
-def _as_json(value: object) -> str:
-    """Compact, key-sorted JSON, so the same call always renders the same."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def _one_line(text: str) -> str:
-    return _SPACE_RE.sub(" ", text).strip()
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """Strings as they are; anything else as JSON (see :func:`~shared.trace_text.as_json`)."""
+    return value if isinstance(value, str) else as_json(value)

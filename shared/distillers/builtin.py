@@ -7,14 +7,13 @@ self-contained sentence. Same session in, same lessons out.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Iterator
 
 from contracts.events import SessionEnded, ToolCall
-from shared.policy import clip_outside_pii
 from shared.ports import Lesson, TraceSummary
+from shared.trace_text import as_json, clip, is_nothing, one_line
 
 __all__ = ["MAX_LESSONS", "BuiltinDistiller", "distill_session"]
 
@@ -29,7 +28,6 @@ _TASK_CHARS = 100
 _INPUT_CHARS = 120
 _SCAN_CHARS = 20_000
 
-_SPACE_RE = re.compile(r"\s+")
 _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 _LEAD = r"^(?:(?:please|also|and|so|ok|okay|important|pro tip)\b[\s,:!-]*)*"
 _REMEMBER_RE = re.compile(
@@ -90,7 +88,7 @@ def _trace_lessons(session: SessionEnded) -> Iterator[Lesson]:
     task = _task_quote(session)
     for i in failures:
         failed = trace[i]
-        error = _clip(_one_line(failed.error or ""), _ERROR_CHARS)
+        error = clip(one_line(failed.error or ""), _ERROR_CHARS)
         after = f"After {failed.tool} failed with '{error}' while working on {task}"
         retry = next((j for j in range(i + 1, len(trace)) if trace[j].tool == failed.tool), None)
         if retry is not None and trace[retry].error is None:
@@ -126,7 +124,7 @@ def _succeeded_elsewhere(trace: list[ToolCall], failed_index: int) -> bool:
 def _values(value: object) -> set[str]:
     """The distinctive scalar values of a JSON input (short ones like ``true`` or ``1`` say nothing)."""
     texts = (
-        _one_line(str(leaf)) for leaf in _leaves(value) if leaf is not None and not isinstance(leaf, bool)
+        one_line(str(leaf)) for leaf in _leaves(value) if leaf is not None and not isinstance(leaf, bool)
     )
     return {text for text in texts if len(text) >= 3}
 
@@ -138,14 +136,30 @@ def _retry_phrase(trace: list[ToolCall], failed_index: int, retry_index: int) ->
     for call in trace[failed_index + 1 : retry_index]:
         if call.error is None and call.tool not in between:
             between.append(call.tool)
-    if retry.input == failed.input:
-        how = f"retrying {retry.tool} with the same input"
-    else:
-        how = f"retrying {retry.tool} with input {_clip(_one_line(_as_json(retry.input)), _INPUT_CHARS)}"
+    how = f"retrying {retry.tool} {_input_change(failed.input, retry.input)}"
     if not between:
         return how
     shown = ", ".join(between[:3]) + (" and others" if len(between) > 3 else "")
     return f"running {shown} and then {how}"
+
+
+def _input_change(before: object, after: object) -> str:
+    """How the input of a retry that worked differed from the failed call's: what it set (or
+    changed) and what it left out. Values that stayed the same are not the lesson (and are often
+    an e-mail address or a card number that storage would only show as a placeholder)."""
+    if after == before or (is_nothing(after) and is_nothing(before)):
+        return "with the same input"
+    if is_nothing(after):
+        return "without input"
+    old = {} if is_nothing(before) else before
+    if not (isinstance(old, dict) and isinstance(after, dict)):
+        return f"with input {clip(one_line(as_json(after)), _INPUT_CHARS)}"
+    changed = [f"{one_line(k)}={as_json(after[k])}" for k in sorted(after) if old.get(k) != after[k]]
+    dropped = [one_line(key) for key in sorted(old) if key not in after]
+    parts = [f"with {', '.join(changed)}"] if changed else []
+    if dropped:
+        parts.append(f"without {', '.join(dropped)}")
+    return clip(one_line(" and ".join(parts)), _INPUT_CHARS)
 
 
 def _statement_lessons(session: SessionEnded) -> list[Lesson]:
@@ -173,7 +187,7 @@ def _statement_sources(session: SessionEnded) -> Iterator[str]:
 
 def _statement(sentence: str) -> str | None:
     """The lesson a sentence states explicitly, or ``None``."""
-    sentence = _one_line(_BULLET_RE.sub("", sentence))
+    sentence = one_line(_BULLET_RE.sub("", sentence))
     match = _REMEMBER_RE.match(sentence) or _REMEMBER_INLINE_RE.search(sentence)
     if match is not None:
         body = match.group("body")
@@ -195,7 +209,7 @@ def _outcome_lessons(session: SessionEnded) -> Iterator[Lesson]:
     task = f"Task {_task_quote(session)}" if session.task.strip() else "An untitled task"
     if session.status == "failed":
         if errors:
-            last_error = _clip(_one_line(errors[-1].error or ""), _ERROR_CHARS)
+            last_error = clip(one_line(errors[-1].error or ""), _ERROR_CHARS)
             yield Lesson(_finish(f"{task} failed: {last_error}"), 0.5, "episodic")
         else:
             text = f"{task} failed after {session.steps} steps without any tool reporting an error"
@@ -221,26 +235,13 @@ def _leaves(value: object, depth: int = 0) -> Iterator[object]:
 
 
 def _task_quote(session: SessionEnded) -> str:
-    task = _clip(_one_line(session.task), _TASK_CHARS)
+    task = clip(one_line(session.task), _TASK_CHARS)
     return f"'{task}'" if task else "an untitled task"
 
 
 def _finish(text: str) -> str:
     """One sentence, ending in punctuation, short enough to stand alone as a memory."""
-    text = _one_line(text)
+    text = one_line(text)
     if text and text[-1] not in ".!?":
         text += "."
-    return _clip(text, MAX_TEXT_CHARS)
-
-
-def _as_json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def _one_line(text: str) -> str:
-    return _SPACE_RE.sub(" ", text).strip()
-
-
-def _clip(text: str, limit: int) -> str:
-    # Never through a PII value: half a card number would no longer be redacted downstream.
-    return clip_outside_pii(text, limit)
+    return clip(text, MAX_TEXT_CHARS)

@@ -431,6 +431,12 @@ def redact_pii(text: str) -> tuple[str, list[str]]:
     return "".join(parts), sorted({finding.kind for finding in findings})
 
 
+#: How far past a cut :func:`clip_outside_pii` looks: further than any value with a bounded shape
+#: reaches (an IBAN, a card, a phone number, an e-mail address of at most 254 characters); a key or
+#: token longer than this is still found from its start, so the cut still moves before it.
+_CLIP_REACH = 512
+
+
 def clip_outside_pii(text: str, limit: int, ellipsis: str = "…") -> str:
     """``text`` shortened to at most ``limit`` characters (ellipsis included) without cutting
     through a PII value: a value cut in half is no longer recognised (``4111 1111 1111 1111``
@@ -438,7 +444,9 @@ def clip_outside_pii(text: str, limit: int, ellipsis: str = "…") -> str:
     if len(text) <= limit:
         return text
     cut = max(limit - len(ellipsis), 0)
-    for finding in find_pii(text):
+    # Only a value that starts before the cut can be cut through: the rest of a long tool output
+    # is not scanned (it is what makes clipping cheap on a 20,000-character output).
+    for finding in find_pii(text[: cut + _CLIP_REACH]):
         if finding.start < cut < finding.end:
             cut = finding.start
             break

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -13,6 +14,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from sqlalchemy import func, select
 
+from services.cli.demo_data import demo_sessions
 from services.distill.sessions import CONSUMER, handle_validated_sessions
 from shared.consumer import Batch, consume
 from shared.db.engine import Database
@@ -21,7 +23,8 @@ from shared.distillers.builtin import BuiltinDistiller
 from shared.infra import Infra
 from shared.policy import normalize
 from tests.faults.workload import expected_lessons, sessions
-from tests.platform import eventually, publish_session, session_payload
+from tests.platform import eventually, publish_session, request, session_payload
+from tests.stored_text import artefacts, readme_http_trace
 
 pytestmark = pytest.mark.integration
 
@@ -182,6 +185,34 @@ async def test_secrets_in_traces_are_redacted_before_storage(
         assert "jane.doe@example.com" not in row.text
         assert "AKIAIOSFODNN7EXAMPLE" not in row.text
     assert any("[EMAIL]" in r.text for r in await _rows(db, org))
+
+
+async def test_the_readme_and_demo_sessions_are_stored_without_artefacts(
+    engram: Infra, nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """The README's HTTP example session and the demo's sessions, with observations kept as the
+    demo keeps them, leave no literal null and no lesson ending on a placeholder in Postgres."""
+    config = {"agent_config_id": str(agent), "config": {"keep_observations": True}}
+    assert "error" not in await request(nc, "engram.config.put", config, service_token)
+    readme = session_payload(
+        org, agent, session_id="run-43", status="failed", steps=2, tool_trace=readme_http_trace()
+    )
+    del readme["task"]  # as the README sends it
+    demo = demo_sessions(org, agent, org, agent, now=datetime.now(UTC))
+    # Fresh event ids: the demo's are fixed, and another test may have published them already.
+    published = [readme, *({**s, "event_id": str(uuid4())} for s in demo)]
+    await asyncio.gather(*(publish_session(nc, s, service_token) for s in published))
+
+    async def all_distilled() -> bool:
+        done = [await _audit_count(db, org, kind) for kind in ("distill.completed", "distill.skipped")]
+        return sum(done) == len(published)
+
+    await eventually(all_distilled, timeout=120, what=f"{len(published)} sessions distilled or skipped")
+    rows = await _rows(db, org)
+    assert "refund_payment() error: card declined" in {r.text for r in rows if r.session_id == "run-43"}
+    assert any(r.redaction for r in rows)  # redaction still happens
+    found = {r.text: artefacts(r.text, sentence=r.layer == "memory") for r in rows}
+    assert {text: problems for text, problems in found.items() if problems} == {}
 
 
 async def test_one_event_twice_in_a_batch_takes_effect_once(

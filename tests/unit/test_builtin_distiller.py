@@ -76,8 +76,8 @@ def test_a_retry_that_worked_is_a_procedural_recovery() -> None:
     assert Lesson("git_push failed with 'rejected: non-fast-forward'.", 0.6, "lesson") in lessons
 
 
-def test_a_retry_with_other_input_names_the_input() -> None:
-    """When the same tool worked with different input, the lesson shows that input."""
+def test_a_retry_with_other_input_names_what_changed() -> None:
+    """When the same tool worked with different input, the lesson shows what changed in it."""
     session = make_session(
         tool_trace=[
             make_call("http_get", {"url": "http://api/v1/users"}, error="404 Not Found"),
@@ -85,7 +85,7 @@ def test_a_retry_with_other_input_names_the_input() -> None:
         ]
     )
     [recovery] = [lesson for lesson in distill_session(session) if lesson.memory_type == "procedural"]
-    assert 'retrying http_get with input {"url":"http://api/v2/users"} worked.' in recovery.text
+    assert 'retrying http_get with url="http://api/v2/users" worked.' in recovery.text
 
 
 def test_another_tool_that_worked_instead_is_a_recovery() -> None:

@@ -49,7 +49,7 @@ def test_renders_kept_calls_in_trace_order() -> None:
     call_lines = [line for line in summary.text.splitlines() if line.startswith("#")]
     assert [int(line.split()[0][1:]) for line in call_lines] == list(summary.kept_indexes)
     assert list(summary.kept_indexes) == sorted(summary.kept_indexes)
-    assert '#12 git_push({"branch":"main"}) -> null [ERROR: rejected: non-fast-forward]' in call_lines
+    assert '#12 git_push({"branch":"main"}) [ERROR: rejected: non-fast-forward]' in call_lines
 
 
 def test_header_names_task_and_status() -> None:

@@ -170,3 +170,22 @@ def test_clipping_never_cuts_through_a_pii_value() -> None:
     assert "4111" not in clipped
     assert clip_outside_pii("short", 34) == "short"
     assert clip_outside_pii("a" * 50, 10) == "a" * 9 + "…"
+
+
+def test_clipping_a_long_text_cuts_where_a_full_scan_would() -> None:
+    """Clipping looks only a bounded distance past the cut, and moves the cut exactly as a scan of
+    the whole text would, for values of every kind across the cut and a private key reaching to the end."""
+    from shared.policy import clip_outside_pii, find_pii
+
+    values = [
+        "4111 1111 1111 1111", "jane.doe@example.com", "DE89 3704 0044 0532 0130 00", "+1 415-555-0134",
+        "AKIAIOSFODNN7EXAMPLE", "sk-proj-" + "a1B2" * 30, "-----BEGIN PRIVATE KEY-----" + "Zm9v" * 600,
+    ]  # fmt: skip
+    for value in values:
+        text = "x " * 40 + value + " tail" * 400
+        everywhere = find_pii(text)
+        for limit in (81, 82, 85, 90, 100, 80 + len(value), 81 + len(value), 82 + len(value)):
+            cut = limit - 1
+            crossed = [f for f in everywhere if f.start < cut < f.end]
+            expected = text[: crossed[0].start if crossed else cut] + "…"
+            assert clip_outside_pii(text, limit) == expected, (value, limit)
