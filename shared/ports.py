@@ -3,8 +3,9 @@ them (``shared/distillers/…``) and are chosen at the composition root."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
@@ -33,12 +34,19 @@ class Lesson:
 
 @dataclass(frozen=True)
 class TraceSummary:
-    """The at most 25 most informative calls of a trace, rendered for a model, and which they are."""
+    """The at most 25 most informative calls of a trace, which they are, and rendered for a model.
 
-    text: str
+    The rendering is made when a distiller first reads :attr:`text`: choosing the calls is cheap,
+    rendering them (PII-safe cuts of long fields) is not, and the built-in distiller never reads it."""
+
     #: indexes into ``session.tool_trace`` of the calls kept, in trace order.
     kept_indexes: tuple[int, ...]
     total_calls: int
+    render: Callable[[], str] = field(repr=False, compare=False)
+
+    @cached_property
+    def text(self) -> str:
+        return self.render()
 
 
 @runtime_checkable

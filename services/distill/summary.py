@@ -48,13 +48,17 @@ def summarize_trace(session: SessionEnded, limit: int = DEFAULT_LIMIT) -> TraceS
     scores = score_calls(trace)
     best = sorted(range(len(trace)), key=lambda i: (-scores[i], i))[:limit]
     kept = tuple(sorted(best))
-    lines = [
-        f"Task: {clip(one_line(session.task), _TASK_CHARS) or '(none given)'} "
-        f"| status: {session.status} | steps: {session.steps}",
-        f"kept {len(kept)} of {len(trace)} calls (errors, recoveries, first/last, distinct tools)",
-        *(_render_call(i, trace[i]) for i in kept),
-    ]
-    return TraceSummary(text="\n".join(lines), kept_indexes=kept, total_calls=len(trace))
+
+    def render() -> str:
+        lines = [
+            f"Task: {clip(one_line(session.task), _TASK_CHARS) or '(none given)'} "
+            f"| status: {session.status} | steps: {session.steps}",
+            f"kept {len(kept)} of {len(trace)} calls (errors, recoveries, first/last, distinct tools)",
+            *(_render_call(i, trace[i]) for i in kept),
+        ]
+        return "\n".join(lines)
+
+    return TraceSummary(kept_indexes=kept, total_calls=len(trace), render=render)
 
 
 def score_calls(trace: list[ToolCall]) -> list[float]:

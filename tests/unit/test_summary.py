@@ -99,3 +99,20 @@ def test_empty_trace() -> None:
     summary = summarize_trace(make_session())
     assert summary.kept_indexes == ()
     assert "kept 0 of 0 calls" in summary.text
+
+
+async def test_the_summary_is_rendered_only_when_a_distiller_reads_it() -> None:
+    """Choosing the calls is eager and cheap; rendering them (PII-safe cuts of long fields) waits
+    for ``text``, which the built-in distiller never reads: its sessions pay nothing for it."""
+    from shared.distillers.builtin import BuiltinDistiller
+    from shared.ports import TraceSummary
+
+    session = make_session(tool_trace=[{"tool": "deploy", "output": "x" * 5000, "error": "boom"}])
+    chosen = summarize_trace(session)
+
+    def refuse() -> str:
+        raise AssertionError("rendered")
+
+    lazy = TraceSummary(kept_indexes=chosen.kept_indexes, total_calls=chosen.total_calls, render=refuse)
+    assert await BuiltinDistiller().distill(session, lazy)
+    assert chosen.text.startswith("Task:")
