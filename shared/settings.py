@@ -94,7 +94,7 @@ class EngramSettings(BaseSettings):
     #: The deployment's embedder: ``all-MiniLM-L6-v2`` (the default: in-process, onnxruntime, from the
     #: packaged weights), ``hashing-384`` (lexical feature hashing, not semantic; for tests that
     #: need speed), or a model name served at ``embedder_url`` (any OpenAI-compatible
-    #: ``/v1/embeddings``). Changing it needs ``engram reindex`` (docs/decisions.md).
+    #: ``/v1/embeddings``). Changing it needs ``engram reindex`` (docs/adr/0046-changing-the-embedder.md).
     embedder: str = "all-MiniLM-L6-v2"
     embedder_url: str = ""
     embedder_api_key: SecretStr = SecretStr("")

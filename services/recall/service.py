@@ -282,7 +282,7 @@ class Recall:
     def _default_strategy(self, config: MemoryConfig, cue: str) -> Strategy:
         """The strategy when the caller names none: the config's, except that a cue asks for
         relevance, so a config strategy that ignores cues gives way to ``hybrid`` wherever semantic
-        recall can run (docs/decisions.md, "A cue without a strategy")."""
+        recall can run (docs/adr/0038-cue-without-strategy.md)."""
         if (
             cue
             and config.memory_strategy not in _CUE_STRATEGIES

@@ -3,7 +3,7 @@ bearer token it stands for) and one-time sign-in codes (``engram console``'s lin
 
 The token stays here, server-side: the browser only ever holds the session id, so the token is never
 in a URL, a page or a log. One process only — a second gateway replica does not know these sessions
-(docs/decisions.md, "Web console")."""
+(docs/adr/0071-web-console.md)."""
 
 from __future__ import annotations
 
