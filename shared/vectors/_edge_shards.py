@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from qdrant_edge import (
@@ -38,11 +38,8 @@ from qdrant_edge import (
 )
 
 from shared.lexical import LEXICAL_VECTOR
-from shared.ports import TenantFilter, VectorHit
-from shared.vectors._tenancy import KEYWORD_FIELDS, TENANT_FIELD
-
-if TYPE_CHECKING:
-    from qdrant_edge import ConditionType
+from shared.ports import VectorHit
+from shared.vectors._tenancy import KEYWORD_FIELDS, TENANT_FIELD, Condition, Equals
 
 __all__ = [
     "BUILD_PREFIX",
@@ -144,28 +141,16 @@ def create_shard(path: Path, config: EdgeConfig) -> EdgeShard:
     return shard
 
 
-def edge_filter(tenant: TenantFilter) -> Filter:
-    """must(org_id, agent_config_id, owner_key in owner_keys, [layer], [session_id], [memory_type in])."""
-    must: list[ConditionType] = [
-        _equals("org_id", str(tenant.org_id)),
-        _equals("agent_config_id", str(tenant.agent_config_id)),
-        _one_of("owner_key", tenant.owner_keys),
-    ]
-    if tenant.layer is not None:
-        must.append(_equals("layer", tenant.layer))
-    if tenant.session_id is not None:
-        must.append(_equals("session_id", tenant.session_id))
-    if tenant.memory_types is not None:
-        must.append(_one_of("memory_type", tenant.memory_types))
-    return Filter(must=must)
+def edge_filter(conditions: Sequence[Condition]) -> Filter:
+    """The tenant conditions (:func:`~shared.vectors._tenancy.tenant_conditions`) in Edge's
+    types: every one must hold."""
+    return Filter(must=[_edge_condition(condition) for condition in conditions])
 
 
-def _equals(key: str, value: str) -> FieldCondition:
-    return FieldCondition(key, match=MatchValue(value))
-
-
-def _one_of(key: str, values: Sequence[str]) -> FieldCondition:
-    return FieldCondition(key, match=MatchAny(list(values)))
+def _edge_condition(condition: Condition) -> FieldCondition:
+    if isinstance(condition, Equals):
+        return FieldCondition(condition.key, match=MatchValue(condition.value))
+    return FieldCondition(condition.key, match=MatchAny(list(condition.values)))
 
 
 def edge_point(

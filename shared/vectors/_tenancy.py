@@ -1,51 +1,126 @@
 """What every adapter of :class:`~shared.ports.VectorIndex` does the same way: the payload stored
-beside a vector, the checks on a tenant filter and on vector sizes, and the order of hits."""
+beside a vector, the tenant filter on it, the checks on vector sizes, and the order of hits.
+
+The tenant filter is the most security-sensitive code in the adapters, so its content lives here
+alone: which payload keys it pins, to which values, and what an empty list of allowed values
+means (:func:`tenant_conditions`). Each adapter only renders these conditions in its library's
+filter classes, one line per kind of condition (``_edge_shards.edge_filter`` for Qdrant Edge,
+``qdrant_server._filter_for`` for qdrant-client); the payload keys written beside each vector,
+indexed and filtered on are the constants below, so writing and filtering cannot drift apart.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from contracts.errors import EmbeddingDimensionMismatch
 from shared.ports import TenantFilter, VectorHit, VectorPoint
 
 __all__ = [
+    "AGENT_CONFIG_ID",
+    "CREATED_AT",
     "KEYWORD_FIELDS",
+    "LAYER",
+    "MEMORY_TYPE",
+    "ORG_ID",
+    "OWNER_KEY",
+    "SESSION_ID",
     "TENANT_FIELD",
+    "Condition",
+    "Equals",
+    "OneOf",
     "check_dimension",
     "check_limit",
     "payload_of",
-    "sees_anything",
+    "tenant_conditions",
     "top_hits",
 ]
 
-#: The payload fields indexed as keywords (every one a filter of :class:`TenantFilter`).
-KEYWORD_FIELDS = ("org_id", "agent_config_id", "owner_key", "layer", "memory_type", "session_id")
+# -- the payload beside each vector ---------------------------------------------------------
+
+ORG_ID = "org_id"
+AGENT_CONFIG_ID = "agent_config_id"
+OWNER_KEY = "owner_key"
+LAYER = "layer"
+MEMORY_TYPE = "memory_type"
+SESSION_ID = "session_id"
+CREATED_AT = "created_at"
+
+#: The payload fields indexed as keywords: every field the tenant filter can pin.
+KEYWORD_FIELDS = (ORG_ID, AGENT_CONFIG_ID, OWNER_KEY, LAYER, MEMORY_TYPE, SESSION_ID)
 #: The field every query pins to one value, so stores may lay out and index points by it.
-TENANT_FIELD = "agent_config_id"
+TENANT_FIELD = AGENT_CONFIG_ID
 
 
 def payload_of(point: VectorPoint) -> dict[str, Any]:
     """The tenancy fields stored beside a vector (never the entry's text)."""
     return {
-        "org_id": str(point.org_id),
-        "agent_config_id": str(point.agent_config_id),
-        "owner_key": point.owner_key,
-        "layer": point.layer,
-        "memory_type": point.memory_type,
-        "session_id": point.session_id,
-        "created_at": float(point.created_at),
+        ORG_ID: str(point.org_id),
+        AGENT_CONFIG_ID: str(point.agent_config_id),
+        OWNER_KEY: point.owner_key,
+        LAYER: point.layer,
+        MEMORY_TYPE: point.memory_type,
+        SESSION_ID: point.session_id,
+        CREATED_AT: float(point.created_at),
     }
 
 
-def sees_anything(tenant: TenantFilter) -> bool:
-    """Refuse a filter without organization, agent config or owner scopes (``ValueError``);
-    ``False`` when it can see nothing (no owner keys), so the caller returns no hits."""
+# -- the tenant filter ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Equals:
+    """The point's payload value at ``key`` is ``value``."""
+
+    key: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class OneOf:
+    """The point's payload value at ``key`` is one of ``values`` (never empty: see
+    :func:`tenant_conditions`)."""
+
+    key: str
+    values: tuple[str, ...]
+
+
+Condition = Equals | OneOf
+
+
+def tenant_conditions(tenant: TenantFilter) -> tuple[Condition, ...] | None:
+    """The conditions a point must meet, all of them, to be seen through ``tenant``: its
+    organization, its agent config, an owner key among ``owner_keys``, and the layer, session and
+    memory types where ``tenant`` narrows to them.
+
+    ``None`` when ``tenant`` can see nothing (an empty list of allowed owner keys or memory
+    types): the caller runs no query and returns no hits, rather than trusting each store to read
+    an empty "any of" as "none". A filter without organization, agent config or owner keys is
+    refused (``ValueError``), never widened.
+    """
     if tenant.org_id is None or tenant.agent_config_id is None:
         raise ValueError("a vector search needs both org_id and agent_config_id in its TenantFilter")
     if tenant.owner_keys is None:
         raise ValueError("a vector search needs owner_keys in its TenantFilter (empty sees nothing)")
-    return len(tenant.owner_keys) > 0
+    conditions: list[Condition] = [
+        Equals(ORG_ID, str(tenant.org_id)),
+        Equals(AGENT_CONFIG_ID, str(tenant.agent_config_id)),
+        OneOf(OWNER_KEY, tuple(tenant.owner_keys)),
+    ]
+    if tenant.layer is not None:
+        conditions.append(Equals(LAYER, tenant.layer))
+    if tenant.session_id is not None:
+        conditions.append(Equals(SESSION_ID, tenant.session_id))
+    if tenant.memory_types is not None:
+        conditions.append(OneOf(MEMORY_TYPE, tuple(tenant.memory_types)))
+    if any(isinstance(condition, OneOf) and not condition.values for condition in conditions):
+        return None
+    return tuple(conditions)
+
+
+# -- vectors and hits -----------------------------------------------------------------------
 
 
 def check_dimension(vector: Sequence[float], dimension: int) -> None:

@@ -25,10 +25,12 @@ from shared.ports import TenantFilter, VectorHit, VectorPoint
 from shared.vectors._tenancy import (
     KEYWORD_FIELDS,
     TENANT_FIELD,
+    Condition,
+    Equals,
     check_dimension,
     check_limit,
     payload_of,
-    sees_anything,
+    tenant_conditions,
     top_hits,
 )
 
@@ -101,7 +103,8 @@ class QdrantServerIndex:
 
     async def search(self, vector: Sequence[float], tenant: TenantFilter, limit: int) -> list[VectorHit]:
         check_limit(limit)
-        if not sees_anything(tenant):
+        conditions = tenant_conditions(tenant)
+        if conditions is None:
             return []
         check_dimension(vector, self.dimension)
         await self.ensure_collection()
@@ -109,7 +112,7 @@ class QdrantServerIndex:
             response = await self._client.query_points(
                 self._collection,
                 query=list(vector),
-                query_filter=_filter_for(tenant),
+                query_filter=_filter_for(conditions),
                 limit=limit,
                 with_payload=False,
                 with_vectors=False,
@@ -120,7 +123,8 @@ class QdrantServerIndex:
         self, terms: Mapping[int, float], tenant: TenantFilter, limit: int
     ) -> list[VectorHit]:
         check_limit(limit)
-        if not sees_anything(tenant) or not terms:
+        conditions = tenant_conditions(tenant)
+        if conditions is None or not terms:
             return []
         await self.ensure_collection()
         async with self._reaching_qdrant():
@@ -128,7 +132,7 @@ class QdrantServerIndex:
                 self._collection,
                 query=_sparse(terms),
                 using=LEXICAL_VECTOR,
-                query_filter=_filter_for(tenant),
+                query_filter=_filter_for(conditions),
                 limit=limit,
                 with_payload=False,
                 with_vectors=False,
@@ -218,25 +222,13 @@ def _sparse(terms: Mapping[int, float]) -> models.SparseVector:
     return models.SparseVector(indices=indices, values=[terms[i] for i in indices])
 
 
-def _filter_for(tenant: TenantFilter) -> models.Filter:
-    """must(org_id, agent_config_id, owner_key in owner_keys, [layer], [session_id], [memory_type in])."""
-    must: list[models.Condition] = [
-        _equals("org_id", str(tenant.org_id)),
-        _equals("agent_config_id", str(tenant.agent_config_id)),
-        _one_of("owner_key", tenant.owner_keys),
-    ]
-    if tenant.layer is not None:
-        must.append(_equals("layer", tenant.layer))
-    if tenant.session_id is not None:
-        must.append(_equals("session_id", tenant.session_id))
-    if tenant.memory_types is not None:
-        must.append(_one_of("memory_type", tenant.memory_types))
-    return models.Filter(must=must)
+def _filter_for(conditions: Sequence[Condition]) -> models.Filter:
+    """The tenant conditions (:func:`~shared.vectors._tenancy.tenant_conditions`) in
+    qdrant-client's types: every one must hold."""
+    return models.Filter(must=[_condition(condition) for condition in conditions])
 
 
-def _equals(key: str, value: str) -> models.FieldCondition:
-    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
-
-
-def _one_of(key: str, values: Sequence[str]) -> models.FieldCondition:
-    return models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))
+def _condition(condition: Condition) -> models.FieldCondition:
+    if isinstance(condition, Equals):
+        return models.FieldCondition(key=condition.key, match=models.MatchValue(value=condition.value))
+    return models.FieldCondition(key=condition.key, match=models.MatchAny(any=list(condition.values)))

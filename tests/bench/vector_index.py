@@ -26,6 +26,7 @@ import numpy as np
 from qdrant_client import AsyncQdrantClient
 
 from shared.ports import TenantFilter, VectorHit, VectorIndex, VectorPoint
+from shared.vectors._tenancy import tenant_conditions
 from shared.vectors.qdrant_edge import QdrantEdgeIndex
 from shared.vectors.qdrant_server import QdrantServerIndex
 
@@ -130,8 +131,11 @@ async def bench_edge(corpus: Corpus, dimension: int, queries: int, rows: list[Ro
         async def direct(query: list[float]) -> list[VectorHit]:
             return await index.search(query, corpus.tenant, 10)
 
+        conditions = tenant_conditions(corpus.tenant)
+        assert conditions is not None
+
         async def threaded(query: list[float]) -> list[VectorHit]:
-            return await asyncio.to_thread(index._search_now, query, corpus.tenant, 10)
+            return await asyncio.to_thread(index._search_now, query, conditions, 10)
 
         latencies, recall = await _measure(direct, corpus, max(20, queries // 20))
         rows.append(

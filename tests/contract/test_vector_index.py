@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import socket
@@ -26,6 +27,7 @@ from qdrant_client import AsyncQdrantClient, models
 
 from contracts.errors import EmbeddingDimensionMismatch, VectorUnavailable
 from shared.ports import TenantFilter, VectorHit, VectorIndex, VectorPoint
+from shared.vectors._tenancy import KEYWORD_FIELDS, payload_of, tenant_conditions
 from shared.vectors.qdrant_edge import QdrantEdgeIndex
 from shared.vectors.qdrant_server import QdrantServerIndex
 from tests.platform import eventually
@@ -76,6 +78,167 @@ def scope(owner_keys: Sequence[str] = OWNERS, **narrowing: Any) -> TenantFilter:
 
 def ids(hits: Sequence[VectorHit]) -> list[UUID]:
     return [hit.id for hit in hits]
+
+
+# -- tenant isolation: a grid of points and the filters that may see them ---------------------
+
+_HOME = scope(owner_keys=())
+_ELSEWHERE = scope(owner_keys=())
+_GRID_VECTOR = unit(42)
+_GRID_TERMS = {1: 1.0}
+
+
+def _grid() -> list[VectorPoint]:
+    """A point for each combination of org, agent config, owner, layer, session and memory type
+    (2 x 2 x 3 x 2 x 3 x 2 = 144), all with one vector and one term, so only the filter tells
+    them apart. Ids are fixed, so filling the grid again replaces it."""
+    points = []
+    for org, config, owner, layer, session, memory_type in itertools.product(
+        (_HOME.org_id, _ELSEWHERE.org_id),
+        (_HOME.agent_config_id, _ELSEWHERE.agent_config_id),
+        ("", "alice", "bob"),
+        ("semantic", "episodic"),
+        (None, "s1", "s2"),
+        ("lesson", "fact"),
+    ):
+        where = TenantFilter(org, config, ())
+        point_id = uuid5(_HOME.org_id, repr((org, config, owner, layer, session, memory_type)))
+        points.append(
+            point(
+                _GRID_VECTOR,
+                where,
+                owner=owner,
+                layer=layer,
+                session_id=session,
+                memory_type=memory_type,
+                point_id=point_id,
+                lexical=_GRID_TERMS,
+            )
+        )
+    return points
+
+
+_GRID = _grid()
+
+
+def _allows(asked: TenantFilter, p: VectorPoint) -> bool:
+    """What a tenant filter lets through, stated here from SPEC 3, not from the adapters' code."""
+    return (
+        p.org_id == asked.org_id
+        and p.agent_config_id == asked.agent_config_id
+        and p.owner_key in asked.owner_keys
+        and (asked.layer is None or p.layer == asked.layer)
+        and (asked.session_id is None or p.session_id == asked.session_id)
+        and (asked.memory_types is None or p.memory_type in asked.memory_types)
+    )
+
+
+async def _ensure_grid(index: VectorIndex) -> None:
+    if await index.count() != len(_GRID):
+        await index.upsert(_GRID)
+
+
+def _home(*owner_keys: str, **narrowing: Any) -> TenantFilter:
+    return TenantFilter(_HOME.org_id, _HOME.agent_config_id, owner_keys, **narrowing)
+
+
+_EVERYONE = ("", "alice", "bob")
+
+#: Each case: the filter, and how many grid points it allows (the grid has 12 per owner in
+#: each org x agent config: 2 layers x 3 sessions x 2 memory types).
+_ISOLATION_CASES: dict[str, tuple[TenantFilter, int]] = {
+    "home, every owner": (_home(*_EVERYONE), 36),
+    "another org, same agent config": (
+        TenantFilter(_ELSEWHERE.org_id, _HOME.agent_config_id, _EVERYONE),
+        36,
+    ),
+    "same org, another agent config": (
+        TenantFilter(_HOME.org_id, _ELSEWHERE.agent_config_id, _EVERYONE),
+        36,
+    ),
+    "another org and agent config": (
+        TenantFilter(_ELSEWHERE.org_id, _ELSEWHERE.agent_config_id, ("alice",)),
+        12,
+    ),
+    "one owner key": (_home("alice"), 12),
+    "another owner key": (_home("bob"), 12),
+    "the shared pool only": (_home(""), 12),
+    "an owner and the shared pool": (_home("alice", ""), 24),
+    "an owner key with no points": (_home("mallory"), 0),
+    "owner keys repeated": (_home("alice", "alice"), 12),
+    "no owner keys": (_home(), 0),
+    "no owner keys, narrowed": (_home(layer="semantic", session_id="s1"), 0),
+    "layer": (_home(*_EVERYONE, layer="episodic"), 18),
+    "a layer no point has": (_home(*_EVERYONE, layer="procedural"), 0),
+    "session": (_home(*_EVERYONE, session_id="s1"), 12),
+    "a session no point has": (_home(*_EVERYONE, session_id="s3"), 0),
+    "memory types": (_home(*_EVERYONE, memory_types=("fact",)), 18),
+    "memory types, one unknown": (_home(*_EVERYONE, memory_types=("fact", "preference")), 18),
+    "no memory types": (_home(*_EVERYONE, memory_types=()), 0),
+    "owner and layer": (_home("alice", layer="semantic"), 6),
+    "owner, layer and session": (_home("alice", layer="semantic", session_id="s2"), 2),
+    "owner, layer, session and memory type": (
+        _home("bob", layer="episodic", session_id="s1", memory_types=("lesson",)),
+        1,
+    ),
+    "session and memory types": (_home("", "alice", session_id="s2", memory_types=("lesson", "fact")), 8),
+    "another agent config, narrowed": (
+        TenantFilter(
+            _HOME.org_id, _ELSEWHERE.agent_config_id, ("alice",), layer="semantic", memory_types=("fact",)
+        ),
+        3,
+    ),
+}
+
+_ANY_FILTER = st.builds(
+    TenantFilter,
+    org_id=st.sampled_from((_HOME.org_id, _ELSEWHERE.org_id)),
+    agent_config_id=st.sampled_from((_HOME.agent_config_id, _ELSEWHERE.agent_config_id)),
+    owner_keys=st.lists(st.sampled_from(("", "alice", "bob", "mallory")), max_size=4).map(tuple),
+    layer=st.sampled_from((None, "semantic", "episodic", "procedural")),
+    session_id=st.sampled_from((None, "s1", "s2", "s3")),
+    memory_types=st.none()
+    | st.lists(st.sampled_from(("lesson", "fact", "preference")), max_size=3).map(tuple),
+)
+
+
+async def _isolation_problems(index: VectorIndex, name: str, asked: TenantFilter, allowed: int) -> list[str]:
+    """What is wrong with the dense and the lexical search through ``asked`` (nothing: ``[]``):
+    a point found that the filter does not allow, or one it allows but not found."""
+    expected = {p.id for p in _GRID if _allows(asked, p)}
+    if len(expected) != allowed:
+        return [f"{name}: the case says {allowed} points, the grid has {len(expected)} it allows"]
+    problems = []
+    found_by = {
+        "search": await index.search(_GRID_VECTOR, asked, limit=len(_GRID) + 1),
+        "search_lexical": await index.search_lexical(_GRID_TERMS, asked, limit=len(_GRID) + 1),
+    }
+    for how, hits in found_by.items():
+        found = set(ids(hits))
+        if found != expected:
+            strangers = [_describe(p) for p in _GRID if p.id in found - expected]
+            missed = [_describe(p) for p in _GRID if p.id in expected - found]
+            problems.append(
+                f"{name}: {how} found {len(found)} of {len(expected)} allowed; "
+                f"not allowed: {strangers[:3]}; missed: {missed[:3]}"
+            )
+    return problems
+
+
+def _describe(p: VectorPoint) -> str:
+    org = "home" if p.org_id == _HOME.org_id else "other"
+    config = "home" if p.agent_config_id == _HOME.agent_config_id else "other"
+    return f"org={org} config={config} owner={p.owner_key!r} {p.layer} {p.session_id} {p.memory_type}"
+
+
+def test_the_filter_pins_only_keys_written_and_indexed() -> None:
+    """Every payload key a tenant filter can pin is written beside each vector and indexed by both
+    adapters, so writing and filtering cannot drift apart."""
+    narrowest = tenant_conditions(_home("alice", layer="semantic", session_id="s1", memory_types=("fact",)))
+    assert narrowest is not None
+    pinned = {condition.key for condition in narrowest}
+    assert pinned == set(KEYWORD_FIELDS)
+    assert pinned <= payload_of(_GRID[0]).keys()
 
 
 class VectorIndexSuite:
@@ -202,6 +365,34 @@ class VectorIndexSuite:
         assert await found(memory_types=("fact", "preference")) == {fact.id, no_session.id}
         assert await found(layer="semantic", session_id="s1", memory_types=("lesson",)) == {lesson.id}
         assert await found(memory_types=()) == set()
+
+    async def test_every_tenant_filter_finds_exactly_the_allowed_points(self, index: VectorIndex) -> None:
+        """On a grid of points differing in org, agent config, owner, layer, session and memory
+        type (same vector, same terms), each named filter finds exactly the points it allows,
+        in the dense and the lexical search alike."""
+        await _ensure_grid(index)
+        wrong = [
+            problem
+            for name, (asked, allowed) in _ISOLATION_CASES.items()
+            for problem in await _isolation_problems(index, name, asked, allowed)
+        ]
+        assert not wrong, "\n".join(wrong)
+
+    # As test_sees_exactly_the_owner_scopes_it_asks_for: one fixture, filled once, many examples.
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+    )
+    @given(asked=_ANY_FILTER)
+    async def test_any_tenant_filter_finds_exactly_the_allowed_points(
+        self, index: VectorIndex, asked: TenantFilter
+    ) -> None:
+        """For any combination of org, agent config, owner keys, layer, session and memory types,
+        both searches find exactly the grid points that combination allows."""
+        await _ensure_grid(index)
+        allowed = sum(_allows(asked, p) for p in _GRID)
+        assert await _isolation_problems(index, "drawn", asked, allowed) == []
 
     async def test_delete_removes_and_ignores_unknown_ids(self, index: VectorIndex) -> None:
         """Deleted points are gone from search and count; deleting unknown ids changes nothing."""

@@ -232,16 +232,25 @@ async def test_streams_are_replicated_three_times_on_a_cluster(
                 # machine the stream's leader may still be settling (no responders): retry as a
                 # platform's publisher does, with the same Nats-Msg-Id, until the ack arrives.
                 headers = {"Authorization": f"Bearer {service_token}", "Nats-Msg-Id": payload["event_id"]}
-                for attempt in range(20):
+                # nats-py reports a stream without a leader as NoStreamResponseError (its no responders).
+                settling = (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError, TimeoutError)
+                failures: list[str] = []
+
+                async def published() -> bool:
                     try:
                         await client.jetstream().publish(
                             "engram.session.ended", json.dumps(payload).encode(), headers=headers, timeout=15
                         )
-                        break
-                    except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-                        if attempt == 19:
-                            raise
-                        await asyncio.sleep(0.5)
+                    except settling as exc:
+                        failures.append(type(exc).__name__)
+                        return False
+                    return True
+
+                await eventually(
+                    published,
+                    timeout=180,
+                    what=lambda: f"a session acknowledged by the R3 stream (failed: {failures[-5:]})",
+                )
                 consumer = await client.jetstream().consumer_info("ENGRAM_SESSIONS", "ingest")
                 assert consumer.config.num_replicas in (0, 3)
             finally:
