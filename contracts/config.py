@@ -36,15 +36,16 @@ class SemanticRecallConfig(_Strict):
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     #: How ``hybrid`` fuses its lexical (BM25) and vector rankings: ``convex`` combines their
     #: min-max normalized scores with equal weight, ``rrf`` fuses ranks (k=60). ``convex`` is the
-    #: default because it measured clearly better on our recall evaluation (docs/decisions.md).
+    #: default because it measured clearly better on our recall evaluation (docs/adr/0033-hybrid-fusion.md).
     fusion: Literal["convex", "rrf"] = "convex"
     #: Whether ``hybrid`` brings the entries next to a hit in its session (saved with the same
     #: ``session_id`` and owner, up to two places before or after it): the next one gains half
     #: the hit's score, the one after a quarter, so a hit that is a fragment of a conversation
-    #: brings its context (docs/decisions.md).
+    #: brings its context (docs/adr/0035-hybrid-neighbourhood.md).
     neighbourhood: bool = True
     #: Whether ``hybrid`` puts first the entries that happened within a date the cue names
-    #: ("on 9 November, 2022", "in May 2022"), by ``occurred_at`` (docs/decisions.md).
+    #: ("on 9 November, 2022", "in May 2022"), by ``occurred_at``
+    #: (docs/adr/0036-time-grounding.md).
     time_grounding: bool = True
 
 

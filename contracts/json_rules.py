@@ -1,7 +1,7 @@
 """What JSON Engram accepts, beyond each model's own fields: how deep it nests, and which text it
 can store. One rule for every way text enters (requests, published sessions, HTTP bodies and
 query strings, token claims), so no store ever meets what it cannot hold
-(docs/adr/text-no-store-can-keep.md). Plain functions, no client library: clients may check with
+(docs/adr/0014-text-no-store-can-keep.md). Plain functions, no client library: clients may check with
 them too.
 """
 
@@ -22,7 +22,8 @@ MAX_JSON_DEPTH = 64
 
 #: Characters no store Engram writes to can hold: U+0000 (Postgres refuses it in ``text`` and
 #: ``jsonb``) and UTF-16 surrogates, which JSON can escape (``\ud800``) and Python decodes, but
-#: which no UTF-8 text can carry. Refused wherever text enters (docs/adr/text-no-store-can-keep.md).
+#: which no UTF-8 text can carry. Refused wherever text enters
+#: (docs/adr/0014-text-no-store-can-keep.md).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 #: The only ways those characters can be written in JSON text: as ``\u`` escapes (raw control
 #: characters inside strings, and raw surrogates, are not valid JSON / UTF-8 to begin with).

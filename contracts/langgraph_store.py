@@ -4,7 +4,7 @@
     store = EngramStore(engram, agent_config_id)
     graph = builder.compile(store=store)
 
-How items map onto Engram (docs/decisions.md, "LangGraph store"):
+How items map onto Engram (docs/adr/0068-langgraph-store.md):
 
 - **Who**: the token. An end user's token stores into that user's memory. A service token acts for
   the owner a namespace names (``owner_segment``: ``("users", "alice", …)`` → ``end_user:alice``),
@@ -30,7 +30,7 @@ How items map onto Engram (docs/decisions.md, "LangGraph store"):
 - **TTL** (``ttl`` minutes on put, ``refresh_ttl`` on get and search, ``TTLConfig`` defaults) is
   the entry's own expiry (``expires_at``, set and renewed with ``manage change_retention``, by
   Engram's clock); an expired item is never returned, even before Engram's retention sweeper
-  erases it (docs/adr/langgraph-store-ttl.md).
+  erases it (docs/adr/0069-langgraph-store-ttl.md).
 """
 
 from __future__ import annotations

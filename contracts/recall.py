@@ -61,7 +61,7 @@ class RecallRequest(Inbound):
     #: A relevance floor for ``semantic`` and ``hybrid``: only entries whose cosine similarity to
     #: the cue is at least this (-1 to 1) are returned, so a cue nothing fits gets no results.
     #: Refused with any other strategy; a vector store that cannot answer is then an error, not
-    #: a fallback (docs/decisions.md, "A relevance floor").
+    #: a fallback (docs/adr/0037-min-score.md).
     min_score: float | None = Field(
         default=None,
         ge=-1.0,

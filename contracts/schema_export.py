@@ -81,14 +81,21 @@ def engram_version() -> str:
 
 
 def document_main(
-    argv: Sequence[str] | None, *, path: Path, build: Callable[[], Any], prog: str, description: str | None
+    argv: Sequence[str] | None,
+    *,
+    path: Path,
+    build: Callable[[], Any],
+    prog: str,
+    description: str | None,
+    to_text: Callable[[Any], str] = render,
 ) -> int:
     """``python -m <prog> [--check]`` for one generated document: write ``path`` when it differs
-    from ``render(build())``, or with ``--check`` exit 1 when it is missing or stale."""
+    from ``to_text(build())`` (JSON by :func:`render` unless told otherwise), or with ``--check``
+    exit 1 when it is missing or stale."""
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
     parser.add_argument("--check", action="store_true", help="report drift and exit 1 instead of writing")
     args = parser.parse_args(argv)
-    expected = render(build())
+    expected = to_text(build())
     on_disk = path.read_bytes().decode("utf-8") if path.is_file() else None
     if args.check:
         if on_disk != expected:

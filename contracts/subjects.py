@@ -81,7 +81,7 @@ OPS_LAG = "engram.ops.lag"
 
 # -- liveness (core NATS request-reply, internal) ------------------------------------------
 #: ``engram.health.<service>``: any running instance of the service answers, in the service's
-#: queue group, ``{"service": "<service>"}`` (the gateway's ``/readyz``; docs/adr/readiness.md).
+#: queue group, ``{"service": "<service>"}`` (the gateway's ``/readyz``; docs/adr/0057-readiness.md).
 HEALTH_PREFIX = "engram.health"
 
 

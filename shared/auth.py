@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 from uuid import UUID, uuid4
 
 import jwt
+from cachetools import TLRUCache
 
 from contracts.common import Principal
 from contracts.errors import Forbidden, Unauthenticated
@@ -88,16 +89,25 @@ class TokenService:
     not revocable before they expire, so a remembered answer is the answer a check would give.
     """
 
-    def __init__(self, keys: Mapping[str, str], issuer: str = "engram", *, remember: int = 4096) -> None:
+    def __init__(
+        self,
+        keys: Mapping[str, str],
+        issuer: str = "engram",
+        *,
+        remember: int = 4096,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if not keys:
             raise ValueError("TokenService needs at least one signing key (set ENGRAM_TOKEN_KEYS)")
         self._keys = dict(keys)
         self._signing_kid = next(iter(self._keys))
         self._issuer = issuer
-        # token → (credential, expiry). A plain dict emptied when full: the expiry is per token,
-        # and a burst of distinct tokens only costs their first verification again.
-        self._verified: dict[str, tuple[Credential, float]] = {}
-        self._remember = remember
+        self._clock = clock
+        # token → (credential, expiry): each entry lives until its own token's ``exp`` on the wall
+        # clock, the least recently used going first when full.
+        self._verified: TLRUCache[str, tuple[Credential, float], float] = TLRUCache(
+            maxsize=remember, ttu=lambda _token, known, _now: known[1], timer=clock
+        )
 
     def mint(
         self,
@@ -140,13 +150,10 @@ class TokenService:
             raise Unauthenticated("invalid token")
         known = self._verified.get(token)
         if known is not None:
-            if time.time() < known[1]:
-                return known[0]
-            del self._verified[token]
-            raise Unauthenticated("token expired")
+            return known[0]
         credential, expires = self._check(token)
-        if len(self._verified) >= self._remember:
-            self._verified.clear()
+        if self._clock() >= expires:  # PyJWT reads its own clock; the memory expires on this one
+            raise Unauthenticated("token expired")
         self._verified[token] = (credential, expires)
         return credential
 

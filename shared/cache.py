@@ -7,8 +7,9 @@ from __future__ import annotations
 import hashlib
 import logging
 from array import array
-from collections import OrderedDict
 from collections.abc import Sequence
+
+from cachetools import LRUCache
 
 from shared.metrics import CACHE_REQUESTS
 
@@ -60,8 +61,7 @@ class CueVectorCache(_OptionalRedis):
     ) -> None:
         super().__init__(redis_url, timeout_s=timeout_s)
         self._model = model
-        self._local: OrderedDict[str, list[float]] = OrderedDict()
-        self._local_size = local_size
+        self._local: LRUCache[str, list[float]] = LRUCache(maxsize=local_size)
         self._ttl = ttl_s
 
     def _key(self, text: str) -> str:
@@ -77,7 +77,6 @@ class CueVectorCache(_OptionalRedis):
         key = self._key(text)
         hit = self._local.get(key)
         if hit is not None:
-            self._local.move_to_end(key)
             return hit
         if self._redis is None:
             return None
@@ -90,24 +89,19 @@ class CueVectorCache(_OptionalRedis):
             return None
         vector = array("f")
         vector.frombytes(raw)
-        self._remember(key, vector.tolist())
-        return self._local[key]
+        values: list[float] = vector.tolist()
+        self._local[key] = values
+        return values
 
     async def put(self, text: str, vector: Sequence[float]) -> None:
         key = self._key(text)
-        self._remember(key, list(vector))
+        self._local[key] = list(vector)
         if self._redis is None:
             return
         try:
             await self._redis.set(key, array("f", vector).tobytes(), ex=self._ttl)
         except Exception:
             self._degraded()
-
-    def _remember(self, key: str, vector: list[float]) -> None:
-        self._local[key] = vector
-        self._local.move_to_end(key)
-        while len(self._local) > self._local_size:
-            self._local.popitem(last=False)
 
 
 # Atomic in Redis: store only if the generation is still the one read before computing.

@@ -5,7 +5,8 @@ of items without awaiting holds every request-reply caller for the whole loop: u
 distill's save path (a batch of 100 sessions: PII and injection checks, row and event building)
 held recall for 0.3-2 s at a time on the 2-core test machine. Awaiting ``TimeSlice.turn()`` in
 such a loop hands the event loop over once a slice has been used, so a waiting recall answers in
-between; the batch itself stays one transaction. Measured in docs/decisions.md, "Overload".
+between; the batch itself stays one transaction. Measured in docs/benchmarks.md,
+"2026-12-01 — Overload before and after".
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ one missing or foreign, so the table stays the one place an operation is declare
 
 The edge serves on nats-py directly, one queue subscription per operation, not through FastStream:
 FastStream's per-message chain cost ~0.2 ms a request here, most of what kept ``last_k`` above five
-times the bare round trip (docs/decisions.md, "The request-reply edge on nats-py"). Like
+times the bare round trip (docs/adr/0003-request-reply-edge.md). Like
 FastStream's core subscribers, each subscription answers its requests one at a time, in arrival
 order; other instances of the queue group share the load. The streams' consumers stay on
 FastStream.

@@ -2,7 +2,7 @@
 ``engram.health.<service>`` in that service's queue group for as long as it runs, and
 :func:`services_alive` asks. The gateway's ``/readyz`` uses it for every service, distill and
 embed too, which serve no request of the operation table and so could not be probed by one
-(docs/adr/readiness.md).
+(docs/adr/0057-readiness.md).
 
 The answer is ``{"service": "<name>"}`` and nothing more; a probe needs no token, because only the
 gateway's NATS identity may ask (``shared.nats_auth.permissions``)."""

@@ -16,7 +16,8 @@ model's tokenizer, routers, schemas), and the write path allocates fast: under l
 full collection every ~3 s, each traversing all of them — 250 ms to 1.4 s with every thread
 stopped, recall included (``make overload``: 13 s of a 150 s run). Freezing what start-up made
 moves it out of the collector's sight (``gc.freeze``), and a larger young generation makes
-collections rarer. Numbers: docs/decisions.md, "Overload".
+collections rarer. Numbers: docs/benchmarks.md, "2026-12-01 — Overload
+before and after".
 """
 
 from __future__ import annotations

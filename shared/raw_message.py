@@ -3,7 +3,7 @@
 FastStream 0.7's usual way, a parameter annotated ``NatsMessage`` (``Context("message")``), is
 resolved by fast_depends as a synchronous custom field, and fast_depends runs those in a worker
 thread (``anyio.to_thread``) — a thread hand-over on every message. On this machine that cost
-0.3 ms a message under load (`docs/decisions.md`, "Recall's hot path"), more than the
+0.3 ms a message under load (docs/benchmarks.md, "2026-12-01 — Recall's hot path"), more than the
 bare NATS round trip. A decoder that returns the message itself hands the handler the same object
 as its body, on the event loop.
 

@@ -16,107 +16,240 @@ class EngramSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", env_file=".env", extra="ignore")
 
-    #: External NATS; empty means the embedded stack starts its own. A cluster takes several
-    #: URLs separated by commas (the seed list; the client learns the other nodes from the
-    #: cluster and fails over between them): ``nats://n1:4222,nats://n2:4222,nats://n3:4222``.
-    nats_url: str = ""
-    #: TLS to NATS (SPEC 8: off-box traffic is encrypted). A CA file turns TLS on and verifies
-    #: the servers with it; a client certificate and key are sent when the servers ask for one.
-    nats_tls_ca_file: str = ""
-    nats_tls_cert_file: str = ""
-    nats_tls_key_file: str = ""
-    #: This process's NATS identity: a user nkey seed (``SU…``; see infra/nats/engram-auth.conf).
-    #: Empty connects without one (a ``user:password@`` in the URL still works). ``engram up``
-    #: sets it to a fresh key of its own at every start.
-    nats_nkey_seed: SecretStr = SecretStr("")
-    #: The HTTP gateway's NATS identity, when it differs from the services' (``engram up`` makes
-    #: one per run; ``engram serve gateway`` uses ``nats_nkey_seed``, its process's own).
-    gateway_nkey_seed: SecretStr = SecretStr("")
-    #: External Postgres (``postgresql://…``); empty means the embedded stack starts its own.
-    database_url: str = ""
-    #: TLS to Postgres, as for NATS: a CA file verifies the server (and its host name); a client
-    #: certificate and key are sent when given. ``?ssl=require`` in the URL also works without a CA.
-    database_tls_ca_file: str = ""
-    database_tls_cert_file: str = ""
-    database_tls_key_file: str = ""
-    redis_url: str = ""
-    data_dir: Path = Path(".engram")
+    # Each field's description is its line in docs/configuration.md and the README's table
+    # (``python -m services.config_reference``, ``make schema``): say what it means, in one place.
 
-    #: Signing keys for tokens, ``kid=secret`` pairs separated by commas; the first one signs.
-    #: Empty in the embedded stack means a development key generated into the data dir.
-    token_keys: SecretStr = SecretStr("")
-    token_issuer: str = "engram"  # noqa: S105 (an issuer name, not a secret)
+    # -- NATS ----------------------------------------------------------------------------------
+    nats_url: str = Field(
+        default="",
+        description="External NATS; empty: `engram up` starts its own. A cluster takes a comma-separated "
+        "seed list (`nats://n1:4222,nats://n2:4222,nats://n3:4222`): the client learns the other nodes "
+        "and fails over between them.",
+    )
+    nats_tls_ca_file: str = Field(
+        default="",
+        description="TLS to NATS (off-box traffic is encrypted, SPEC 8): a CA file turns TLS on and "
+        "verifies the servers with it.",
+    )
+    nats_tls_cert_file: str = Field(
+        default="", description="TLS to NATS: a client certificate, sent when the servers ask for one."
+    )
+    nats_tls_key_file: str = Field(default="", description="TLS to NATS: the client certificate's key.")
+    nats_nkey_seed: SecretStr = Field(
+        default=SecretStr(""),
+        description="This process's NATS identity on an external server: a user nkey seed (`SU…`; "
+        "`engram credentials keygen --out FILE` makes one, infra/nats/engram-auth.conf names the users). "
+        "Empty connects without one; `engram up` sets a fresh key of its own at every start.",
+    )
+    gateway_nkey_seed: SecretStr = Field(
+        default=SecretStr(""),
+        description="The HTTP gateway's NATS identity when it differs from the services' (`engram up` "
+        "makes one per run; `engram serve gateway` uses `ENGRAM_NATS_NKEY_SEED`, its process's own).",
+    )
 
-    #: OpenAI-compatible chat endpoint for distill; empty selects the built-in distiller.
-    distill_model_url: str = ""
-    distill_model: str = "gpt-4o-mini"
-    distill_api_key: SecretStr = SecretStr("")
-    distill_timeout_s: float = Field(default=20.0, gt=0)
-    distill_retries: int = Field(default=2, ge=0, le=10)
+    # -- Postgres and Redis --------------------------------------------------------------------
+    database_url: str = Field(
+        default="",
+        description="External Postgres (`postgresql://…`); empty: `engram up` starts its own.",
+    )
+    database_tls_ca_file: str = Field(
+        default="",
+        description="TLS to Postgres: a CA file verifies the server and its host name (`?ssl=require` "
+        "in the URL also works, without verifying).",
+    )
+    database_tls_cert_file: str = Field(
+        default="", description="TLS to Postgres: a client certificate, sent when given."
+    )
+    database_tls_key_file: str = Field(
+        default="", description="TLS to Postgres: the client certificate's key."
+    )
+    redis_url: str = Field(
+        default="",
+        description="Redis, optional: the shared cue-vector and hot-result caches "
+        "(docs/adr/0041-result-cache.md).",
+    )
+    data_dir: Path = Field(
+        default=Path(".engram"),
+        description="`engram up`'s embedded NATS and Postgres data, credentials and `connection.json`, "
+        "and the Qdrant Edge store (`vectors/`).",
+    )
 
-    #: How long raw sessions (and their tokens, in headers) stay in ``ENGRAM_SESSIONS``: long
-    #: enough to ride out an outage of the services, short because traces hold raw text.
-    session_retention_s: int = Field(default=24 * 3600, ge=600)
-    #: How long dead letters are kept for an operator to inspect and replay.
-    dead_letter_retention_s: int = Field(default=7 * 24 * 3600, ge=3600)
+    # -- Tokens --------------------------------------------------------------------------------
+    token_keys: SecretStr = Field(
+        default=SecretStr(""),
+        description="Token signing keys, `kid=secret` pairs separated by commas (secrets of 32+ "
+        "characters); the first signs, all verify. Empty in `engram up`: a development key generated "
+        "into the data dir.",
+    )
+    token_issuer: str = Field(
+        default="engram",
+        description="The issuer (`iss`) tokens are minted with and must carry.",
+    )
 
-    #: Replicas of every Engram stream (and so of its consumers): 1 on one server (``engram up``),
-    #: 3 on a 3-node cluster, so that losing a node loses no acknowledged message.
-    stream_replicas: int = Field(default=1, ge=1, le=5)
+    # -- distill -------------------------------------------------------------------------------
+    distill_model_url: str = Field(
+        default="",
+        description="An OpenAI-compatible `/v1` endpoint for distill (LiteLLM, vLLM, Ollama, OpenAI); "
+        "empty: the deterministic built-in distiller.",
+    )
+    distill_model: str = Field(
+        default="gpt-4o-mini", description="The model distill asks at `ENGRAM_DISTILL_MODEL_URL`."
+    )
+    distill_api_key: SecretStr = Field(
+        default=SecretStr(""), description="The API key sent to `ENGRAM_DISTILL_MODEL_URL`."
+    )
+    distill_timeout_s: float = Field(
+        default=20.0, gt=0, description="Seconds one attempt of a distill model call may take."
+    )
+    distill_retries: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="Further attempts of a distill model call that timed out, failed to connect or "
+        "got a 429 or 5xx.",
+    )
 
-    #: ``engram serve``'s health endpoint (``/healthz``, ``/readyz``) for orchestrator probes.
-    #: Off (0) unless set: several processes on one host would collide on a fixed default; the
-    #: compose file and the Helm chart set 8081. Listens on all interfaces because probes come
-    #: from outside the container.
-    health_port: int = Field(default=0, ge=0, le=65535)
-    health_host: str = "0.0.0.0"  # noqa: S104 (a container's probes reach it from outside)
-    #: The HTTP gateway (``engram serve gateway``; ``engram up`` serves it too). ``engram up`` takes
-    #: a free port when this one is taken; 0 always takes a free one. Loopback by default; a
-    #: container sets ``0.0.0.0``.
-    http_port: int = Field(default=8080, ge=0, le=65535)
-    http_host: str = "127.0.0.1"
-    #: Browser origins allowed to call the gateway (CORS), comma-separated; empty (the default)
-    #: sends no CORS headers at all, so browsers on other origins cannot read replies.
-    http_cors_origins: str = ""
-    #: How long the gateway waits for a service's reply when the operation names no timeout.
-    http_request_timeout_s: float = Field(default=10.0, gt=0)
-    #: After SIGTERM: stop fetching, finish and ack in-flight work, flush the outbox, exit 0 —
-    #: within this bound (below Kubernetes' default 30 s grace period), else exit 1.
-    shutdown_timeout_s: float = Field(default=25.0, gt=0)
+    # -- Streams and consumers -----------------------------------------------------------------
+    session_retention_s: int = Field(
+        default=24 * 3600,
+        ge=600,
+        description="How long raw sessions (and their tokens, in headers) may wait in `ENGRAM_SESSIONS`: "
+        "long enough to ride out an outage of the services, short because traces hold raw text.",
+    )
+    dead_letter_retention_s: int = Field(
+        default=7 * 24 * 3600,
+        ge=3600,
+        description="How long dead letters stay in `ENGRAM_DLQ` for an operator to inspect and replay.",
+    )
+    stream_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Replicas of every Engram stream: 1 on one server, 3 on a 3-node cluster, so that "
+        "losing a node loses no acknowledged message.",
+    )
+    max_deliver: int = Field(
+        default=5,
+        ge=1,
+        description="Deliveries of a message that fails on its own before it is dead-lettered (an "
+        "outage is retried without limit; docs/adr/0007-consumer-failures.md).",
+    )
+    redeliver_backoff_s: tuple[float, ...] = Field(
+        default=(1.0, 5.0, 15.0, 30.0),
+        description="Seconds before a failed message comes back, by delivery (a JSON list; the last "
+        "step repeats).",
+    )
+    ack_wait_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds until what a crashed worker held un-acked goes to another; a live worker "
+        "keeps its messages with in-progress heartbeats (docs/adr/0006-ack-wait-and-heartbeats.md).",
+    )
 
-    #: JetStream redelivery: attempts before a message is dead-lettered, and the backoff.
-    max_deliver: int = Field(default=5, ge=1)
-    redeliver_backoff_s: tuple[float, ...] = (1.0, 5.0, 15.0, 30.0)
-    #: Short, so what a crashed worker held is redelivered within seconds of a restart; a live
-    #: worker keeps its messages with in-progress heartbeats (shared/consumer.py: Batch).
-    ack_wait_s: float = Field(default=5.0, gt=0)
+    # -- Processes: health, HTTP, shutdown -----------------------------------------------------
+    health_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="`engram serve`'s `/healthz`, `/readyz` and `/metrics`; off (0) unless set, since "
+        "several processes on one host would collide on a fixed port (`infra/` sets 8081).",
+    )
+    health_host: str = Field(
+        default="0.0.0.0",  # noqa: S104 (a container's probes reach it from outside)
+        description="Where the health port listens: every interface, as a container's probes come "
+        "from outside.",
+    )
+    http_port: int = Field(
+        default=8080,
+        ge=0,
+        le=65535,
+        description="The HTTP gateway (`engram serve gateway`, and `engram up`, which takes a free "
+        "port when this one is taken); 0 always takes a free one.",
+    )
+    http_host: str = Field(
+        default="127.0.0.1",
+        description="Where the HTTP gateway listens: loopback by default, `0.0.0.0` in a container.",
+    )
+    http_cors_origins: str = Field(
+        default="",
+        description="Browser origins allowed to call the gateway (CORS), comma-separated; empty sends "
+        "no CORS headers, so browsers on other origins cannot read replies.",
+    )
+    http_request_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds the gateway waits for a service's reply when the operation names no timeout.",
+    )
+    shutdown_timeout_s: float = Field(
+        default=25.0,
+        gt=0,
+        description="After SIGTERM: stop fetching, finish and ack in-flight work, flush the outbox and "
+        "exit 0 within this many seconds (under Kubernetes' default 30 s grace), else exit 1.",
+    )
 
-    #: The deployment's embedder: ``all-MiniLM-L6-v2`` (the default: in-process, onnxruntime, from the
-    #: packaged weights), ``hashing-384`` (lexical feature hashing, not semantic; for tests that
-    #: need speed), or a model name served at ``embedder_url`` (any OpenAI-compatible
-    #: ``/v1/embeddings``). Changing it needs ``engram reindex`` (docs/decisions.md).
-    embedder: str = "all-MiniLM-L6-v2"
-    embedder_url: str = ""
-    embedder_api_key: SecretStr = SecretStr("")
-    embedder_dimension: int = Field(default=384, ge=8, le=8192)
-    #: Vector store: a Qdrant server URL; empty means Qdrant Edge in-process under ``data_dir``.
-    #: ``none`` runs without vectors (semantic recall answers VECTOR_UNAVAILABLE).
-    vector_store: str = ""
-    #: How long recall trusts a memory config it read (a config change takes effect within it).
-    config_cache_s: float = Field(default=1.0, ge=0)
-    #: How long a hot recall reply may live in Redis (``redis_url``); 0 turns the cache off.
-    #: Writes and erasures invalidate earlier; this bounds what an invalidation could not reach.
-    result_cache_s: int = Field(default=30, ge=0)
-    #: How often governance deletes expired entries (recall hides them the moment they expire).
-    retention_sweep_s: float = Field(default=30.0, gt=0)
-    #: How long a list/export page token stays valid.
-    page_token_ttl_s: int = Field(default=3600, ge=60)
+    # -- Embedding and recall ------------------------------------------------------------------
+    embedder: str = Field(
+        default="all-MiniLM-L6-v2",
+        description="`all-MiniLM-L6-v2` (in-process, onnxruntime, from the packaged weights), "
+        "`hashing-384` (lexical feature hashing, not semantic; for tests that need speed), or a model "
+        "served at `ENGRAM_EMBEDDER_URL`. After a change run `engram reindex`; until then semantic "
+        "replies carry the warning `semantic_index_incomplete` (docs/adr/0046-changing-the-embedder.md).",
+    )
+    embedder_url: str = Field(
+        default="",
+        description="Any OpenAI-compatible `/v1/embeddings` endpoint serving `ENGRAM_EMBEDDER`.",
+    )
+    embedder_api_key: SecretStr = Field(
+        default=SecretStr(""), description="The API key sent to `ENGRAM_EMBEDDER_URL`."
+    )
+    embedder_dimension: int = Field(
+        default=384,
+        ge=8,
+        le=8192,
+        description="The size of the vectors the model at `ENGRAM_EMBEDDER_URL` returns.",
+    )
+    vector_store: str = Field(
+        default="",
+        description="Empty: Qdrant Edge in-process under the data dir (one process only); a Qdrant "
+        "server URL; or `none` (semantic recall answers `VECTOR_UNAVAILABLE`). It holds hybrid's lexical "
+        "index too: a store made without it is refused — give it a new directory or collection and run "
+        "`engram reindex`.",
+    )
+    config_cache_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="Seconds recall trusts a memory config it read: a config change takes effect within it.",
+    )
+    result_cache_s: int = Field(
+        default=30,
+        ge=0,
+        description="Seconds a hot recall reply may live in Redis (`ENGRAM_REDIS_URL`); 0 turns the "
+        "cache off. Writes and erasures invalidate earlier; this bounds what an invalidation could not "
+        "reach.",
+    )
+    retention_sweep_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often governance erases expired entries (recall hides them the moment they expire).",
+    )
+    page_token_ttl_s: int = Field(
+        default=3600, ge=60, description="Seconds a list or export page token stays valid."
+    )
 
-    #: OpenTelemetry: ``console`` (local), ``otlp`` (to ``otel_endpoint``) or ``none``.
-    otel_exporter: str = "none"
-    otel_endpoint: str = ""
-    log_level: str = "INFO"
-    log_json: bool = False
+    # -- Telemetry and logs --------------------------------------------------------------------
+    otel_exporter: str = Field(
+        default="none",
+        description="OpenTelemetry traces: `console` (local), `otlp` (to `ENGRAM_OTEL_ENDPOINT`) or "
+        "`none` (trace context is still carried across services).",
+    )
+    otel_endpoint: str = Field(default="", description="The OTLP endpoint for `ENGRAM_OTEL_EXPORTER=otlp`.")
+    log_level: str = Field(default="INFO", description="`DEBUG`, `INFO`, `WARNING` or `ERROR`.")
+    log_json: bool = Field(default=False, description="`true` for JSON log lines.")
+
+    @classmethod
+    def variable(cls, name: str) -> str:
+        """The environment variable of the setting ``name`` (``ack_wait_s`` → ``ENGRAM_ACK_WAIT_S``)."""
+        return f"{cls.model_config.get('env_prefix', '')}{name}".upper()
 
     @field_validator("otel_exporter")
     @classmethod

@@ -105,8 +105,8 @@ class TracePropagation(BaseMiddleware[Any, Any]):
     with the no-op tracer — a consumed message's ``traceparent`` (and ``tracestate``/``baggage``)
     becomes the current context while it is handled, and what the handler publishes (its reply
     too) carries the current context on. FastStream's middleware also makes and ends its no-op
-    spans and observes no-op metrics: 0.15 ms a message on this machine (docs/decisions.md,
-    "What FastStream costs the edge"), here spent for nothing. A batch starts no context, as
+    spans and observes no-op metrics: 0.15 ms a message on this machine (docs/benchmarks.md,
+    "2026-12-02 — What FastStream costs the edge"), here spent for nothing. A batch starts no context, as
     there (its messages may belong to different traces)."""
 
     async def consume_scope(self, call_next: Callable[[Any], Awaitable[Any]], msg: Any) -> Any:

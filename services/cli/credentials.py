@@ -205,7 +205,7 @@ def deployment_env(
     import secrets
     from datetime import UTC, datetime
 
-    from shared.nats_auth.infra import INFRA_USERS, nkey_variable
+    from shared.nats_auth.infra import INFRA_USERS, nkey_variable, seed_variable
 
     if out.exists():
         raise typer.BadParameter(f"{out} exists; move it away first (it holds the running deployment's keys)")
@@ -215,8 +215,7 @@ def deployment_env(
     ]
     for user in INFRA_USERS:
         seed = new_user_seed()
-        public = nkey_variable(user)
-        lines += [f"{public}={public_key_of(seed)}", f"{public.replace('_NKEY_', '_SEED_', 1)}={seed}"]
+        lines += [f"{nkey_variable(user)}={public_key_of(seed)}", f"{seed_variable(user)}={seed}"]
     kid = datetime.now(UTC).strftime("k%Y%m%d")
     lines += [
         f"ENGRAM_TOKEN_KEYS={kid}={secrets.token_urlsafe(48)}",

@@ -352,9 +352,18 @@ def mcp(
         "", envvar="ENGRAM_TOKEN", help="The agent's bearer token: who it is (required)."
     ),
     agent: UUID = typer.Option(
-        None, "--agent", envvar="ENGRAM_AGENT_CONFIG_ID", help="Default: the connection file's."
+        None,
+        "--agent",
+        envvar="ENGRAM_AGENT_CONFIG_ID",
+        help="The agent config the tools act in (default: the connection file's).",
     ),
-    session: str = typer.Option(None, "--session", envvar="ENGRAM_SESSION_ID"),
+    session: str = typer.Option(
+        None,
+        "--session",
+        envvar="ENGRAM_SESSION_ID",
+        help="The session the agent works in, if any: saves are placed in it, and recall, expand and "
+        "feedback name it.",
+    ),
 ) -> None:
     """Serve Engram's memory tools over MCP on stdin/stdout (for desktop agents and IDEs).
 

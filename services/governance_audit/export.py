@@ -4,7 +4,7 @@ Every page is a new request: the token is verified and the caller authorized aga
 token — signed over caller, organization, filters, position and expiry — only says where to go on.
 Each page is an audit record (``memory.exported``) naming the ids it disclosed. A quarantined
 entry is exported flagged ``quarantined``, its text and metadata withheld as in a listing, unless
-the caller holds ``memory.admin`` (docs/decisions.md, "Quarantined metadata").
+the caller holds ``memory.admin`` (docs/adr/0021-quarantine.md).
 """
 
 from __future__ import annotations

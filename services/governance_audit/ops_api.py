@@ -3,7 +3,7 @@ far behind its consumers are — read from JetStream, never from the database.
 
 Both need an unrestricted operator token (``memory.admin``, not an end user's, not restricted to
 one agent config or session): dead letters belong to no agent config, and lag describes the whole
-deployment (docs/decisions.md).
+deployment (docs/adr/0052-ops-dead-letters-and-lag.md).
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@ the caller may see — the predicate is built in one place, so no strategy can f
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from cachetools import TTLCache
 from sqlalchemy import (
     ColumnElement,
     CompoundSelect,
@@ -352,8 +352,8 @@ async def _run(db: Database, template: Template, scope: Scope, **extra: Any) -> 
 #: own rank are taken (document frequencies then count within them: an approximation that only
 #: applies to cues whose words occur in thousands of entries).
 _BM25_MAX_DOCS = 2000
-_CORPUS_TTL_S = 30.0
-_corpus_stats: dict[tuple[Any, ...], tuple[float, int, float]] = {}
+#: A scope's entry count and average lexeme count, trusted for 30 s: both change slowly.
+_corpus_stats: TTLCache[tuple[Any, ...], tuple[int, float]] = TTLCache(maxsize=10_000, ttl=30.0)
 
 
 def _cue_statistics_statement(b: Binds) -> Select[Any]:
@@ -530,8 +530,8 @@ async def _corpus(db: Database, scope: Scope) -> tuple[int, float]:
     change slowly)."""
     key = (scope.org_id, scope.agent_config_id, scope.owner_keys, scope.layer, scope.session_only)
     hit = _corpus_stats.get(key)
-    if hit is not None and time.monotonic() - hit[0] < _CORPUS_TTL_S:
-        return hit[1], hit[2]
+    if hit is not None:
+        return hit
     async with db.read() as session:
         row = (
             await session.execute(
@@ -539,9 +539,7 @@ async def _corpus(db: Database, scope: Scope) -> tuple[int, float]:
             )
         ).one()
     total, avg_len = int(row[0]), float(row[1] or 1.0)
-    if len(_corpus_stats) > 10_000:
-        _corpus_stats.clear()
-    _corpus_stats[key] = (time.monotonic(), total, avg_len)
+    _corpus_stats[key] = (total, avg_len)
     return total, avg_len
 
 

@@ -59,7 +59,8 @@ HYBRID_RECENCY_PRIOR = 0.001
 #: halving again with each further place (``share ** distance``).
 NEIGHBOUR_SHARE = 0.5
 #: How many places on each side of a hit its neighbourhood reaches: at three the share is 1/8,
-#: and reaching further changed nothing on the evaluation's tune split (docs/decisions.md).
+#: and reaching further changed nothing on the evaluation's tune split
+#: (docs/adr/0035-hybrid-neighbourhood.md).
 NEIGHBOUR_REACH = 2
 
 # fmt: off

@@ -8,13 +8,14 @@ import contextlib
 import hashlib
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
+
+from cachetools import TTLCache
 
 from contracts.common import Principal
 from contracts.config import MemoryConfig, SemanticRecallConfig
@@ -83,25 +84,6 @@ _VECTOR_STRATEGIES = {"semantic", "hybrid"}
 CACHEABLE = frozenset({"last_k", "importance", "full"})
 
 
-@dataclass
-class _ConfigCache:
-    """Recall reads a config on every call; trusting it for ``ttl_s`` saves a query per recall."""
-
-    ttl_s: float
-    entries: dict[tuple[UUID, UUID], tuple[float, MemoryConfig, bool]] = field(default_factory=dict)
-
-    def get(self, key: tuple[UUID, UUID]) -> tuple[MemoryConfig, bool] | None:
-        hit = self.entries.get(key)
-        if hit is None or time.monotonic() - hit[0] > self.ttl_s:
-            return None
-        return hit[1], hit[2]
-
-    def put(self, key: tuple[UUID, UUID], config: MemoryConfig, enabled: bool) -> None:
-        if len(self.entries) > 10_000:
-            self.entries.clear()
-        self.entries[key] = (time.monotonic(), config, enabled)
-
-
 async def _overlapped(query: Awaitable[T], search: Callable[[], Awaitable[U]]) -> tuple[T, U]:
     """``query``'s and ``search()``'s results, the query sent to Postgres before the search runs:
     a vector-store search holds the event loop (Edge searches in-process, holding the GIL), so
@@ -136,7 +118,11 @@ class Recall:
         self._effects = side_effects
         self._embedder = embedder
         self._index = index
-        self._configs = _ConfigCache(config_cache_s)
+        # (org, agent config) → (config, memory enabled): a query saved per recall, at the price of a
+        # config change taking effect within ``config_cache_s``.
+        self._configs: TTLCache[tuple[UUID, UUID], tuple[MemoryConfig, bool]] = TTLCache(
+            maxsize=10_000, ttl=config_cache_s
+        )
         self._cue_vectors = cue_vectors or CueVectorCache(embedder.name if embedder else "none")
         self._results = results if results is not None and results.enabled else None
 
@@ -153,7 +139,7 @@ class Recall:
             if version == 0:
                 return config, False, False
             enabled = config.memory_enabled and await org_memory_enabled(session, org_id)
-        self._configs.put(key, config, enabled)
+        self._configs[key] = (config, enabled)
         return config, enabled, True
 
     async def recall(self, who: Caller, request: RecallRequest) -> RecallReply:
@@ -282,7 +268,7 @@ class Recall:
     def _default_strategy(self, config: MemoryConfig, cue: str) -> Strategy:
         """The strategy when the caller names none: the config's, except that a cue asks for
         relevance, so a config strategy that ignores cues gives way to ``hybrid`` wherever semantic
-        recall can run (docs/decisions.md, "A cue without a strategy")."""
+        recall can run (docs/adr/0038-cue-without-strategy.md)."""
         if (
             cue
             and config.memory_strategy not in _CUE_STRATEGIES

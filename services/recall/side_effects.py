@@ -4,7 +4,7 @@ audit record of each disclosure, written in batches by one background task.
 A recall answers before its record is written; records queue in memory and are flushed every
 ``interval_s`` or ``max_batch`` recalls, in one transaction per flush (and at shutdown). A crash
 can lose at most the unflushed interval — a deliberate trade for a recall path without a
-synchronous write; see docs/decisions.md.
+synchronous write (docs/adr/0039-recall-side-effects.md).
 """
 
 from __future__ import annotations

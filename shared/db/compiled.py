@@ -3,7 +3,7 @@ run with asyncpg.
 
 A recall reads one to four statements. Through an ORM session each cost ~1.8 ms more than the
 query itself on this machine under load (building the statement tree, its cache key, the ORM
-execute path, row processing; `docs/decisions.md`, "Recall's hot path"),
+execute path, row processing; docs/benchmarks.md, "2026-12-01 — Recall's hot path"),
 several times the NATS round trip the latency goal is measured against. A :class:`Template`
 builds its statement from named binds only — a builder never sees a call's values, so a value
 cannot be baked into a cached statement — compiles it for asyncpg once per shape (which optional

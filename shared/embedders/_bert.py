@@ -3,7 +3,7 @@
 Written for all-MiniLM-L6-v2 (6 layers, 12 heads, 384 hidden, 1536 intermediate, exact GELU,
 post-layer norm) but read from the weights' shapes, so any BERT checkpoint of that architecture
 runs. The graph is written here, node by node, from the safetensors tensors: no exported model
-file, no torch at any step (docs/decisions.md, "The default embedder").
+file, no torch at any step (docs/adr/0045-default-embedder.md).
 
 Why onnxruntime and not numpy's matrix products: a cue is a dozen tokens, so each product is a
 thin (12 x 384) activation against a (384 x 1536) weight. OpenBLAS, behind numpy, packs the weight

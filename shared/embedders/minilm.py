@@ -10,7 +10,8 @@ to a cosine of at least 0.9999 (``tests/unit/test_minilm_parity.py``).
 Speed: texts are sorted by length and encoded in sub-batches of similar lengths (little padding),
 spread over one worker thread per CPU. onnxruntime itself is held to one thread per run: the
 products of one sub-batch are too small to split well, and a pool that spins while waiting for its
-threads collapses when the machine is busy (measured: docs/decisions.md, "The default embedder").
+threads collapses when the machine is busy (measured: docs/benchmarks.md, "2026-12-01 — The
+default embedder on numpy").
 """
 
 from __future__ import annotations

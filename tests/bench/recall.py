@@ -211,7 +211,7 @@ async def _copy(conn: asyncpg.Connection, rows: Iterator[tuple[Any, ...]], chunk
         await conn.copy_records_to_table("memory_entries", records=batch, columns=_COLUMNS)
         ids.extend(r[0] for r in batch)
     # What the save path's first write does (claim_agent_config): recall answers an agent config
-    # nobody wrote to or configured with an empty reply (docs/decisions.md).
+    # nobody wrote to or configured with an empty reply (docs/adr/0025-agent-config-ownership.md).
     await conn.execute(
         "INSERT INTO memory_configs (agent_config_id, org_id, version, config, updated_at) "
         "SELECT DISTINCT agent_config_id, org_id, 1, '{}'::jsonb, now() FROM memory_entries "

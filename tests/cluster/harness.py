@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: What runs, and how many of each: every service in its own processes, two replicas each, except
 #: embed and recall, which share the one process that may open the Qdrant Edge store (no Qdrant
-#: server can run here; see docs/decisions.md, "Distributed deployment"); and the HTTP gateway,
+#: server can run here; see docs/adr/0043-vector-stores.md); and the HTTP gateway,
 #: two replicas (last: it needs no streams, and is ready only once the services answer).
 DEPLOYMENT: dict[tuple[str, ...], int] = {
     ("ingest",): 2,
@@ -267,7 +267,8 @@ def service_env(
         ENGRAM_STREAM_REPLICAS=str(stream_replicas),
         ENGRAM_EMBEDDER="hashing-384",
         ENGRAM_DATA_DIR=str(data_dir),
-        # Short, so what a killed replica held un-acked is redelivered in seconds, not a minute.
+        # What a killed replica held un-acked is redelivered after this (the product's default is
+        # 5 s: docs/adr/0006-ack-wait-and-heartbeats.md).
         ENGRAM_ACK_WAIT_S=str(ack_wait_s),
         ENGRAM_MAX_DELIVER="5",
         ENGRAM_REDELIVER_BACKOFF_S="[0.5, 1.0, 2.0]",

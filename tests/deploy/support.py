@@ -17,7 +17,7 @@ from shared.settings import EngramSettings
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
 #: Every variable Engram reads: ENGRAM_ + a settings field.
-SETTINGS_ENV = {f"ENGRAM_{name.upper()}" for name in EngramSettings.model_fields}
+SETTINGS_ENV = {EngramSettings.variable(name) for name in EngramSettings.model_fields}
 #: What `engram serve` cannot run without on an authenticated cluster.
 REQUIRED_ENV = {
     "ENGRAM_NATS_URL",

@@ -16,7 +16,7 @@ import yaml
 from compose_spec import PyCompose
 
 from shared.embedded.nats_server import find_nats_server
-from shared.nats_auth.infra import INFRA_AUTH_FILE, nkey_variable
+from shared.nats_auth.infra import INFRA_AUTH_FILE, seed_variable
 from shared.nats_auth.permissions import GATEWAY, process_name
 from tests.deploy.support import (
     DEPLOYED,
@@ -105,7 +105,7 @@ def test_every_variable_is_read_by_the_code_and_none_required_is_missing(
             assert variables["ENGRAM_STREAM_REPLICAS"] == "3", "R3 streams on a 3-node cluster"
         # Its own least-privilege identity, not another's and not the all-in-one `engram`.
         user = GATEWAY if name == GATEWAY else process_name([name])
-        own = nkey_variable(user).replace("_NKEY_", "_SEED_", 1)
+        own = seed_variable(user)
         assert variables["ENGRAM_NATS_NKEY_SEED"] == env[own], name
         if name in NEED_VECTOR_SERVER:
             assert variables.get("ENGRAM_VECTOR_STORE", "").startswith("http"), (

@@ -6,7 +6,14 @@ from __future__ import annotations
 from uuid import uuid4
 
 from contracts.common import Principal
-from services.gateway.console.sessions import ABSOLUTE_S, CODE_S, IDLE_S, SessionStore, TokenClaims
+from services.gateway.console.sessions import (
+    ABSOLUTE_S,
+    CODE_S,
+    IDLE_S,
+    MAX_ENTRIES,
+    SessionStore,
+    TokenClaims,
+)
 from shared.auth import TokenService
 
 
@@ -99,3 +106,11 @@ def test_sign_out_forgets_the_session() -> None:
     session = store.open(token, TokenClaims.read(token), "a")  # type: ignore[arg-type]
     store.close(session.id)
     assert store.get(session.id) is None
+
+
+def test_sign_in_attempts_cannot_grow_memory_without_bound() -> None:
+    """Past the bound on live codes the least recently issued goes first; the newest still redeems."""
+    store, _ = _store()
+    codes = [store.issue_code(f"tok-{i}", None) for i in range(MAX_ENTRIES + 1)]
+    assert store.redeem_code(codes[0]) is None
+    assert store.redeem_code(codes[-1]) == (f"tok-{MAX_ENTRIES}", None)

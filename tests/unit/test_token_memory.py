@@ -28,14 +28,17 @@ def test_a_verified_token_is_remembered_with_its_claims() -> None:
     )
 
 
-def test_a_remembered_token_expires_when_its_claim_says(monkeypatch: pytest.MonkeyPatch) -> None:
-    tokens = TokenService({"k": "s" * 48})
+def test_a_remembered_token_expires_when_its_claim_says() -> None:
+    """Once the clock reaches a remembered token's ``exp`` it is refused as expired, as a fresh
+    check would refuse it."""
+    now = [time.time()]
+    tokens = TokenService({"k": "s" * 48}, clock=lambda: now[0])
     token = tokens.mint(org_id=uuid4(), principal=RUNNER, permissions=ALL_PERMISSIONS, ttl_seconds=60)
     tokens.verify(token)
-    expires = jwt.decode(token, options={"verify_signature": False})["exp"]
-    monkeypatch.setattr(time, "time", lambda: float(expires))
-    with pytest.raises(Unauthenticated, match="expired"):
-        tokens.verify(token)
+    now[0] = float(jwt.decode(token, options={"verify_signature": False})["exp"])
+    for _ in range(2):  # and stays refused: an expired token is not remembered again
+        with pytest.raises(Unauthenticated, match="expired"):
+            tokens.verify(token)
 
 
 def test_failures_are_never_remembered() -> None:
@@ -53,9 +56,13 @@ def test_failures_are_never_remembered() -> None:
 
 
 def test_memory_is_bounded() -> None:
+    """A full memory forgets the least recently used token; a forgotten one is checked again."""
     tokens = TokenService({"k": "s" * 48}, remember=3)
-    minted = [tokens.mint(org_id=uuid4(), principal=RUNNER, permissions=ALL_PERMISSIONS) for _ in range(10)]
-    for token in minted:
-        tokens.verify(token)
-    assert len(tokens._verified) <= 3
-    assert tokens.verify(minted[0]).org_id == tokens.verify(minted[0]).org_id
+    minted = [tokens.mint(org_id=uuid4(), principal=RUNNER, permissions=ALL_PERMISSIONS) for _ in range(4)]
+    first = [tokens.verify(token) for token in minted[:3]]
+    assert tokens.verify(minted[0]) is first[0]  # used again: the most recent now
+    tokens.verify(minted[3])
+    assert len(tokens._verified) == 3
+    assert tokens.verify(minted[0]) is first[0]  # still remembered
+    assert tokens.verify(minted[1]) is not first[1]  # forgotten, so verified afresh
+    assert tokens.verify(minted[1]).org_id == first[1].org_id

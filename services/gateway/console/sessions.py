@@ -3,17 +3,19 @@ bearer token it stands for) and one-time sign-in codes (``engram console``'s lin
 
 The token stays here, server-side: the browser only ever holds the session id, so the token is never
 in a URL, a page or a log. One process only — a second gateway replica does not know these sessions
-(docs/decisions.md, "Web console")."""
+(docs/adr/0071-web-console.md)."""
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
 import jwt
+from cachetools import TLRUCache, TTLCache
 
 __all__ = ["ConsoleSession", "SessionStore", "TokenClaims"]
 
@@ -24,8 +26,8 @@ ABSOLUTE_S = 8 * 3600
 #: A one-time sign-in code is good for this long, once.
 CODE_S = 120
 #: Bound on live sessions and codes: an unauthenticated flood of sign-in attempts cannot grow
-#: memory without limit (the oldest go first).
-_MAX_ENTRIES = 10_000
+#: memory without limit (the least recently used go first).
+MAX_ENTRIES = 10_000
 
 
 @dataclass(frozen=True)
@@ -76,17 +78,21 @@ class ConsoleSession:
         return permission in self.claims.permissions
 
 
-@dataclass(frozen=True)
-class _Code:
-    token: str
-    agent_config_id: str | None
-    expires_at: float
-
-
 class SessionStore:
-    def __init__(self, *, clock: Any = time.monotonic, wall: Any = time.time) -> None:
-        self._sessions: dict[str, ConsoleSession] = {}
-        self._codes: dict[str, _Code] = {}
+    def __init__(
+        self, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time
+    ) -> None:
+        # A session lives until its absolute deadline (ABSOLUTE_S, or its token's expiry if sooner);
+        # past MAX_ENTRIES the least recently used goes first. Its idle deadline moves on every
+        # request, which cachetools cannot say (an entry's expiry is fixed when it is stored), so
+        # get() checks that one itself.
+        self._sessions: TLRUCache[str, ConsoleSession, float] = TLRUCache(
+            maxsize=MAX_ENTRIES, ttu=lambda _id, session, _now: session.expires_at, timer=clock
+        )
+        # code → (token, agent config), good for CODE_S.
+        self._codes: TTLCache[str, tuple[str, str | None], float] = TTLCache(
+            maxsize=MAX_ENTRIES, ttl=CODE_S, timer=clock
+        )
         self._clock = clock
         self._wall = wall
 
@@ -103,20 +109,17 @@ class SessionStore:
             expires_at=now + min(ABSOLUTE_S, token_left),
             idle_until=now + IDLE_S,
         )
-        self._bounded(self._sessions)
         self._sessions[session.id] = session
         return session
 
     def get(self, session_id: str | None) -> ConsoleSession | None:
         """The live session, its idle deadline pushed on; None (and forgotten) once expired."""
-        if not session_id:
-            return None
-        session = self._sessions.get(session_id)
+        session = self._sessions.get(session_id) if session_id else None
         if session is None:
             return None
         now = self._clock()
-        if now >= session.expires_at or now >= session.idle_until:
-            del self._sessions[session_id]
+        if now >= session.idle_until:
+            del self._sessions[session.id]
             return None
         session.idle_until = now + IDLE_S
         return session
@@ -128,20 +131,9 @@ class SessionStore:
     def issue_code(self, token: str, agent_config_id: str | None) -> str:
         """A one-time code standing for ``token`` for ``CODE_S`` seconds."""
         code = secrets.token_urlsafe(32)
-        self._bounded(self._codes)
-        self._codes[code] = _Code(token, agent_config_id, self._clock() + CODE_S)
+        self._codes[code] = (token, agent_config_id)
         return code
 
     def redeem_code(self, code: str) -> tuple[str, str | None] | None:
         """The token and agent config a code stands for, once; None when unknown, used or expired."""
-        entry = self._codes.pop(code, None)
-        if entry is None or self._clock() >= entry.expires_at:
-            return None
-        return entry.token, entry.agent_config_id
-
-    def _bounded(self, table: dict[str, Any]) -> None:
-        now = self._clock()
-        for key in [k for k, v in table.items() if now >= v.expires_at]:
-            del table[key]
-        while len(table) >= _MAX_ENTRIES:
-            del table[next(iter(table))]
+        return self._codes.pop(code, None)
