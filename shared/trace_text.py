@@ -3,7 +3,7 @@ trace summary a model reads, a built-in lesson.
 
 One place, so that a call without input reads ``refund_payment()`` everywhere (never
 ``refund_payment(null)``), a call that returned nothing shows no ``-> null``, and every cut
-keeps clear of PII values (docs/adr/distilled-text-artefacts.md).
+keeps clear of PII values (docs/adr/0078-distilled-text-artefacts.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What text Engram stores from a trace must not look like, checked by unit and integration tests
 alike: a literal ``null`` where a call had no input or output, and a redaction placeholder that
-is not where a value stood (docs/adr/distilled-text-artefacts.md)."""
+is not where a value stood (docs/adr/0078-distilled-text-artefacts.md)."""
 
 from __future__ import annotations
 
