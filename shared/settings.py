@@ -78,7 +78,8 @@ class EngramSettings(BaseSettings):
     #: Browser origins allowed to call the gateway (CORS), comma-separated; empty (the default)
     #: sends no CORS headers at all, so browsers on other origins cannot read replies.
     http_cors_origins: str = ""
-    #: How long the gateway waits for a service's reply when the operation names no timeout.
+    #: How long the gateway waits for a service's reply when the operation names no timeout; the
+    #: services leave a request that has waited longer than this in their queue (no one waits for it).
     http_request_timeout_s: float = Field(default=10.0, gt=0)
     #: After SIGTERM: stop fetching, finish and ack in-flight work, flush the outbox, exit 0 —
     #: within this bound (below Kubernetes' default 30 s grace period), else exit 1.
