@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 _TRACEPARENT = "traceparent"
 #: How long a caller waits for an operation that names no ``timeout_s``, unless told otherwise.
 DEFAULT_WAIT_S = 10.0
+#: Requests left for want of a caller are logged at most this often (with how many).
+_LEFT_LOG_EVERY_S = 10.0
 
 Req = TypeVar("Req", bound=BaseModel)
 Rep = TypeVar("Rep", bound=BaseModel)
@@ -170,27 +172,27 @@ class Edge:
         """Answer ``r``'s requests one at a time, in arrival order; leave those whose caller has
         stopped waiting, and (once a stop gave up draining) those not started yet."""
         patience = r.op.timeout_s or self._default_wait_s
-        leaving = False  # logged once per run of requests left, not once per request
+        left, logged_at = 0, -_LEFT_LOG_EVERY_S  # logged at most every few seconds, with a count
         while True:
             arrived, msg = await queue.get()
             try:
-                waited = self._clock() - arrived
+                now = self._clock()
                 if self._stopping:  # left for its caller's timeout, as a stopped FastStream did
                     continue
-                if waited > patience:
+                if now - arrived > patience:
                     REQUESTS_LEFT.labels(r.op.subject).inc()
-                    if not leaving:
+                    left += 1
+                    if now - logged_at >= _LEFT_LOG_EVERY_S:
                         log.warning(
-                            "%s: leaving requests that waited %.1f s here, longer than their callers "
-                            "wait (%.0f s); %d more queued",
+                            "%s: left %d request(s) that waited here longer than their callers wait "
+                            "(%.0f s); %d queued",
                             r.op.name,
-                            waited,
+                            left,
                             patience,
                             queue.qsize(),
                         )
-                    leaving = True
+                        left, logged_at = 0, now
                     continue
-                leaving = False
                 task = asyncio.current_task()
                 assert task is not None
                 self._running.add(task)

@@ -48,7 +48,7 @@ from tests.cluster.harness import (
     running_cluster,
 )
 from tests.cluster.recovery import Recovery
-from tests.cluster.workload import Purge, Workload, session_for, tag, victim
+from tests.cluster.workload import RECALLS, Purge, Workload, session_for, tag, victim
 from tests.faults.workload import (
     audit_count,
     expected_lessons,
@@ -59,6 +59,13 @@ from tests.faults.workload import (
 )
 from tests.platform import until_nothing_missing
 
+#: The share of its time the one recall process (embed and recall together: a Qdrant Edge store is
+#: one process's) may spend on the workload's recalls; the rest is headroom for its embedding and
+#: for the backlog a fault leaves.
+RECALL_BUSY_SHARE = 0.5
+#: The workload never runs below this share of its nominal rates (every phase sees requests over
+#: every transport).
+MIN_INTENSITY = 0.1
 #: The bound on each fault's recovery (every condition of ``Recovery.missing``).
 RECOVERY_TIMEOUT_S = 240.0
 #: What a look at the deployment may raise while the part it reads recovers (a consumer info
@@ -118,6 +125,8 @@ class FaultRow:
     http_failed_during: int = 0
     http_failed_after: int = 0
     http_failovers: int = 0
+    #: The share of the nominal rates the workload ran at (``fit_intensity``).
+    intensity: float = 1.0
     note: str = ""
     errors: dict[str, int] = field(default_factory=dict)
     errors_after: dict[str, int] = field(default_factory=dict)
@@ -156,7 +165,7 @@ class Report:
             f"{'fault':<24} {'sessions':>8} {'requests':>8} {'failed':>6} {'outage s':>8} {'recover s':>9} "
             f"{'after':>5} {'lost':>4} {'dup':>3} {'miscount':>8} {'redeliv':>7} {'retries':>7} "
             f"{'pub outage s':>12} {'purged left':>11} {'http':>5} {'http fail':>9} {'http after':>10} "
-            f"{'failover':>8}"
+            f"{'failover':>8} {'pace':>5}"
         )
         lines = [head, "-" * len(head)]
         for r in self.rows:
@@ -165,7 +174,8 @@ class Report:
                 f"{r.recover_s:>9.1f} {r.failed_after_recovery:>5} {r.lost:>4} {r.duplicated:>3} "
                 f"{r.miscounted:>8} {r.redelivered:>7} {r.publish_retries:>7} "
                 f"{r.publish_outage_s:>12.1f} {r.purged_left:>11} {r.http_requests:>5} "
-                f"{r.http_failed_during:>9} {r.http_failed_after:>10} {r.http_failovers:>8}"
+                f"{r.http_failed_during:>9} {r.http_failed_after:>10} {r.http_failovers:>8} "
+                f"{r.intensity:>5.2f}"
             )
         lines.append(
             f"sessions {self.sessions}, lessons {self.lessons}, memory.written {self.memory_written} "
@@ -271,6 +281,8 @@ class Scenario:
             victim_unstored, what=f"{name}: the victim's lessons stored", timeout=RECOVERY_TIMEOUT_S
         )
         await _steady(start, self.pace.steady_s)
+        recalls = [o.seconds for o in self.work.outcomes if o.at >= start and o.kind in RECALLS]
+        self.work.intensity = row.intensity = fit_intensity(recalls, self.work.recalls_per_s)
 
         t_fault = time.monotonic()
         notes = [await inject()]
@@ -506,6 +518,17 @@ def _restart(process: ServiceProcess) -> Callable[[], Awaitable[str]]:
         return "restarted"
 
     return repair
+
+
+def fit_intensity(answer_times: list[float], recalls_per_s: float) -> float:
+    """The share of the nominal rates at which the workload keeps the recall process busy at
+    most ``RECALL_BUSY_SHARE`` of its time, from the median answer time of recent recalls (timed
+    out ones included, at their timeout): 1 on a quiet machine, less where every process gets a
+    sliver of a core. The faults, not an overloaded process, are what the scenario measures."""
+    if not answer_times:
+        return 1.0
+    median = sorted(answer_times)[len(answer_times) // 2]
+    return max(MIN_INTENSITY, min(1.0, RECALL_BUSY_SHARE / (median * recalls_per_s)))
 
 
 async def _steady(since: float, seconds: float) -> None:

@@ -40,6 +40,8 @@ OWNERS = [
 REQUEST_TIMEOUT_S = 5.0
 #: An HTTP request's bound: above the gateway's own NATS timeout (10 s), so its 503 arrives first.
 HTTP_TIMEOUT_S = 15.0
+#: The kinds of the workload's recalls (over NATS, through a gateway).
+RECALLS = ("recall", "http-recall")
 #: A session is retried until acknowledged for at most this long (then the run fails).
 PUBLISH_DEADLINE_S = 300.0
 
@@ -132,6 +134,9 @@ class Workload:
     http_session_every: int = 0
     #: HTTP requests sent to the other gateway replica after the first failed to answer.
     http_failovers: int = 0
+    #: The share of the rates above that the workload runs at (set from the deployment's measured
+    #: answer times: ``tests.cluster.scenario.fit_intensity``).
+    intensity: float = 1.0
     _http: httpx.AsyncClient | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
@@ -201,7 +206,7 @@ class Workload:
                 self.spawn(self.publish_http(payload, self.phase, i))
             else:
                 self.spawn(self.publish(payload, self.phase))
-            await asyncio.sleep(1 / self.session_rate)
+            await asyncio.sleep(1 / (self.session_rate * self.intensity))
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -260,6 +265,11 @@ class Workload:
         self.outcomes.append(outcome)
         return outcome, None
 
+    @property
+    def recalls_per_s(self) -> float:
+        """Recalls issued per second at full intensity (over NATS and HTTP)."""
+        return self.recall_rate + (self.http_recall_rate if self.gateways else 0.0)
+
     def recall_body(self, owner: dict[str, str], n: int) -> dict[str, Any]:
         strategy = ("last_k", "hybrid", "semantic")[n % 3]
         body: dict[str, Any] = {"agent_config_id": str(self.agent), "principal": owner, "strategy": strategy}
@@ -272,14 +282,14 @@ class Workload:
         while True:
             n += 1
             self.spawn(self.request("recall", "engram.recall", self.recall_body(OWNERS[n % 3], n)))
-            await asyncio.sleep(1 / self.recall_rate)
+            await asyncio.sleep(1 / (self.recall_rate * self.intensity))
 
     async def _http_recalls(self) -> None:
         n = 0
         while True:
             n += 1
             self.spawn(self.http("http-recall", "/v1/recall", self.recall_body(OWNERS[n % 3], n), n))
-            await asyncio.sleep(1 / self.http_recall_rate)
+            await asyncio.sleep(1 / (self.http_recall_rate * self.intensity))
 
     async def _governance(self) -> None:
         n = 0
@@ -297,7 +307,7 @@ class Workload:
                 self.spawn(
                     self.request("governance", "engram.config.get", {"agent_config_id": str(self.agent)})
                 )
-            await asyncio.sleep(1 / self.governance_rate)
+            await asyncio.sleep(1 / (self.governance_rate * self.intensity))
 
     # -- lifecycle ----------------------------------------------------------------------------
 
