@@ -17,6 +17,13 @@ times the bare round trip (docs/adr/0003-request-reply-edge.md). Like
 FastStream's core subscribers, each subscription answers its requests one at a time, in arrival
 order; other instances of the queue group share the load. The streams' consumers stay on
 FastStream.
+
+A request that has waited here longer than its caller waits (the operation's ``timeout_s``, else
+the edge's ``default_wait_s``) is left unanswered, not worked on: its caller has given up, and
+NATS refuses a reply once the responder's permission for it has expired. Without this, a backlog
+built by a stall (a NATS node lost, a CPU-starved host) is worked off request by request after
+every caller has gone, so no caller is answered again while requests keep arriving as fast as
+they are served (docs/adr/0079-edge-deadline.md).
 """
 
 from __future__ import annotations
@@ -44,15 +51,20 @@ from pydantic import BaseModel
 from contracts.operations import OPERATIONS, Operation
 from shared.access import Caller, authorize
 from shared.auth import TokenService, bearer_from_headers
-from shared.metrics import REQUEST_SECONDS, REQUESTS
+from shared.background import cancel
+from shared.metrics import REQUEST_SECONDS, REQUESTS, REQUESTS_LEFT
 from shared.telemetry import annotate_consumer, annotate_memory_operation, extract_context
 from shared.wire import error_reply, parse_model
 
-__all__ = ["Edge", "Handler", "Observer", "Route", "answer", "route"]
+__all__ = ["DEFAULT_WAIT_S", "Edge", "Handler", "Observer", "Route", "answer", "route"]
 
 log = logging.getLogger(__name__)
 
 _TRACEPARENT = "traceparent"
+#: How long a caller waits for an operation that names no ``timeout_s``, unless told otherwise.
+DEFAULT_WAIT_S = 10.0
+#: Requests left for want of a caller are logged at most this often (with how many).
+_LEFT_LOG_EVERY_S = 10.0
 
 Req = TypeVar("Req", bound=BaseModel)
 Rep = TypeVar("Rep", bound=BaseModel)
@@ -81,10 +93,24 @@ def route(
 class Edge:
     """This process's request-reply operations, served on a NATS connection once started."""
 
-    def __init__(self, tokens: TokenService) -> None:
+    def __init__(
+        self,
+        tokens: TokenService,
+        *,
+        default_wait_s: float = DEFAULT_WAIT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``default_wait_s``: how long callers wait for an operation that names no timeout (what
+        a request may wait here before it is left); ``clock``: seconds, monotonic (tests)."""
         self._tokens = tokens
+        self._default_wait_s = default_wait_s
+        self._clock = clock
         self._routes: dict[str, Route[Any, Any]] = {}
         self._subscriptions: list[Subscription] = []
+        #: Per operation, what its subscription delivered and no worker has taken yet (with the
+        #: time it arrived), and the worker answering them one at a time.
+        self._queues: list[asyncio.Queue[tuple[float, Msg]]] = []
+        self._workers: list[asyncio.Task[None]] = []
         self._tracer: Tracer | None = None
         self._nc: Client | None = None
         #: The tasks handling a request now, and whether there is none (what a stop waits for).
@@ -126,11 +152,47 @@ class Edge:
         if tracer_provider is not None:
             self._tracer = tracer_provider.get_tracer("engram.edge")
         for subject, r in self._routes.items():
+            # The subscription's callback only notes the arrival: how long a request then waits
+            # behind others is known, and one that outwaited its caller is left (``_work``).
+            queue: asyncio.Queue[tuple[float, Msg]] = asyncio.Queue()
 
-            async def on_request(msg: Msg, r: Route[Any, Any] = r) -> None:
+            async def on_request(msg: Msg, queue: asyncio.Queue[tuple[float, Msg]] = queue) -> None:
+                queue.put_nowait((self._clock(), msg))
+
+            self._queues.append(queue)
+            self._workers.append(asyncio.create_task(self._work(nc, r, queue), name=f"edge {r.op.name}"))
+            self._subscriptions.append(await nc.subscribe(subject, queue=r.op.queue_group, cb=on_request))
+
+    @property
+    def waiting(self) -> int:
+        """Requests delivered and not yet taken up (a backlog shows here first)."""
+        return sum(q.qsize() for q in self._queues)
+
+    async def _work(self, nc: Client, r: Route[Any, Any], queue: asyncio.Queue[tuple[float, Msg]]) -> None:
+        """Answer ``r``'s requests one at a time, in arrival order; leave those whose caller has
+        stopped waiting, and (once a stop gave up draining) those not started yet."""
+        patience = r.op.timeout_s or self._default_wait_s
+        left, logged_at = 0, -_LEFT_LOG_EVERY_S  # logged at most every few seconds, with a count
+        while True:
+            arrived, msg = await queue.get()
+            try:
+                now = self._clock()
                 if self._stopping:  # left for its caller's timeout, as a stopped FastStream did
-                    return
-                # The subscription's own task (nats-py runs its callbacks one at a time in it).
+                    continue
+                if now - arrived > patience:
+                    REQUESTS_LEFT.labels(r.op.subject).inc()
+                    left += 1
+                    if now - logged_at >= _LEFT_LOG_EVERY_S:
+                        log.warning(
+                            "%s: left %d request(s) that waited here longer than their callers wait "
+                            "(%.0f s); %d queued",
+                            r.op.name,
+                            left,
+                            patience,
+                            queue.qsize(),
+                        )
+                        left, logged_at = 0, now
+                    continue
                 task = asyncio.current_task()
                 assert task is not None
                 self._running.add(task)
@@ -141,8 +203,8 @@ class Edge:
                     self._running.discard(task)
                     if not self._running:
                         self._idle.set()
-
-            self._subscriptions.append(await nc.subscribe(subject, queue=r.op.queue_group, cb=on_request))
+            finally:
+                queue.task_done()
 
     async def _serve(self, nc: Client, r: Route[Any, Any], msg: Msg) -> None:
         # Nothing may escape to nats-py: its error callback would drop it without a word.
@@ -163,24 +225,19 @@ class Edge:
     async def stop(self, grace_s: float = 10.0) -> None:
         """Take no more requests and answer those already delivered, within ``grace_s``.
 
-        Connected, each subscription is drained: the server stops delivering, and what it had
-        delivered is answered in turn. With NATS away (nothing more can arrive, and a drain's
-        flush would wait out its timeout for a server that is not there), or once ``grace_s`` is
-        spent, requests not yet started are left to their callers' timeouts and those being
-        handled are let finish (up to ``grace_s`` in all) before the subscriptions are cut."""
+        Connected, each subscription is drained (the server stops delivering and hands over what
+        it had sent) and what was delivered is answered in turn. With NATS away (nothing more can
+        arrive, and a drain's flush would wait out its timeout for a server that is not there),
+        or once ``grace_s`` is spent, requests not yet started are left to their callers'
+        timeouts and those being handled are let finish (up to ``grace_s`` in all) before the
+        subscriptions are cut."""
         subscriptions, self._subscriptions = self._subscriptions, []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
-        drained = False
+        answered = False
         if self._nc is not None and self._nc.is_connected:
-            each = [sub.drain() for sub in subscriptions]  # type: ignore[no-untyped-call]
-            drains = asyncio.gather(*each, return_exceptions=True)
-            try:
-                results = await asyncio.wait_for(drains, grace_s)
-                drained = not any(isinstance(r, BaseException) for r in results)
-            except TimeoutError:
-                log.warning("requests still queued after %g s of shutdown: left unanswered", grace_s)
-        if not drained:
+            answered = await self._drain(subscriptions, deadline)
+        if not answered:
             self._stopping = True
             try:
                 await asyncio.wait_for(self._idle.wait(), max(deadline - loop.time(), 0.0))
@@ -191,6 +248,25 @@ class Edge:
             for sub in subscriptions:
                 with contextlib.suppress(Exception):  # already drained, or the connection closed
                     await sub.unsubscribe()
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            await cancel(worker)
+
+    async def _drain(self, subscriptions: list[Subscription], deadline: float) -> bool:
+        """Drain ``subscriptions`` and answer what they delivered, by ``deadline``; whether done."""
+        loop = asyncio.get_running_loop()
+        drains = asyncio.gather(*(sub.drain() for sub in subscriptions), return_exceptions=True)  # type: ignore[no-untyped-call]
+        try:
+            results = await asyncio.wait_for(drains, max(deadline - loop.time(), 0.0))
+            if any(isinstance(r, BaseException) for r in results):
+                return False
+            await asyncio.wait_for(
+                asyncio.gather(*(q.join() for q in self._queues)), max(deadline - loop.time(), 0.0)
+            )
+        except TimeoutError:
+            log.warning("requests still queued when the shutdown's grace ran out: left unanswered")
+            return False
+        return True
 
     async def request(self, subject: str, body: bytes, headers: Mapping[str, str] | None = None) -> bytes:
         """The reply the edge would send to a request on ``subject``, without NATS (router tests:

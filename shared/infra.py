@@ -36,7 +36,8 @@ class Infra:
     edge: Edge = field(init=False)
 
     def __post_init__(self) -> None:
-        self.edge = Edge(self.tokens)
+        # A request that waited longer than the gateway would wait for it has no caller left.
+        self.edge = Edge(self.tokens, default_wait_s=self.settings.http_request_timeout_s)
 
     @property
     def nc(self) -> Client:

@@ -39,6 +39,7 @@ __all__ = [
     "OUTBOX_PUBLISHED",
     "RECALL_SECONDS",
     "REQUESTS",
+    "REQUESTS_LEFT",
     "REQUEST_SECONDS",
     "RETENTION_SWEEPS",
     "RETENTION_SWEPT",
@@ -71,6 +72,11 @@ REQUEST_SECONDS = Histogram(
     "Time to answer a request-reply operation, errors included.",
     ["operation"],
     buckets=_LATENCY_BUCKETS,
+)
+REQUESTS_LEFT = Counter(
+    "engram_requests_left",
+    "Requests left unanswered because they waited longer than their callers wait (a backlog).",
+    ["operation"],
 )
 HTTP_REQUESTS = Counter(
     "engram_http_requests",

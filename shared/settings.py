@@ -178,7 +178,8 @@ class EngramSettings(BaseSettings):
     http_request_timeout_s: float = Field(
         default=10.0,
         gt=0,
-        description="Seconds the gateway waits for a service's reply when the operation names no timeout.",
+        description="Seconds the gateway waits for a service's reply when the operation names no timeout; "
+        "the services leave a request that has waited longer than this in their queue (no one waits for it).",
     )
     shutdown_timeout_s: float = Field(
         default=25.0,

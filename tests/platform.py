@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
 from nats.aio.client import Client
 
-__all__ = ["eventually", "publish_session", "request", "session_payload"]
+__all__ = ["eventually", "publish_session", "request", "session_payload", "until_nothing_missing"]
 
 
 def session_payload(org_id: UUID, agent_config_id: UUID, **overrides: Any) -> dict[str, Any]:
@@ -65,12 +65,41 @@ async def eventually(
     what: str | Callable[[], str] = "",
 ) -> None:
     """Poll ``check`` until true; fail with ``what`` if it never is (a bound, not a speed claim).
-    ``what`` may be a function, called at the failure, to say what was seen last (STYLE 22)."""
+    ``what`` may be a function, called at each failed look, to say what was seen last (STYLE 22)."""
+
+    async def missing() -> list[str]:
+        if await check():
+            return []
+        return [what() if callable(what) else "the condition was still false"]
+
+    label = what if isinstance(what, str) and what else repr(check)
+    await until_nothing_missing(missing, what=label, timeout=timeout, interval=interval)
+
+
+async def until_nothing_missing(
+    missing: Callable[[], Awaitable[Sequence[str]]],
+    *,
+    what: str,
+    timeout: float,
+    interval: float = 0.1,
+    transient: tuple[type[BaseException], ...] = (),
+) -> None:
+    """Poll ``missing`` — what is not there yet, empty once the condition holds — until it is
+    empty. A timeout fails naming ``what`` and everything still missing at the last look, so a red
+    run says which part never came. A ``transient`` error raised by a look counts as "not yet",
+    and is what that look saw (a probe may fail while the thing it probes recovers)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        if await check():
+    while True:
+        try:
+            seen = list(await missing())
+        except transient as exc:
+            seen = [f"the look itself failed: {type(exc).__name__}: {exc}"]
+        if not seen:
             return
+        if loop.time() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout:.0f}s waiting for: {what}; still missing at the last look:\n  - "
+                + "\n  - ".join(seen)
+            )
         await asyncio.sleep(interval)
-    said = what() if callable(what) else what
-    raise AssertionError(f"timed out after {timeout}s waiting for: {said or check}")

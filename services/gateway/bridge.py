@@ -5,6 +5,7 @@ request-reply or a JetStream publish carrying the caller's ``Authorization`` hea
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 
 #: What a readiness probe waits for one service's answer.
 _PROBE_TIMEOUT_S = 2.0
+#: A service that answered one of this gateway's requests this recently, and has failed none
+#: since, is answering: readiness needs no probe of it (Kubernetes probes every 5 s).
+_ANSWERED_RECENTLY_S = 5.0
 #: NATS failures that mean "try again later", never a bug in the request.
 _UNREACHABLE = (NoRespondersError, NatsTimeout, ConnectionClosedError, OutboundBufferLimitError)
 
@@ -44,6 +48,9 @@ class Bridge:
         self._nc = nc
         self._js = nc.jetstream()
         self._timeout_s = timeout_s
+        #: Per queue group, when its service last answered this gateway, and last failed to.
+        self._answered_at: dict[str, float] = {}
+        self._failed_at: dict[str, float] = {}
 
     @classmethod
     async def connect(cls, settings: EngramSettings, nkey_seed: str) -> Bridge:
@@ -87,9 +94,12 @@ class Bridge:
                 headers={"Authorization": authorization},
             )
         except NoRespondersError as exc:
+            self._note(op.queue_group, answered=False)
             raise Unavailable(f"no service answers {op.name} right now; retry") from exc
         except _UNREACHABLE as exc:
+            self._note(op.queue_group, answered=False)
             raise Unavailable(f"{op.name} did not answer in time; retry") from exc
+        self._note(op.queue_group, answered=True)
         return bytes(reply.data)
 
     async def publish_session(self, payload: bytes, authorization: str, event_id: str) -> Published:
@@ -110,5 +120,21 @@ class Bridge:
         return Published(int(ack.seq), bool(ack.duplicate))
 
     async def services_running(self) -> dict[str, bool]:
-        """Whether some instance of each service runs (its liveness probe answers)."""
-        return await services_alive(self._nc, SERVICES, _PROBE_TIMEOUT_S)
+        """Whether some instance of each service runs. A service that answered one of this
+        gateway's requests in the last few seconds, and failed none since, runs — its probe would
+        only wait behind its work on a starved machine while it answers every request. The others
+        are asked their liveness probe (``shared.liveness``; distill and embed serve no request)."""
+        running = {service: self._answered_recently(service) for service in SERVICES}
+        ask = [service for service, known in running.items() if not known]
+        if ask:
+            running |= await services_alive(self._nc, ask, _PROBE_TIMEOUT_S)
+        return running
+
+    def _note(self, group: str, *, answered: bool) -> None:
+        (self._answered_at if answered else self._failed_at)[group] = time.monotonic()
+
+    def _answered_recently(self, group: str) -> bool:
+        answered = self._answered_at.get(group)
+        if answered is None or answered < self._failed_at.get(group, 0.0):
+            return False
+        return time.monotonic() - answered < _ANSWERED_RECENTLY_S

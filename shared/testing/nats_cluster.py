@@ -12,12 +12,13 @@ import asyncio
 import json
 import signal
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shared.embedded.nats_server import find_nats_server, free_port, port_in_use
+from shared.embedded.nats_server import find_nats_server, free_port
 
 __all__ = ["ClusterNode", "NatsCluster"]
 
@@ -106,14 +107,18 @@ class ClusterNode:
             data: dict[str, Any] = json.loads(reply.read())
         return data
 
-    def healthy(self) -> bool:
-        """JetStream is up on this node and current with the cluster (``/healthz`` answers ok)."""
-        if not self.running or not port_in_use(self.monitor_port, self.host):
-            return False
+    def health(self) -> str:
+        """``ok`` when JetStream is up on this node and current with the cluster; else why not:
+        not running, no answer, or what ``/healthz`` said (a stream or consumer not current yet…)."""
+        if not self.running:
+            return "not running"
         try:
-            return self.monitor("/healthz").get("status") == "ok"
-        except OSError:  # 503 (not current yet) or connection refused
-            return False
+            status = self.monitor("/healthz")
+        except urllib.error.HTTPError as err:  # 503: the body says what is not current
+            status = json.loads(err.read() or b"{}")
+        except OSError as err:
+            return f"no answer ({type(err).__name__})"
+        return "ok" if status.get("status") == "ok" else str(status.get("error") or status)
 
 
 class NatsCluster:
@@ -149,8 +154,8 @@ class NatsCluster:
             dead = [n.name for n in targets if not n.running]
             if dead:
                 raise RuntimeError(f"nats-server {', '.join(dead)} exited; see its nats-server.log")
-            states = await asyncio.gather(*(asyncio.to_thread(n.healthy) for n in targets))
-            if all(states):
+            states = await asyncio.gather(*(asyncio.to_thread(n.health) for n in targets))
+            if all(state == "ok" for state in states):
                 return
             if loop.time() > deadline:
                 health = dict(zip([n.name for n in targets], states, strict=True))

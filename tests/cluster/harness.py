@@ -39,6 +39,7 @@ from shared.nats_auth.permissions import (
 )
 from shared.nats_auth.render import NatsUser, render_authorization
 from shared.testing.nats_cluster import NatsCluster
+from tests.platform import until_nothing_missing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,6 +55,15 @@ DEPLOYMENT: dict[tuple[str, ...], int] = {
     (GATEWAY,): 2,
 }
 PLATFORM_INBOX = "_INBOX_platform"
+#: How long the harness waits for one ``/readyz`` answer: above the gateway's own bound on each
+#: service's probe answer (2 s, ``services/gateway/bridge.py``), so a 503 naming the silent service
+#: arrives rather than a client timeout that names nothing.
+READYZ_TIMEOUT_S = 5.0
+#: Between two looks at every process's readiness (all at once). Each look costs the deployment work (every
+#: process pings Postgres; a gateway may probe the services), so the harness looks about as often
+#: as an orchestrator does (Kubernetes: every 5 s), not ten times a second, and does not load the
+#: deployment whose recovery it times.
+READINESS_LOOK_S = 1.0
 _EVERYTHING = Permissions(
     publish=(Grant("test observer", (">",)),), subscribe=(Grant("test observer", (">",)),)
 )
@@ -115,7 +125,7 @@ class ServiceProcess:
         self.starts += 1
         if self._log is not None:
             self._log.close()
-        self._log = (self._log_dir / f"{self.label}.{self.starts}.log").open("wb")
+        self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "services.cli.main", "serve", *self.names],
             cwd=REPO,
@@ -125,31 +135,53 @@ class ServiceProcess:
         )
 
     @property
+    def log_path(self) -> Path:
+        """The log of its current (or last) start."""
+        return self._log_dir / f"{self.label}.{self.starts}.log"
+
+    @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def base_url(self) -> str:
+        """Where its probes answer (and, for a gateway, its HTTP API)."""
+        return f"http://127.0.0.1:{self.health_port}"
+
     def readyz(self) -> tuple[int, dict[str, Any]]:
-        """``/readyz``'s status and body; (0, {}) when nothing answers."""
+        """``/readyz``'s status and body; 0 and ``{"error": …}`` when nothing answers."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as r:
+            url = f"{self.base_url}/readyz"
+            with urllib.request.urlopen(url, timeout=READYZ_TIMEOUT_S) as r:  # noqa: S310 (http://, ours)
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"{}")
-        except OSError:
-            return 0, {}
+        except OSError as err:
+            return 0, {"error": f"{type(err).__name__}: {getattr(err, 'reason', err)}"}
+
+    def readiness(self) -> str:
+        """ "" when ready; else what its probe said: exited, no answer, or which checks fail."""
+        if not self.alive:
+            return f"exited ({self.proc.returncode if self.proc else 'never started'}); see {self.log_path}"
+        code, body = self.readyz()
+        if code == 200:
+            return ""
+        if code == 0:
+            return f"/readyz did not answer ({body.get('error')})"
+        checks = body.get("checks") or {}
+        failing = [name for name, ok in checks.items() if not ok]
+        return f"/readyz {code}, failing: {', '.join(failing) or body}"
 
     async def wait_ready(self, timeout_s: float = 120.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while loop.time() < deadline:
+        async def missing() -> list[str]:
             if not self.alive:
                 raise RuntimeError(
-                    f"{self.label} exited ({self.proc.returncode if self.proc else '?'}); see its log"
+                    f"{self.label} exited ({self.proc.returncode if self.proc else '?'}); see {self.log_path}"
                 )
-            if port_in_use(self.health_port) and (await asyncio.to_thread(self.readyz))[0] == 200:
-                return
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.label} not ready after {timeout_s}s: {self.readyz()}")
+            seen = await asyncio.to_thread(self.readiness)
+            return [f"{self.label}: {seen}"] if seen else []
+
+        await until_nothing_missing(missing, what=f"{self.label} ready", timeout=timeout_s)
 
     def kill9(self) -> None:
         assert self.proc is not None, f"{self.label} never started"
@@ -233,7 +265,13 @@ class Cluster:
         return [p for p in self.processes if p.names == tuple(names)]
 
     async def wait_all_ready(self, timeout_s: float = 180.0) -> None:
-        await asyncio.gather(*(p.wait_ready(timeout_s) for p in self.processes))
+        async def missing() -> list[str]:
+            seen = await asyncio.gather(*(asyncio.to_thread(p.readiness) for p in self.processes))
+            return [f"{p.label}: {s}" for p, s in zip(self.processes, seen, strict=True) if s]
+
+        await until_nothing_missing(
+            missing, what="every process ready", timeout=timeout_s, interval=READINESS_LOOK_S
+        )
 
     def nats_options(self, seed: str, inbox: str) -> dict[str, Any]:
         return {

@@ -31,7 +31,8 @@ from uuid import uuid4
 
 import nats
 from nats.aio.client import Client
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
 
 from contracts.common import Principal
 from shared.auth import ALL_PERMISSIONS, TokenService
@@ -39,15 +40,37 @@ from shared.db.engine import Database
 from shared.db.models import MemoryEntry
 from shared.nats_auth.permissions import GATEWAY
 from shared.policy import normalize
-from tests.cluster.harness import PLATFORM_INBOX, Cluster, ServiceProcess, running_cluster
-from tests.cluster.workload import Workload, session_for, tag, until, victim
+from tests.cluster.harness import (
+    PLATFORM_INBOX,
+    READINESS_LOOK_S,
+    Cluster,
+    ServiceProcess,
+    running_cluster,
+)
+from tests.cluster.recovery import Recovery
+from tests.cluster.workload import RECALLS, Purge, Workload, session_for, tag, victim
 from tests.faults.workload import (
     audit_count,
     expected_lessons,
+    outbox_size,
     raise_cap,
     saved_and_reinforced,
     written_events,
 )
+from tests.platform import until_nothing_missing
+
+#: The share of its time the one recall process (embed and recall together: a Qdrant Edge store is
+#: one process's) may spend on the workload's recalls; the rest is headroom for its embedding and
+#: for the backlog a fault leaves.
+RECALL_BUSY_SHARE = 0.5
+#: The workload never runs below this share of its nominal rates (every phase sees requests over
+#: every transport).
+MIN_INTENSITY = 0.1
+#: The bound on each fault's recovery (every condition of ``Recovery.missing``).
+RECOVERY_TIMEOUT_S = 240.0
+#: What a look at the deployment may raise while the part it reads recovers (a consumer info
+#: request while a stream elects its leader, a query while Postgres restarts): "not yet".
+TRANSIENT = (OSError, TimeoutError, nats.errors.Error, DBAPIError)
 
 
 @dataclass(frozen=True)
@@ -102,6 +125,8 @@ class FaultRow:
     http_failed_during: int = 0
     http_failed_after: int = 0
     http_failovers: int = 0
+    #: The share of the nominal rates the workload ran at (``fit_intensity``).
+    intensity: float = 1.0
     note: str = ""
     errors: dict[str, int] = field(default_factory=dict)
     errors_after: dict[str, int] = field(default_factory=dict)
@@ -140,7 +165,7 @@ class Report:
             f"{'fault':<24} {'sessions':>8} {'requests':>8} {'failed':>6} {'outage s':>8} {'recover s':>9} "
             f"{'after':>5} {'lost':>4} {'dup':>3} {'miscount':>8} {'redeliv':>7} {'retries':>7} "
             f"{'pub outage s':>12} {'purged left':>11} {'http':>5} {'http fail':>9} {'http after':>10} "
-            f"{'failover':>8}"
+            f"{'failover':>8} {'pace':>5}"
         )
         lines = [head, "-" * len(head)]
         for r in self.rows:
@@ -149,7 +174,8 @@ class Report:
                 f"{r.recover_s:>9.1f} {r.failed_after_recovery:>5} {r.lost:>4} {r.duplicated:>3} "
                 f"{r.miscounted:>8} {r.redelivered:>7} {r.publish_retries:>7} "
                 f"{r.publish_outage_s:>12.1f} {r.purged_left:>11} {r.http_requests:>5} "
-                f"{r.http_failed_during:>9} {r.http_failed_after:>10} {r.http_failovers:>8}"
+                f"{r.http_failed_during:>9} {r.http_failed_after:>10} {r.http_failovers:>8} "
+                f"{r.intensity:>5.2f}"
             )
         lines.append(
             f"sessions {self.sessions}, lessons {self.lessons}, memory.written {self.memory_written} "
@@ -176,31 +202,29 @@ class Scenario:
         self.nc: Client
         self.observer: Client
         self.work: Workload
+        self.recovery: Recovery
 
     # -- conditions ---------------------------------------------------------------------------
 
-    def _recall_ok_since(self, since: float, kind: str = "recall") -> bool:
-        return any(o.ok and o.kind == kind and o.at >= since for o in self.work.outcomes)
-
-    def _published_since(self, since: float, transport: str) -> bool:
-        return any(at >= since and t == transport for at, t in self.work.publish_acks)
-
     async def _restored(self, since: float) -> None:
-        """Every process ready, and a recall answered and a session acknowledged, over NATS and
-        over HTTP, all issued after ``since`` (a stream still electing its leader after a node
-        died refuses publishes while recall answers)."""
+        """Until the deployment serves again after the fault at ``since`` (``Recovery.missing``)."""
+        await until_nothing_missing(
+            lambda: self.recovery.missing(since),
+            what="the deployment serving again",
+            timeout=RECOVERY_TIMEOUT_S,
+            interval=READINESS_LOOK_S,
+            transient=TRANSIENT,
+        )
 
-        async def check() -> bool:
-            codes = await asyncio.gather(*(asyncio.to_thread(p.readyz) for p in self.cluster.processes))
-            return (
-                all(c[0] == 200 for c in codes)
-                and self._recall_ok_since(since)
-                and self._recall_ok_since(since, "http-recall")
-                and self._published_since(since, "nats")
-                and self._published_since(since, "http")
-            )
+    async def _recall_answers(self, since: float, without: str) -> None:
+        """Until a recall issued after ``since`` is answered over NATS (``without`` a part)."""
 
-        await until(check, "the deployment serving again", timeout_s=240)
+        async def missing() -> list[str]:
+            return self.recovery.requests_missing(since, "recall")
+
+        await until_nothing_missing(
+            missing, what=f"recall answering without {without}", timeout=RECOVERY_TIMEOUT_S
+        )
 
     async def _owner_rows(self, owner: dict[str, str]) -> int:
         key = f"{owner['kind']}:{owner['id']}"
@@ -249,26 +273,37 @@ class Scenario:
         await asyncio.gather(*(self.work.publish(p, -number) for p in sessions))
         want = len(expected_lessons(sessions))
 
-        async def victim_stored() -> bool:
-            return await self._owner_rows(owner) >= want
+        async def victim_unstored() -> list[str]:
+            stored = await self._owner_rows(owner)
+            return [] if stored >= want else [f"{stored} of {want} lessons of {owner['id']} stored"]
 
-        await until(victim_stored, f"{name}: the victim's lessons stored")
-        await until(lambda: _elapsed(start, self.pace.steady_s), "steady workload")
+        await until_nothing_missing(
+            victim_unstored, what=f"{name}: the victim's lessons stored", timeout=RECOVERY_TIMEOUT_S
+        )
+        await _steady(start, self.pace.steady_s)
+        recalls = [o.seconds for o in self.work.outcomes if o.at >= start and o.kind in RECALLS]
+        self.work.intensity = row.intensity = fit_intensity(recalls, self.work.recalls_per_s)
 
         t_fault = time.monotonic()
         notes = [await inject()]
-        purge = self.work.spawn(self._purge_until_done(owner))
+        purge = Purge(self.nc, self.token, self.agent, owner)
+        purging = self.work.spawn(purge.until_receipt())
         notes.append(await repair())
         await self._restored(t_fault)
-        await purge
+
+        async def unpurged() -> list[str]:
+            return [] if purging.done() else [purge.status()]
+
+        await until_nothing_missing(unpurged, what=f"{name}: the victim's purge", timeout=RECOVERY_TIMEOUT_S)
+        await purging  # its error, if it failed
         t_rec = time.monotonic()
-        await until(lambda: _elapsed(t_rec, self.pace.steady_s), "steady workload after recovery")
+        await _steady(t_rec, self.pace.steady_s)
         end = time.monotonic()
 
         failed = self.work.failures(t_fault, t_rec)
         row.requests = self.work.count(t_fault, t_rec)
         row.failed_during = len(failed)
-        row.outage_s = (failed[-1].at - failed[0].at) if failed else 0.0
+        row.outage_s = (max(o.at for o in failed) - min(o.at for o in failed)) if failed else 0.0
         row.recover_s = t_rec - t_fault
         after = self.work.failures(t_rec, end)
         row.failed_after_recovery = len(after)
@@ -281,7 +316,7 @@ class Scenario:
         row.note = "; ".join(n for n in notes if n)
         acked_after = sum(len(v) for v in self.work.acked.values())
         row.publish_retries = self.work.publish_retries - retries_before
-        unacked = [t for t in self.work.publish_failures if t_fault <= t < t_rec]
+        unacked = [p.at for p in self.work.publishes if not p.ok and t_fault <= p.at < t_rec]
         row.publish_outage_s = (max(unacked) - min(unacked)) if unacked else 0.0
         row.redelivered = max(
             0, (await self._deliveries() - deliveries_before) - 2 * (acked_after - acked_before)
@@ -290,23 +325,6 @@ class Scenario:
         print(
             f"  {name}: recovered in {row.recover_s:.1f}s, {row.failed_during} failed, {row.note}", flush=True
         )
-
-    async def _purge_until_done(self, owner: dict[str, str]) -> None:
-        """A governance caller purging an owner, retrying across the fault until a receipt comes."""
-        body = {"agent_config_id": str(self.agent), "actor_ref": f"{owner['kind']}:{owner['id']}"}
-        while True:
-            try:
-                reply = await self.nc.request(
-                    "engram.memory.purge",
-                    json.dumps(body).encode(),
-                    timeout=5,
-                    headers={"Authorization": f"Bearer {self.token}"},
-                )
-                if "error" not in json.loads(reply.data):
-                    return
-            except (TimeoutError, nats.errors.Error):
-                pass
-            await asyncio.sleep(0.5)
 
     # -- the faults ---------------------------------------------------------------------------
 
@@ -331,6 +349,7 @@ class Scenario:
             http_recall_rate=pace.http_recall_rate,
             http_session_every=pace.http_session_every,
         )
+        self.recovery = Recovery(cluster, self.work, self.db, self.org)
         self.work.start()
         try:
             await self._faults()
@@ -349,7 +368,7 @@ class Scenario:
             node = cluster.nats.node(leader)
             node.kill()
             since = time.monotonic()
-            await until(lambda: _true(self._recall_ok_since(since)), "recall answering without the node")
+            await self._recall_answers(since, without=f"NATS node {leader}")
             return f"killed {leader}; served again without it after {time.monotonic() - since:.1f}s"
 
         async def restart_node() -> str:
@@ -391,7 +410,7 @@ class Scenario:
             cluster.redis.stop()
             since = time.monotonic()
             # The caches degrade to misses: recall keeps answering while Redis is gone.
-            await until(lambda: _true(self._recall_ok_since(since)), "recall answering without Redis")
+            await self._recall_answers(since, without="Redis")
             return ""
 
         async def start_redis() -> str:
@@ -405,13 +424,17 @@ class Scenario:
     async def _report(self, started: float) -> Report:
         total = sum(len(v) for v in self.work.acked.values())
 
-        async def distilled() -> bool:
-            return await audit_count(self.db, self.org, "distill.completed") >= total
+        async def undistilled() -> list[str]:
+            done = await audit_count(self.db, self.org, "distill.completed")
+            return [] if done >= total else [f"{done} of {total} acknowledged sessions distilled"]
 
-        await until(distilled, "every acknowledged session distilled", timeout_s=300)
+        await until_nothing_missing(
+            undistilled, what="every acknowledged session distilled", timeout=300, transient=TRANSIENT
+        )
         js = self.observer.jetstream()
 
-        async def drained() -> bool:
+        async def undrained() -> list[str]:
+            left = []
             for stream, durable in (
                 ("ENGRAM_SESSIONS", "ingest"),
                 ("ENGRAM_SESSIONS", "distill"),
@@ -419,11 +442,15 @@ class Scenario:
             ):
                 info = await js.consumer_info(stream, durable)
                 if info.num_pending or info.num_ack_pending:
-                    return False
-            async with self.db.read() as s:
-                return int((await s.execute(text("SELECT count(*) FROM outbox"))).scalar_one()) == 0
+                    left.append(
+                        f"{durable}: {info.num_pending} pending, {info.num_ack_pending} unacknowledged"
+                    )
+            outbox = await outbox_size(self.db)
+            return left + ([f"outbox: {outbox} rows"] if outbox else [])
 
-        await until(drained, "consumers drained and the outbox empty", timeout_s=300)
+        await until_nothing_missing(
+            undrained, what="consumers drained and the outbox empty", timeout=300, transient=TRANSIENT
+        )
         async with self.db.read() as s:
             rows = list(
                 (await s.execute(select(MemoryEntry).where(MemoryEntry.org_id == self.org))).scalars()
@@ -493,12 +520,21 @@ def _restart(process: ServiceProcess) -> Callable[[], Awaitable[str]]:
     return repair
 
 
-async def _elapsed(since: float, seconds: float) -> bool:
-    return time.monotonic() - since >= seconds
+def fit_intensity(answer_times: list[float], recalls_per_s: float) -> float:
+    """The share of the nominal rates at which the workload keeps the recall process busy at
+    most ``RECALL_BUSY_SHARE`` of its time, from the median answer time of recent recalls (timed
+    out ones included, at their timeout): 1 on a quiet machine, less where every process gets a
+    sliver of a core. The faults, not an overloaded process, are what the scenario measures."""
+    if not answer_times:
+        return 1.0
+    median = sorted(answer_times)[len(answer_times) // 2]
+    return max(MIN_INTENSITY, min(1.0, RECALL_BUSY_SHARE / (median * recalls_per_s)))
 
 
-async def _true(value: bool) -> bool:
-    return value
+async def _steady(since: float, seconds: float) -> None:
+    """Let the workload run on until ``seconds`` have passed since ``since`` (a span of steady
+    load the phase measures, not a wait for a condition)."""
+    await asyncio.sleep(max(0.0, since + seconds - time.monotonic()))
 
 
 async def run(root: Path, pace: Pace) -> Report:

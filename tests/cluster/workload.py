@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -40,6 +40,8 @@ OWNERS = [
 REQUEST_TIMEOUT_S = 5.0
 #: An HTTP request's bound: above the gateway's own NATS timeout (10 s), so its 503 arrives first.
 HTTP_TIMEOUT_S = 15.0
+#: The kinds of the workload's recalls (over NATS, through a gateway).
+RECALLS = ("recall", "http-recall")
 #: A session is retried until acknowledged for at most this long (then the run fails).
 PUBLISH_DEADLINE_S = 300.0
 
@@ -80,14 +82,31 @@ def session_for(org: UUID, agent: UUID, i: int, phase: int, owner: dict[str, str
 
 @dataclass
 class Outcome:
+    """One request or publish attempt: when it was issued, what it was, how it ended."""
+
     at: float
     kind: str
     ok: bool
     error: str = ""
+    #: The gateway (base URL) that answered an HTTP request, or was tried last when none did.
+    via: str = ""
+    #: From issue to answer (or to giving up).
+    seconds: float = 0.0
 
     @property
     def http(self) -> bool:
         return self.kind.startswith("http-")
+
+
+@dataclass
+class Publish:
+    """One attempt to have a session acknowledged, over ``transport`` ("nats" or "http")."""
+
+    at: float
+    transport: str
+    session_id: str
+    ok: bool
+    error: str = ""
 
 
 @dataclass
@@ -106,16 +125,18 @@ class Workload:
     acked: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     outcomes: list[Outcome] = field(default_factory=list)
     publish_retries: int = 0
-    #: When each unacknowledged publish attempt was made (to time the publish outage of a fault).
-    publish_failures: list[float] = field(default_factory=list)
-    #: When each acknowledged publish attempt was made, and over which transport ("nats", "http").
-    publish_acks: list[tuple[float, str]] = field(default_factory=list)
+    #: Every publish attempt, acknowledged or not (to time a fault's publish outage, and to tell
+    #: which transport has not published since).
+    publishes: list[Publish] = field(default_factory=list)
     gateways: list[str] = field(default_factory=list)
     http_recall_rate: float = 0.0
     #: Every n-th session goes through a gateway (0: none).
     http_session_every: int = 0
     #: HTTP requests sent to the other gateway replica after the first failed to answer.
     http_failovers: int = 0
+    #: The share of the rates above that the workload runs at (set from the deployment's measured
+    #: answer times: ``tests.cluster.scenario.fit_intensity``).
+    intensity: float = 1.0
     _http: httpx.AsyncClient | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
@@ -136,15 +157,12 @@ class Workload:
                     headers={"Authorization": f"Bearer {self.token}", "Nats-Msg-Id": payload["event_id"]},
                     timeout=REQUEST_TIMEOUT_S,
                 )
-                self.acked.setdefault(phase, []).append(payload)
-                self.publish_acks.append((at, "nats"))
-                return
             except (TimeoutError, nats.errors.Error) as exc:
-                self.publish_retries += 1
-                self.publish_failures.append(at)
-                if loop.time() > deadline:
-                    raise AssertionError(f"a session was not acknowledged in {PUBLISH_DEADLINE_S}s") from exc
+                self._unacknowledged(Publish(at, "nats", payload["session_id"], False, _error(exc)), deadline)
                 await asyncio.sleep(0.25)
+                continue
+            self._acknowledged(Publish(at, "nats", payload["session_id"], True), payload, phase)
+            return
 
     async def publish_http(self, payload: dict[str, Any], phase: int, n: int) -> None:
         """Until a gateway answers 202: retried with the same ``event_id`` (a 202 may have been
@@ -152,16 +170,26 @@ class Workload:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PUBLISH_DEADLINE_S
         while True:
-            at = time.monotonic()
-            if await self.http("http-session", "/v1/sessions", payload, n) is not None:
-                self.acked.setdefault(phase, []).append(payload)
-                self.publish_acks.append((at, "http"))
+            outcome, answer = await self.http("http-session", "/v1/sessions", payload, n)
+            attempt = Publish(outcome.at, "http", payload["session_id"], outcome.ok, outcome.error)
+            if answer is not None:
+                self._acknowledged(attempt, payload, phase)
                 return
-            self.publish_retries += 1
-            self.publish_failures.append(at)
-            if loop.time() > deadline:
-                raise AssertionError(f"a session was not accepted over HTTP in {PUBLISH_DEADLINE_S}s")
+            self._unacknowledged(attempt, deadline)
             await asyncio.sleep(0.25)
+
+    def _acknowledged(self, attempt: Publish, payload: dict[str, Any], phase: int) -> None:
+        self.publishes.append(attempt)
+        self.acked.setdefault(phase, []).append(payload)
+
+    def _unacknowledged(self, attempt: Publish, deadline: float) -> None:
+        self.publishes.append(attempt)
+        self.publish_retries += 1
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(
+                f"session {attempt.session_id} was not acknowledged over {attempt.transport} in "
+                f"{PUBLISH_DEADLINE_S:.0f}s; the last attempt: {attempt.error}"
+            )
 
     def spawn(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(work)
@@ -178,7 +206,7 @@ class Workload:
                 self.spawn(self.publish_http(payload, self.phase, i))
             else:
                 self.spawn(self.publish(payload, self.phase))
-            await asyncio.sleep(1 / self.session_rate)
+            await asyncio.sleep(1 / (self.session_rate * self.intensity))
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -194,21 +222,26 @@ class Workload:
             )
             data: dict[str, Any] = json.loads(reply.data)
         except (TimeoutError, nats.errors.Error) as exc:
-            self.outcomes.append(Outcome(at, kind, False, type(exc).__name__))
+            self.outcomes.append(Outcome(at, kind, False, _error(exc), seconds=time.monotonic() - at))
             return None
         if "error" in data:
-            self.outcomes.append(Outcome(at, kind, False, str(data["error"].get("code"))))
+            error = str(data["error"].get("code"))
+            self.outcomes.append(Outcome(at, kind, False, error, seconds=time.monotonic() - at))
             return None
-        self.outcomes.append(Outcome(at, kind, True))
+        self.outcomes.append(Outcome(at, kind, True, seconds=time.monotonic() - at))
         return data
 
-    async def http(self, kind: str, path: str, body: dict[str, Any], n: int) -> dict[str, Any] | None:
+    async def http(
+        self, kind: str, path: str, body: dict[str, Any], n: int
+    ) -> tuple[Outcome, dict[str, Any] | None]:
         """One HTTP request, to gateway ``n mod replicas`` first and to the next on a connection
-        error or a 503 (client-side failover); its outcome is recorded. Returns the body when 2xx.
-        Any other status is the service's answer, recorded as a failure (the envelope's code)."""
+        error or a 503 (client-side failover); its outcome is recorded and returned, with the body
+        when 2xx. Any other status is the service's answer, recorded as a failure (the envelope's
+        code)."""
         assert self._http is not None, "the workload is not started"
         at = time.monotonic()
         error = ""
+        base = ""
         for attempt in range(len(self.gateways)):
             if attempt:
                 self.http_failovers += 1
@@ -218,17 +251,24 @@ class Workload:
                     base + path, json=body, headers={"Authorization": f"Bearer {self.token}"}
                 )
             except httpx.TransportError as exc:
-                error = type(exc).__name__
+                error = _error(exc)
                 continue
             if response.is_success:
-                self.outcomes.append(Outcome(at, kind, True))
+                outcome = Outcome(at, kind, True, via=base, seconds=time.monotonic() - at)
+                self.outcomes.append(outcome)
                 data: dict[str, Any] = response.json()
-                return data
+                return outcome, data
             error = f"{response.status_code}:{_code(response)}"
             if response.status_code != 503:
                 break
-        self.outcomes.append(Outcome(at, kind, False, error))
-        return None
+        outcome = Outcome(at, kind, False, error, via=base, seconds=time.monotonic() - at)
+        self.outcomes.append(outcome)
+        return outcome, None
+
+    @property
+    def recalls_per_s(self) -> float:
+        """Recalls issued per second at full intensity (over NATS and HTTP)."""
+        return self.recall_rate + (self.http_recall_rate if self.gateways else 0.0)
 
     def recall_body(self, owner: dict[str, str], n: int) -> dict[str, Any]:
         strategy = ("last_k", "hybrid", "semantic")[n % 3]
@@ -242,14 +282,14 @@ class Workload:
         while True:
             n += 1
             self.spawn(self.request("recall", "engram.recall", self.recall_body(OWNERS[n % 3], n)))
-            await asyncio.sleep(1 / self.recall_rate)
+            await asyncio.sleep(1 / (self.recall_rate * self.intensity))
 
     async def _http_recalls(self) -> None:
         n = 0
         while True:
             n += 1
             self.spawn(self.http("http-recall", "/v1/recall", self.recall_body(OWNERS[n % 3], n), n))
-            await asyncio.sleep(1 / self.http_recall_rate)
+            await asyncio.sleep(1 / (self.http_recall_rate * self.intensity))
 
     async def _governance(self) -> None:
         n = 0
@@ -267,7 +307,7 @@ class Workload:
                 self.spawn(
                     self.request("governance", "engram.config.get", {"agent_config_id": str(self.agent)})
                 )
-            await asyncio.sleep(1 / self.governance_rate)
+            await asyncio.sleep(1 / (self.governance_rate * self.intensity))
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -300,6 +340,40 @@ class Workload:
         return sum(1 for o in self.outcomes if start <= o.at < end and (o.http or not http))
 
 
+class Purge:
+    """A governance caller purging ``owner``, retrying across a fault until a receipt comes."""
+
+    def __init__(self, nc: Client, token: str, agent: UUID, owner: dict[str, str]) -> None:
+        self._nc = nc
+        self._token = token
+        self._body = {"agent_config_id": str(agent), "actor_ref": f"{owner['kind']}:{owner['id']}"}
+        self.attempts = 0
+        self.last_error = ""
+
+    async def until_receipt(self) -> None:
+        while True:
+            self.attempts += 1
+            try:
+                reply = await self._nc.request(
+                    "engram.memory.purge",
+                    json.dumps(self._body).encode(),
+                    timeout=REQUEST_TIMEOUT_S,
+                    headers={"Authorization": f"Bearer {self._token}"},
+                )
+                answer = json.loads(reply.data)
+                if "error" not in answer:
+                    return
+                self.last_error = str(answer["error"].get("code"))
+            except (TimeoutError, nats.errors.Error) as exc:
+                self.last_error = _error(exc)
+            await asyncio.sleep(0.5)
+
+    def status(self) -> str:
+        """What the purge has seen so far (for a wait that times out)."""
+        last = self.last_error or "in flight"
+        return f"purge of {self._body['actor_ref']}: no receipt in {self.attempts} attempts; the last: {last}"
+
+
 def _code(response: httpx.Response) -> str:
     """The SPEC 9 code of an error answer (the status alone when the body is no envelope)."""
     try:
@@ -308,11 +382,7 @@ def _code(response: httpx.Response) -> str:
         return "?"
 
 
-async def until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 180.0) -> None:
-    """Wait on a condition (a bound, never a speed claim)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for: {what}")
-        await asyncio.sleep(0.1)
+def _error(exc: BaseException) -> str:
+    """An error as the fault table and a timed-out wait show it: its type, and its text if any."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__

@@ -1,6 +1,7 @@
 """The request-reply edge on a real nats-server: instances share an operation's queue group, a
-stopping edge answers what it was delivered and takes nothing more, and each request is handled
-in its caller's trace. (What the edge answers is tested in memory in tests/router/test_edge.py.)"""
+stopping edge answers what it was delivered and takes nothing more, a request that outwaited its
+caller is left, and each request is handled in its caller's trace. (What the edge answers is
+tested in memory in tests/router/test_edge.py.)"""
 
 from __future__ import annotations
 
@@ -63,9 +64,10 @@ async def _serving(
     *,
     observe: Observer[ConfigReply] | None = None,
     tracer_provider: TracerProvider | None = None,
+    edge: Edge | None = None,
 ) -> Edge:
     """An edge answering ``config.get`` by ``config_get`` on ``nc``, its subscription flushed."""
-    edge = Edge(tokens)
+    edge = edge or Edge(tokens)
     edge.serve(CONFIG_GET, config_get, observe=observe)
     await edge.start(nc, tracer_provider=tracer_provider)
     await nc.flush()
@@ -131,6 +133,47 @@ async def test_instances_share_the_queue_group_and_answer_each_request_once(
     assert all(json.loads(r.data)["version"] == 1 for r in replies)
     assert sum(handled.values()) == len(replies)  # once each: a queue group, not two plain subscriptions
     assert set(handled) == {"a", "b"}, handled  # both instances took a share
+
+
+async def test_a_request_that_outwaited_its_caller_is_left_and_fresh_ones_are_answered(
+    server_url: str, client: Client, tokens: TokenService, service_token: str
+) -> None:
+    """A request queued behind a slow one until longer than its caller waits is not worked on
+    (no one would read the answer), so a backlog clears and the next request is answered."""
+    now = [0.0]
+    entered, release = asyncio.Event(), asyncio.Event()
+    handled: list[str] = []
+
+    async def config_get(_: Caller, request: ConfigGet) -> ConfigReply:
+        handled.append(str(request.agent_config_id))
+        if len(handled) == 1:
+            entered.set()
+            await release.wait()
+        return _reply(request)
+
+    nc = await nats.connect(server_url)
+    edge = Edge(tokens, default_wait_s=10.0, clock=lambda: now[0])
+    await _serving(nc, tokens, config_get, edge=edge)
+    headers = _auth(service_token)
+    held = await _held(client, entered, headers)
+    stale = asyncio.ensure_future(client.request(CONFIG_GET.subject, _body(), timeout=60, headers=headers))
+    try:
+
+        async def queued() -> bool:
+            return edge.waiting == 1
+
+        await eventually(queued, timeout=20, what="the second request queued behind the held one")
+        now[0] = 10.5  # the queued request has now waited longer than its caller waits
+        release.set()
+        await asyncio.wait_for(held, 10)
+        fresh = await client.request(CONFIG_GET.subject, _body(), timeout=10, headers=headers)
+    finally:
+        release.set()
+        stale.cancel()
+        await edge.stop()
+        await nc.close()
+    assert json.loads(fresh.data)["version"] == 1
+    assert len(handled) == 2, "the request whose caller had given up was worked on"
 
 
 async def test_a_stopping_edge_answers_what_it_was_delivered_and_takes_nothing_more(
