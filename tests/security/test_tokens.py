@@ -262,10 +262,9 @@ async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
     agent: UUID,
     service_token: str,
 ) -> None:
-    """Forged, foreign and permission-less tokens on published sessions: taken in (JetStream ack;
-    202 over HTTP, where the gateway passes the token on unchanged), then refused by ingest —
-    dead-lettered with their code — and never distilled. A session without a token is refused at
-    the HTTP gateway's door (401, never published) and dead-lettered over NATS."""
+    """Forged, foreign and permission-less tokens on published sessions, never distilled: over
+    NATS taken in (JetStream ack), then refused by ingest — dead-lettered with their code; over
+    HTTP refused before anything is stored (ingest checks ``engram.session.submit`` first)."""
     start = int((await observer_nc.jetstream().stream_info("ENGRAM_DLQ")).state.last_seq)
     trace = [{"tool": "deploy", "input": {}, "error": "remember: the forged lesson"}]
     bad: list[tuple[str, str | None, str]] = [
@@ -330,7 +329,7 @@ async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
         codes=dict(Counter(got)),
         **interface.counts(),
     )
-    assert refused_at_door == (["missing"] if interface.refuses_anonymous_sessions else [])
+    assert refused_at_door == (sorted(taken_in) if interface.checks_sessions_first else [])
     assert got == expected
     assert distilled == 0
     assert forged_completed == []
