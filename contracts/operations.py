@@ -102,8 +102,9 @@ Req = TypeVar("Req", bound=BaseModel)
 Rep = TypeVar("Rep", bound=BaseModel)
 
 #: What a token must hold for the operation at all (``shared.auth`` checks it; handlers may check
-#: more, e.g. ``memory.admin`` to act on another owner's memory).
-Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purge"]
+#: more, e.g. ``memory.admin`` to act on another owner's memory). ``deployment.operator`` is the
+#: deployment's, no organization's (``shared.auth.OPERATOR``).
+Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 #: What a request body may weigh, unless its operation says otherwise (``PAYLOAD_TOO_LARGE``).
 MAX_REQUEST_BYTES = 256 * 1024
@@ -355,11 +356,14 @@ AUDIT_VERIFY = _op(
 OPS_DEAD_LETTERS = _op(
     s.OPS_DEAD_LETTERS, "GET /v1/dead-letters", "memory.admin", DeadLetterQuery, DeadLetterPage,
     served_by="governance-audit", client="dead_letters",
-    summary="The organization's dead letters, newest first: source, code and reason, never the payload.",
+    summary="The organization's dead letters, newest first: source, code and reason, never the payload "
+    "(for the deployment's operator, every organization's and the system organization's).",
 )
 OPS_LAG = _op(
-    s.OPS_LAG, "GET /v1/lag", "memory.admin", LagQuery, LagReply, served_by="governance-audit", client="lag",
-    summary="Message counts of Engram's streams and each durable consumer's pending and unacked messages.",
+    s.OPS_LAG, "GET /v1/lag", "deployment.operator", LagQuery, LagReply,
+    served_by="governance-audit", client="lag",
+    summary="Message counts of Engram's streams and each durable consumer's pending and unacked messages "
+    "(the whole deployment's: its operator's only).",
 )
 # fmt: on
 

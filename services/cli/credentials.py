@@ -16,7 +16,7 @@ from uuid import UUID
 import typer
 
 from contracts.common import Principal
-from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
 from shared.embedded.nats_server import reload_nats_server
 from shared.embedded.stack import connection_file, load_dev_identity
 from shared.nats_auth.keys import new_user_seed, public_key_of
@@ -77,6 +77,11 @@ def _nats_url(data_dir: Path, given: str) -> str:
 
 
 def _client_token(data_dir: Path, org: UUID, name: str, perms: list[str], ttl: int) -> str:
+    if OPERATOR in perms:
+        raise typer.BadParameter(
+            f"a platform client works for one organization and never holds {OPERATOR}; "
+            f"the deployment's operator gets theirs from `engram token mint --perm {OPERATOR}`"
+        )
     unknown = set(perms) - ALL_PERMISSIONS
     if unknown:
         raise typer.BadParameter(

@@ -183,7 +183,13 @@ def test_http_routes_are_versioned_and_their_path_fields_are_request_fields(op: 
             f"{op.http_path}: {field} is not a {op.request.__name__} field"
         )
     assert op.name == op.subject.removeprefix("engram.")
-    assert op.permission in {"memory.read", "memory.write", "memory.admin", "memory.purge"}
+    assert op.permission in {
+        "memory.read",
+        "memory.write",
+        "memory.admin",
+        "memory.purge",
+        "deployment.operator",
+    }
 
 
 def test_lookups() -> None:
