@@ -123,9 +123,9 @@ STREAMS: tuple[StreamDef, ...] = (
         # not live on in the stream); max_age bounds what waits through a long outage.
         max_age_seconds=24 * 3600,
         # The least nats-server allows (0 would mean its two-minute default). Platforms publish
-        # here and choose their own Nats-Msg-Id, so an id in this window is whoever's published it
-        # first: nothing relies on it. ingest and distill drop repeats by their inbox rows, per
-        # organization and only after the token is verified (docs/adr/session-dedupe.md).
+        # here and choose their own Nats-Msg-Id, so an id in this window belongs to whoever
+        # published it first: nothing relies on it. ingest and distill drop repeats by their inbox
+        # rows, per organization and only after the token is verified (docs/adr/session-dedupe.md).
         duplicate_window_seconds=0.1,
         description="Sessions and elective saves on their way in; removed once processed.",
         work_queue=True,

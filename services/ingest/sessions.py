@@ -118,6 +118,8 @@ async def forward(infra: Infra, verified: Sequence[Verified]) -> dict[str, int]:
     async with infra.db.read() as db:
         done = await processed_of(db, CONSUMER, [v.key for v in first])
     todo = [v for v in first if v.key not in done]
+    if not todo:
+        return {}
     # Signed as ingest's (distill believes nothing else), and without a Nats-Msg-Id: the stream
     # platforms publish to would let anyone claim one first. A re-forward after a crash reaches
     # distill again, whose inbox drops it.
