@@ -32,6 +32,7 @@ from contracts.requests import (
     ConfigReply,
     SaveEntry,
     SaveOutcome,
+    SessionAccepted,
 )
 
 __all__ = ["EngramClient"]
@@ -93,16 +94,23 @@ class EngramClient:
         return {"Authorization": f"Bearer {self._token}", **extra}
 
     async def publish_session(self, session: SessionEnded | dict[str, Any]) -> int:
-        """Publish ``engram.session.ended`` (JetStream, deduplicated by ``event_id``); returns
-        the stream sequence."""
+        """Publish ``engram.session.ended`` (JetStream: acknowledged once stored, checked after);
+        returns the stream sequence. Publishing the same ``event_id`` again is a no-op in effect:
+        ingest takes each organization's event once, after verifying the token. No Nats-Msg-Id
+        is sent — JetStream would drop this session if anyone had published that id first."""
         model = session if isinstance(session, SessionEnded) else SessionEnded.model_validate(session)
         with refusal_raised(self._refusals):
             ack = await self._js.publish(
-                ops.SESSION_ENDED.subject,
-                model.model_dump_json().encode(),
-                headers=self._headers(**{"Nats-Msg-Id": str(model.event_id)}),
+                ops.SESSION_ENDED.subject, model.model_dump_json().encode(), headers=self._headers()
             )
         return int(ack.seq)
+
+    async def submit_session(self, session: SessionEnded | dict[str, Any]) -> SessionAccepted:
+        """``engram.session.submit``: the session checked before it is stored — a token or tenancy
+        that does not pass is raised here (``UNAUTHENTICATED``, ``FORBIDDEN``) rather than
+        dead-lettered — and ``duplicate`` when this organization's ``event_id`` was taken before."""
+        model = session if isinstance(session, SessionEnded) else SessionEnded.model_validate(session)
+        return await self._call(ops.SESSION_SUBMIT, model.model_dump(mode="json"))
 
     # nats-py takes a timeout per request; so does this thin wrapper.
     async def request(self, subject: str, payload: dict[str, Any], *, timeout: float | None = None) -> Any:  # noqa: ASYNC109

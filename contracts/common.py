@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from typing import Literal
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Inbound", "Outbound", "Principal", "PrincipalKind"]
+__all__ = ["SYSTEM_ORG", "Inbound", "Outbound", "Principal", "PrincipalKind"]
 
 PrincipalKind = Literal["none", "end_user", "actor", "service"]
+#: The organization of records about input that named no organization Engram can trust (no valid
+#: token): the deployment's, "operator-scoped" — no tenant is shown them, the deployment's operator
+#: is (docs/adr/0082-operator-scoped-rejects.md).
+SYSTEM_ORG = UUID(int=0)
 
 # Ids are opaque strings chosen by platforms; bound their size and forbid control characters
 # and separators that would make ``actor_ref`` ambiguous.

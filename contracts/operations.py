@@ -18,7 +18,14 @@ from typing import Any, Generic, Literal, TypeVar, cast, get_args
 from pydantic import BaseModel, ValidationError
 
 from contracts import subjects as s
-from contracts.events import AuditEvent, DeadLetter, MemoryPurged, MemoryWritten, SessionEnded
+from contracts.events import (
+    MAX_SESSION_BYTES,
+    AuditEvent,
+    DeadLetter,
+    MemoryPurged,
+    MemoryWritten,
+    SessionEnded,
+)
 from contracts.governance import (
     DeleteRequest,
     ExportRequest,
@@ -62,6 +69,7 @@ __all__ = [
     "AUDIT_VERIFY",
     "CONFIG_GET",
     "CONFIG_PUT",
+    "MAX_REQUEST_BYTES",
     "MEMORY_DELETE",
     "MEMORY_EXPORT",
     "MEMORY_FEEDBACK",
@@ -77,6 +85,7 @@ __all__ = [
     "RECALL",
     "RECALL_EXPAND",
     "SESSION_ENDED",
+    "SESSION_SUBMIT",
     "STREAMS",
     "HttpMethod",
     "Operation",
@@ -93,9 +102,12 @@ Req = TypeVar("Req", bound=BaseModel)
 Rep = TypeVar("Rep", bound=BaseModel)
 
 #: What a token must hold for the operation at all (``shared.auth`` checks it; handlers may check
-#: more, e.g. ``memory.admin`` to act on another owner's memory).
-Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purge"]
+#: more, e.g. ``memory.admin`` to act on another owner's memory). ``deployment.operator`` is the
+#: deployment's, no organization's (``shared.auth.OPERATOR``).
+Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+#: What a request body may weigh, unless its operation says otherwise (``PAYLOAD_TOO_LARGE``).
+MAX_REQUEST_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -131,6 +143,8 @@ class Operation(Generic[Req, Rep]):
     #: The reply leaves out the fields its handler did not set, rather than sending their
     #: defaults (recall: a format's absent fields stay absent).
     sparse_reply: bool = False
+    #: The largest request body taken (over NATS and HTTP alike).
+    max_request_bytes: int = MAX_REQUEST_BYTES
 
     @property
     def reply(self) -> type[Rep]:
@@ -170,11 +184,6 @@ class Stream:
     summary: str
     #: Platforms publish or read it; otherwise only Engram's services do.
     public: bool = True
-    #: For the one stream platforms publish to, its HTTP route (answered after the JetStream ack)
-    #: and what that answers.
-    http_method: HttpMethod | None = None
-    http_path: str | None = None
-    http_reply: type[BaseModel] | None = None
 
 
 # -- request-reply ------------------------------------------------------------------------------
@@ -193,6 +202,7 @@ def _op(
     timeout_s: float | None = None,
     tool: tuple[str, str] | None = None,
     sparse_reply: bool = False,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> Operation[Req, Rep]:
     """One row of the table: the wire facts positionally — subject, HTTP route (``"GET /v1/x"``),
     permission, request and reply models — and the rest by name (``tool``: the MCP tool's name and
@@ -216,6 +226,7 @@ def _op(
         mcp_description=tool[1] if tool else None,
         timeout_s=timeout_s,
         sparse_reply=sparse_reply,
+        max_request_bytes=max_request_bytes,
     )
 
 
@@ -230,6 +241,13 @@ MEMORY_SAVE: Operation[SaveRequest, Accepted | SaveOutcome] = _op(
         "preference, a decision, what fixed a failure). Use it when something should be recalled in "
         "later sessions; do not store small talk, secrets or what is already in memory."
     )),
+)
+SESSION_SUBMIT: Operation[SessionEnded, SessionAccepted] = _op(
+    s.SESSION_SUBMIT, "POST /v1/sessions", "memory.write", SessionEnded, SessionAccepted,
+    served_by="ingest", client="submit_session",
+    summary="An agent session ended: its token and payload checked at once, then distilled; the same "
+    "organization's event_id again changes nothing (duplicate).",
+    max_request_bytes=MAX_SESSION_BYTES,
 )
 RECALL = _op(
     s.RECALL, "POST /v1/recall", "memory.read", RecallRequest, RecallReply,
@@ -338,16 +356,20 @@ AUDIT_VERIFY = _op(
 OPS_DEAD_LETTERS = _op(
     s.OPS_DEAD_LETTERS, "GET /v1/dead-letters", "memory.admin", DeadLetterQuery, DeadLetterPage,
     served_by="governance-audit", client="dead_letters",
-    summary="The organization's dead letters, newest first: source, code and reason, never the payload.",
+    summary="The organization's dead letters, newest first: source, code and reason, never the payload "
+    "(for the deployment's operator, every organization's and the system organization's).",
 )
 OPS_LAG = _op(
-    s.OPS_LAG, "GET /v1/lag", "memory.admin", LagQuery, LagReply, served_by="governance-audit", client="lag",
-    summary="Message counts of Engram's streams and each durable consumer's pending and unacked messages.",
+    s.OPS_LAG, "GET /v1/lag", "deployment.operator", LagQuery, LagReply,
+    served_by="governance-audit", client="lag",
+    summary="Message counts of Engram's streams and each durable consumer's pending and unacked messages "
+    "(the whole deployment's: its operator's only).",
 )
 # fmt: on
 
 OPERATIONS: tuple[Operation[Any, Any], ...] = (
     MEMORY_SAVE,
+    SESSION_SUBMIT,
     RECALL,
     RECALL_EXPAND,
     MEMORY_FEEDBACK,
@@ -375,10 +397,9 @@ SESSION_ENDED = Stream(
     jetstream="ENGRAM_SESSIONS",
     published_by=("platform",),
     consumed_by=("ingest",),
-    summary="An agent session ended: its trace, for distillation into memories (deduplicated by event_id).",
-    http_method="POST",
-    http_path="/v1/sessions",
-    http_reply=SessionAccepted,
+    summary="An agent session ended: its trace, for distillation into memories (each organization's "
+    "event_id once, counted after its token is verified; engram.session.submit is the same, checked "
+    "before it is stored).",
 )
 
 STREAMS: tuple[Stream, ...] = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from uuid import UUID
 
 from pydantic import Field
 
@@ -31,6 +32,10 @@ class DeadLetterSummary(Outbound):
     """One dead letter without its kept payload (the redacted original stays in the stream)."""
 
     seq: int
+    #: Whose event it was: the caller's organization, or — for the deployment's operator — any
+    #: organization's, the all-zero system organization's (no valid token named one) or none
+    #: (letters older than the field).
+    org_id: UUID | None = None
     occurred_at: datetime
     source_subject: str
     original_event_id: str | None

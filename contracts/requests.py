@@ -77,12 +77,14 @@ class Accepted(Outbound):
 
 
 class SessionAccepted(Outbound):
-    """What the HTTP gateway answers for ``POST /v1/sessions``: the session is in JetStream
-    (``duplicate``: an earlier publish of the same ``event_id`` already was)."""
+    """``engram.session.submit`` (``POST /v1/sessions``): ingest verified the token and the session
+    and handed it to distill, durably (``stream_seq``: where in ``ENGRAM_SESSIONS``) — or, with
+    ``duplicate``, had already taken this organization's ``event_id``, so this copy changes
+    nothing. Another organization's event with the same id is never a duplicate of it."""
 
     status: Literal[202] = 202
     event_id: UUID
-    stream_seq: int
+    stream_seq: int | None = None
     duplicate: bool = False
 
 

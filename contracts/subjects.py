@@ -34,6 +34,7 @@ __all__ = [
     "RECALL_EXPAND",
     "SAVE_RESULT_PREFIX",
     "SESSION_ENDED",
+    "SESSION_SUBMIT",
     "SESSION_VALIDATED",
     "STREAMS",
     "StreamDef",
@@ -45,6 +46,9 @@ __all__ = [
 
 # -- events platforms publish -------------------------------------------------------------
 SESSION_ENDED = "engram.session.ended"
+
+#: The same session over request-reply (``POST /v1/sessions``): checked before anything is stored.
+SESSION_SUBMIT = "engram.session.submit"
 
 # -- internal hand-offs (JetStream, so a crash between services loses nothing) --------------
 #: ingest → distill: a session whose token, schema and size were verified.
@@ -111,7 +115,7 @@ class StreamDef:
     #: seconds a message is kept; 0 keeps it until limits remove it.
     max_age_seconds: int
     #: the duplicate-detection window for ``Nats-Msg-Id``.
-    duplicate_window_seconds: int = 120
+    duplicate_window_seconds: float = 120
     max_msg_bytes: int = 1024 * 1024
     description: str = ""
     #: A message is removed once its one consumer acknowledges it (JetStream work-queue retention).
@@ -129,7 +133,11 @@ STREAMS: tuple[StreamDef, ...] = (
         # soon as it has been processed, so no text outlives its processing (an erased memory must
         # not live on in the stream); max_age bounds what waits through a long outage.
         max_age_seconds=24 * 3600,
-        duplicate_window_seconds=600,
+        # The least nats-server allows (0 would mean its two-minute default). Platforms publish
+        # here and choose their own Nats-Msg-Id, so an id in this window belongs to whoever
+        # published it first: nothing relies on it. ingest and distill drop repeats by their inbox
+        # rows, per organization and only after the token is verified (docs/adr/0081-session-dedupe.md).
+        duplicate_window_seconds=0.1,
         description="Sessions and elective saves on their way in; removed once processed.",
         work_queue=True,
     ),

@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from contracts.common import Principal
 from contracts.errors import Forbidden, InvalidRequest, NotFound
-from shared.auth import ADMIN, PURGE, READ, WRITE, Credential, act_as
+from shared.auth import ADMIN, OPERATOR, PURGE, READ, WRITE, Credential, act_as
 from shared.tenancy import SHARED_POOL, owner_key
 
 __all__ = ["Action", "Caller", "authorize", "target_key"]
@@ -166,5 +166,7 @@ def authorize(credential: Credential, permission: str, request: M) -> tuple[Call
     caller = Caller(credential, act_as(credential, getattr(request, "principal", None)))
     if permission == ADMIN:
         caller.require_admin()
+    elif permission == OPERATOR:
+        credential.require_deployment_operator()
     # Rare (a restricted token leaving its restriction out): the common path copies nothing.
     return caller, request.model_copy(update=fill) if fill else request

@@ -24,6 +24,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from contracts.common import SYSTEM_ORG
 from contracts.events import AuditEvent
 from contracts.subjects import audit_subject
 from shared.db.models import AUDIT_HEADS, AUDIT_LOG, AuditHead, AuditRecord
@@ -43,9 +44,8 @@ __all__ = [
 ]
 
 GENESIS = "0" * 64
-#: Records about input whose organization cannot be trusted (no valid token) go to this chain,
-#: so an attacker cannot write into a real organization's trail by naming it.
-SYSTEM_ORG = UUID(int=0)
+# Records about input whose organization cannot be trusted (no valid token) go to the chain of
+# SYSTEM_ORG, so an attacker cannot write into a real organization's trail by naming it.
 
 
 # Built once: every writer's transaction ends with these.

@@ -23,6 +23,8 @@ from contracts.json_rules import check_storable
 
 __all__ = [
     "ALL_PERMISSIONS",
+    "KNOWN_PERMISSIONS",
+    "OPERATOR",
     "Credential",
     "TokenService",
     "act_as",
@@ -34,7 +36,14 @@ READ: Final = "memory.read"
 WRITE: Final = "memory.write"
 ADMIN: Final = "memory.admin"
 PURGE: Final = "memory.purge"
+#: Every permission within one organization (what a tenant's token may hold).
 ALL_PERMISSIONS: Final = frozenset({READ, WRITE, ADMIN, PURGE})
+#: The deployment's operator: every organization's dead letters, including those of input that
+#: named no verified organization (the system organization's), and the pipeline's lag. No
+#: organization's right over another: only whoever runs the deployment mints it (``engram token
+#: mint``; ``engram up``'s development token holds it). docs/adr/0082-operator-scoped-rejects.md.
+OPERATOR: Final = "deployment.operator"
+KNOWN_PERMISSIONS: Final = ALL_PERMISSIONS | {OPERATOR}
 _ALGORITHM: Final = "HS256"
 # Bearer tokens are short JWTs; anything much longer is garbage or an attack on the parser.
 _MAX_TOKEN_CHARS: Final = 4096
@@ -65,6 +74,25 @@ class Credential:
         self.require(ADMIN)
         if self.principal.kind == "end_user":
             raise Forbidden("memory.admin is an operator permission; an end-user token cannot use it")
+
+    @property
+    def is_deployment_operator(self) -> bool:
+        """:data:`OPERATOR` on a token that is not an end user's and is not restricted to an agent
+        config or session (such a token is not trusted with the whole deployment)."""
+        return (
+            OPERATOR in self.permissions
+            and self.principal.kind != "end_user"
+            and self.agent_config_id is None
+            and self.session_id is None
+        )
+
+    def require_deployment_operator(self) -> None:
+        self.require(OPERATOR)
+        if not self.is_deployment_operator:
+            raise Forbidden(
+                f"{OPERATOR} counts only on a token that is not an end user's nor restricted to an "
+                "agent config or session"
+            )
 
     def require_agent_config(self, agent_config_id: UUID) -> None:
         if self.agent_config_id is not None and self.agent_config_id != agent_config_id:
@@ -119,7 +147,7 @@ class TokenService:
         agent_config_id: UUID | None = None,
         session_id: str | None = None,
     ) -> str:
-        unknown = set(permissions) - ALL_PERMISSIONS
+        unknown = set(permissions) - KNOWN_PERMISSIONS
         if unknown:
             raise ValueError(f"unknown permissions: {sorted(unknown)}")
         now = int(time.time())
@@ -190,7 +218,7 @@ class TokenService:
             credential = Credential(
                 org_id=UUID(str(claims["org"])),
                 principal=principal,
-                permissions=perms & ALL_PERMISSIONS,
+                permissions=perms & KNOWN_PERMISSIONS,
                 agent_config_id=UUID(str(acfg)) if acfg else None,
                 session_id=session_id,
                 token_id=str(claims.get("jti", "")),

@@ -312,7 +312,7 @@ async def answer(
     annotate_consumer(span, op.subject, op.queue_group)
     try:
         credential = tokens.verify(bearer_from_headers(headers))
-        request = parse_model(op.request, body)
+        request = parse_model(op.request, body, max_bytes=op.max_request_bytes)
         annotate_memory_operation(span, op.subject, request)
         caller, request = authorize(credential, op.permission, request)
         reply = await handler(caller, request)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 from uuid import UUID
 
 from nats.js import JetStreamContext
@@ -39,10 +39,12 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "enqueue_raw",
+    "first_of_each",
     "processed_of",
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Set in a session's ``info`` by every enqueue: the commit hook wakes the relay only then.
 _WROTE_OUTBOX = "engram.wrote_outbox"
@@ -117,6 +119,20 @@ async def claim_inbox_many(session: AsyncSession, consumer: str, event_ids: Sequ
         _INBOX_CLAIM, [{"consumer": consumer, "event_id": e, "processed_at": now} for e in event_ids]
     )
     return {str(row[0]) for row in result}
+
+
+def first_of_each(items: Iterable[T], key: Callable[[T], str]) -> list[T]:
+    """The first item of each inbox key, in order. One event twice in a batch (a redelivery next
+    to its original, a platform's retry) must take effect once; claiming both in one transaction
+    would let both through, since neither sees the other's row."""
+    seen: set[str] = set()
+    first: list[T] = []
+    for item in items:
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            first.append(item)
+    return first
 
 
 async def processed_of(session: AsyncSession, consumer: str, event_ids: Sequence[str]) -> set[str]:

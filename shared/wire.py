@@ -21,18 +21,12 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from contracts.errors import EngramError, Internal, InvalidRequest, PayloadTooLarge, Unavailable
 from contracts.json_rules import decode_json
+from contracts.operations import MAX_REQUEST_BYTES
 
-__all__ = [
-    "dependency_down",
-    "error_reply",
-    "parse_model",
-    "validation_details",
-]
+__all__ = ["MAX_REQUEST_BYTES", "dependency_down", "error_reply", "parse_model", "validation_details"]
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
-
-MAX_REQUEST_BYTES = 256 * 1024
 
 
 def validation_details(exc: ValidationError) -> dict[str, Any]:

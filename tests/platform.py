@@ -34,15 +34,15 @@ def session_payload(org_id: UUID, agent_config_id: UUID, **overrides: Any) -> di
 
 
 async def publish_session(
-    nc: Client, payload: dict[str, Any] | bytes, token: str | None, *, msg_id: str | None = "auto"
+    nc: Client, payload: dict[str, Any] | bytes, token: str | None, *, msg_id: str | None = None
 ) -> None:
+    """As the README publishes: the token in ``Authorization``, no ``Nats-Msg-Id`` (ingest takes
+    each organization's event once); ``msg_id`` sets one anyway, as a publisher may."""
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     headers: dict[str, str] = {}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    if msg_id == "auto" and isinstance(payload, dict):
-        headers["Nats-Msg-Id"] = str(payload.get("event_id"))
-    elif msg_id not in (None, "auto"):
+    if msg_id is not None:
         headers["Nats-Msg-Id"] = msg_id
     await nc.jetstream().publish("engram.session.ended", body, headers=headers or None)
 

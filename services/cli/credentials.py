@@ -17,7 +17,7 @@ import typer
 
 from contracts.common import Principal
 from contracts.connection import ConnectionInfo
-from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
 from shared.embedded.nats_server import reload_nats_server
 from shared.embedded.stack import connection_file, load_dev_identity
 from shared.nats_auth.keys import new_user_seed, public_key_of
@@ -98,6 +98,11 @@ def _where(
 
 
 def _client_token(data_dir: Path, org: UUID, name: str, perms: list[str], ttl: int) -> str:
+    if OPERATOR in perms:
+        raise typer.BadParameter(
+            f"a platform client works for one organization and never holds {OPERATOR}; "
+            f"the deployment's operator gets theirs from `engram token mint --perm {OPERATOR}`"
+        )
     unknown = set(perms) - ALL_PERMISSIONS
     if unknown:
         raise typer.BadParameter(

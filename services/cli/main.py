@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from contracts.client import EngramClient
-from contracts.common import Principal
+from contracts.common import SYSTEM_ORG, Principal
 from contracts.connection import ConnectionInfo
 from contracts.errors import Unavailable
 from contracts.events import DeadLetter
@@ -23,7 +23,7 @@ from services.cli.credentials import credentials_app, signing_keys
 from services.cli.errors import DEBUG_HELP, ErrorReportingGroup
 from services.cli.output import print_recall
 from services.cli.streams import read_stream, wait_for_signal
-from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.auth import KNOWN_PERMISSIONS, TokenService
 from shared.embedded.postgres import PostgresWontStart
 from shared.embedded.stack import (
     connection_file,
@@ -478,10 +478,10 @@ def token_mint(
                 "give --org (no connection.json in the data dir names one)", param_hint="--org"
             )
         org = org_id
-    unknown = set(perm) - ALL_PERMISSIONS
+    unknown = set(perm) - KNOWN_PERMISSIONS
     if unknown:
         raise typer.BadParameter(
-            f"unknown permissions {sorted(unknown)}; choose from {sorted(ALL_PERMISSIONS)}"
+            f"unknown permissions {sorted(unknown)}; choose from {sorted(KNOWN_PERMISSIONS)}"
         )
     token = TokenService(keys, settings.token_issuer).mint(
         org_id=org,
@@ -567,28 +567,35 @@ def purge(
 
 @audit_app.command("tail")
 def audit_tail(
-    org: UUID = typer.Option(None, "--org", help="Only this organization (default: the data dir's)."),
+    org: UUID = typer.Option(
+        None, "--org", help="This organization's records (default: the data dir's), and the system chain's."
+    ),
     kind: str = typer.Option("*.*", "--kind", help="Record kinds, e.g. memory.purged or memory.*"),
     from_start: bool = typer.Option(False, "--from-start", help="Replay what the stream still holds first."),
     limit: int = typer.Option(0, "--limit", help="Stop after this many records (0 = follow until Ctrl-C)."),
     data_dir: Path = DATA_DIR,
     nats_url: str = "",
 ) -> None:
-    """Follow the audit stream (``engram.audit.<kind>`` on ENGRAM_AUDIT), one line per record, whole."""
+    """Follow the audit stream (``engram.audit.<kind>`` on ENGRAM_AUDIT), one line per record, whole: one
+    organization's, and the system chain's (marked ``system``: records about input that named no
+    verified organization, such as a tokenless session's ``session.rejected``). Reading the stream
+    takes an audit reader's NATS identity, which is the deployment operator's."""
     url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
     if org is None and connection_file(data_dir).exists():
         org = UUID(_connection(data_dir)["org_id"])
+    shown = {str(SYSTEM_ORG)} | ({str(org)} if org is not None else set())
 
     def show(msg: Any) -> bool:
         record = json.loads(msg.data)
-        if org is not None and record.get("org_id") != str(org):
+        if org is not None and record.get("org_id") not in shown:
             return False
         ids = record.get("entry_ids") or []
         when = str(record.get("occurred_at", ""))[:23]
         # The whole record on one line: its details are what says why (a rejection's reason).
         details = json.dumps(record.get("details") or {}, sort_keys=True, ensure_ascii=False)
+        chain = "system " if record.get("org_id") == str(SYSTEM_ORG) else ""
         console.print(
-            f"{when} #{record.get('seq')} [bold]{escape(str(record.get('kind')))}[/] "
+            f"{when} {chain}#{record.get('seq')} [bold]{escape(str(record.get('kind')))}[/] "
             f"by {escape(record.get('actor_ref') or '-')} ids={len(ids)} {escape(details)}",
             highlight=False,
             soft_wrap=True,
@@ -618,14 +625,17 @@ def dlq(
     nats_url: str = "",
 ) -> None:
     """What Engram could not process (``engram.dlq.<source>`` on ENGRAM_DLQ, kept 7 days), one line
-    each: when, the subject it came on, the error code and reason, and the original's sha256.
-    The kept copy of the original (PII replaced) is never printed."""
+    each: when, whose (``org=<id>``, or ``org=system`` when no valid token named one), the subject
+    it came on, the error code and reason, and the original's sha256. Every organization's: reading
+    the stream takes a dead-letter reader's NATS identity, the deployment operator's. The kept copy
+    of the original (PII replaced) is never printed."""
     url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
 
     def show(msg: Any) -> bool:
         letter = DeadLetter.model_validate_json(msg.data)
         console.print(
-            f"{letter.occurred_at.isoformat(timespec='seconds')} {letter.source_subject} "
+            f"{letter.occurred_at.isoformat(timespec='seconds')} {_org_label(letter.org_id)} "
+            f"{letter.source_subject} "
             f"[bold]{letter.code}[/]: {escape(letter.reason)} sha256={letter.original_sha256 or '-'} "
             f"event={letter.original_event_id or '-'} deliveries={letter.deliveries}"
             + (f" redacted={','.join(letter.redactions)}" if letter.redactions else ""),
@@ -649,6 +659,12 @@ def dlq(
     )
     if not follow:
         Console(stderr=True).print(f"{count} dead letters", highlight=False)
+
+
+def _org_label(org_id: UUID | None) -> str:
+    if org_id is None:
+        return "org=-"
+    return "org=system" if org_id == SYSTEM_ORG else f"org={org_id}"
 
 
 @audit_app.command("verify")

@@ -29,7 +29,7 @@ from shared.config_store import claim_agent_config, org_memory_enabled
 from shared.consumer import Batch
 from shared.deadletter import Rejection
 from shared.infra import Infra
-from shared.outbox import claim_inbox_many, processed_of
+from shared.outbox import claim_inbox_many, first_of_each, processed_of
 from shared.ports import Distiller, Lesson
 from shared.telemetry import (
     annotate_consumer,
@@ -70,22 +70,11 @@ async def handle_validated_sessions(infra: Infra, distiller: Distiller, batch: B
         annotate_memory_operation(span, msg.subject, session)
         work.append(_Work(msg, session, span))
     try:
-        await _process(infra, distiller, batch, _first_copies(work))
+        # Later copies of one event are left out, and acked with the batch after it commits.
+        await _process(infra, distiller, batch, first_of_each(work, lambda w: w.key))
     finally:
         for item in work:
             item.span.end()
-
-
-def _first_copies(work: list[_Work]) -> list[_Work]:
-    """One event twice in a batch (a redelivery next to its original, after a reconnect) must
-    take effect once: the later copies are left out, and acked with the batch after it commits."""
-    seen: set[str] = set()
-    first: list[_Work] = []
-    for item in work:
-        if item.key not in seen:
-            seen.add(item.key)
-            first.append(item)
-    return first
 
 
 async def _process(infra: Infra, distiller: Distiller, batch: Batch, work: list[_Work]) -> None:

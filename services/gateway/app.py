@@ -1,7 +1,8 @@
-"""The gateway's routes, built from the operation table: one route per operation (plus
-``POST /v1/sessions`` for the one stream platforms publish to, and the probes). Each route only
-moves bytes between HTTP and NATS; every rule — authentication, tenancy, validation — stays with
-the service that answers, so an HTTP caller gets exactly what a NATS caller gets."""
+"""The gateway's routes, built from the operation table: one route per operation (``POST
+/v1/sessions`` included: ``engram.session.submit``, which ingest checks before anything is stored),
+and the probes. Each route only moves bytes between HTTP and NATS; every rule — authentication,
+tenancy, validation — stays with the service that answers, so an HTTP caller gets exactly what a
+NATS caller gets."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -23,14 +23,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from contracts.errors import EngramError, InvalidRequest, NotFound, Unauthenticated
-from contracts.events import MAX_SESSION_BYTES, SessionEnded
-from contracts.operations import MEMORY_EXPORT, OPERATIONS, SESSION_ENDED, Operation
-from contracts.requests import SessionAccepted
+from contracts.operations import MEMORY_EXPORT, OPERATIONS, Operation
 from services.gateway.bridge import Bridge
 from services.gateway.console import console_mount
 from services.gateway.payloads import Shape, decode_object, read_limited
 from shared.metrics import HTTP_REQUESTS, HTTP_SECONDS, exposition
-from shared.wire import MAX_REQUEST_BYTES, error_reply, validation_details
+from shared.wire import error_reply
 
 __all__ = ["JSONL", "build_app"]
 
@@ -74,11 +72,11 @@ def _status(op: Operation[Any, Any], reply: bytes) -> int:
     return 200
 
 
-async def _payload(shape: Shape, request: Request) -> bytes:
+async def _payload(op: Operation[Any, Any], shape: Shape, request: Request) -> bytes:
     path = {k: str(v) for k, v in request.path_params.items()}
     if not shape.in_body:
         return json.dumps(shape.from_query(list(request.query_params.multi_items()), path)).encode()
-    body = await read_limited(request.stream(), request.headers.get("content-length"), MAX_REQUEST_BYTES)
+    body = await read_limited(request.stream(), request.headers.get("content-length"), op.max_request_bytes)
     if not path:
         # As the caller sent it: the service parses and validates it, as it does on NATS.
         return body or b"{}"
@@ -90,7 +88,7 @@ def _operation_endpoint(bridge: Bridge, op: Operation[Any, Any]) -> Endpoint:
 
     async def endpoint(request: Request) -> Response:
         try:
-            reply = await bridge.request(op, await _payload(shape, request), _authorization(request))
+            reply = await bridge.request(op, await _payload(op, shape, request), _authorization(request))
         except Exception as exc:
             return error_response(exc)
         return Response(reply, status_code=_status(op, reply), media_type=_JSON)
@@ -140,33 +138,6 @@ def _export_endpoint(bridge: Bridge) -> Endpoint:
     return endpoint
 
 
-def _sessions_endpoint(bridge: Bridge) -> Endpoint:
-    """``POST /v1/sessions``: ``engram.session.ended`` into JetStream, 202 after the ack. The
-    payload is checked against the contract first (a NATS publisher would find a malformed one
-    dead-lettered; an HTTP caller can be told at once); token and tenancy are ingest's to check,
-    as for every published session."""
-
-    async def endpoint(request: Request) -> Response:
-        try:
-            authorization = _authorization(request)
-            body = await read_limited(
-                request.stream(), request.headers.get("content-length"), MAX_SESSION_BYTES
-            )
-            try:
-                session = SessionEnded.model_validate(decode_object(body))
-            except ValidationError as exc:
-                raise InvalidRequest("invalid SessionEnded", validation_details(exc)) from exc
-            published = await bridge.publish_session(body, authorization, str(session.event_id))
-        except Exception as exc:
-            return error_response(exc)
-        reply = SessionAccepted(
-            event_id=session.event_id, stream_seq=published.seq, duplicate=published.duplicate
-        )
-        return Response(reply.model_dump_json(), status_code=202, media_type=_JSON)
-
-    return endpoint
-
-
 def _probes(bridge: Bridge) -> list[Route]:
     async def healthz(request: Request) -> Response:
         """Liveness: the process answers (no dependency checked: a NATS blip must not restart it)."""
@@ -211,20 +182,11 @@ def _counted(route: str, endpoint: Endpoint) -> Endpoint:
 
 
 def routes(bridge: Bridge) -> list[Route]:
-    """Every route of the table: operations, the sessions stream, the probes."""
+    """Every route of the table, and the probes."""
     table: list[Route] = []
     for op in OPERATIONS:
         endpoint = _export_endpoint(bridge) if op is MEMORY_EXPORT else _operation_endpoint(bridge, op)
         table.append(Route(op.http_path, _counted(op.name, endpoint), methods=[op.http_method], name=op.name))
-    assert SESSION_ENDED.http_path is not None
-    assert SESSION_ENDED.http_method is not None
-    table.append(
-        Route(
-            SESSION_ENDED.http_path,
-            _counted("session.ended", _sessions_endpoint(bridge)),
-            methods=[SESSION_ENDED.http_method],
-        )
-    )
     return table + _probes(bridge)
 
 

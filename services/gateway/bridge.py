@@ -1,28 +1,28 @@
 """The gateway's NATS side: one connection under the gateway's own NATS identity
 (``shared.nats_auth.permissions.gateway_permissions``), over which every HTTP call becomes a
-request-reply or a JetStream publish carrying the caller's ``Authorization`` header."""
+request-reply carrying the caller's ``Authorization`` header. It publishes nothing itself: the
+gateway holds no signing keys, so a session is checked by ingest (``engram.session.submit``)
+before anything of it is stored."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import nats
 from nats.aio.client import Client
 from nats.errors import ConnectionClosedError, NoRespondersError, OutboundBufferLimitError
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import APIError, NoStreamResponseError
 
 from contracts.errors import Unavailable
-from contracts.operations import SESSION_ENDED, Operation
+from contracts.operations import Operation
 from shared.liveness import services_alive
 from shared.nats_auth.permissions import GATEWAY, SERVICES, service_inbox
 from shared.settings import EngramSettings
 from shared.tls import client_tls_context
 
-__all__ = ["Bridge", "Published"]
+__all__ = ["Bridge"]
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +35,9 @@ _ANSWERED_RECENTLY_S = 5.0
 _UNREACHABLE = (NoRespondersError, NatsTimeout, ConnectionClosedError, OutboundBufferLimitError)
 
 
-@dataclass(frozen=True)
-class Published:
-    """The JetStream acknowledgement of a published session."""
-
-    seq: int
-    duplicate: bool
-
-
 class Bridge:
     def __init__(self, nc: Client, *, timeout_s: float) -> None:
         self._nc = nc
-        self._js = nc.jetstream()
         self._timeout_s = timeout_s
         #: Per queue group, when its service last answered this gateway, and last failed to.
         self._answered_at: dict[str, float] = {}
@@ -101,23 +92,6 @@ class Bridge:
             raise Unavailable(f"{op.name} did not answer in time; retry") from exc
         self._note(op.queue_group, answered=True)
         return bytes(reply.data)
-
-    async def publish_session(self, payload: bytes, authorization: str, event_id: str) -> Published:
-        """Publish ``engram.session.ended`` as a platform would (deduplicated by ``event_id``);
-        returns once JetStream has stored it."""
-        try:
-            ack = await self._js.publish(
-                SESSION_ENDED.subject,
-                payload,
-                timeout=self._timeout_s,
-                headers={"Authorization": authorization, "Nats-Msg-Id": event_id},
-            )
-        # NoStreamResponseError: no stream answered (e.g. while the stream elects a new leader
-        # after its node died) — not an APIError in nats-py, and no less retryable.
-        except (*_UNREACHABLE, APIError, NoStreamResponseError) as exc:
-            log.warning("session not stored in JetStream: %s", type(exc).__name__)
-            raise Unavailable("the session could not be stored; retry") from exc
-        return Published(int(ack.seq), bool(ack.duplicate))
 
     async def services_running(self) -> dict[str, bool]:
         """Whether some instance of each service runs. A service that answered one of this

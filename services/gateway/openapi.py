@@ -18,7 +18,7 @@ from typing import Any
 
 from contracts.errors import ERROR_ENVELOPE_SCHEMA
 from contracts.governance import EntryView
-from contracts.operations import MEMORY_EXPORT, OPERATIONS, SESSION_ENDED, Operation
+from contracts.operations import MEMORY_EXPORT, OPERATIONS, Operation
 from contracts.schema_export import component_schema, document_main, engram_version
 from services.gateway.app import JSONL
 from services.gateway.payloads import Shape
@@ -131,30 +131,6 @@ def _operation(op: Operation[Any, Any], schemas: dict[str, Any]) -> dict[str, An
     return item
 
 
-def _sessions(schemas: dict[str, Any]) -> dict[str, Any]:
-    assert SESSION_ENDED.http_reply is not None
-    return {
-        "operationId": SESSION_ENDED.name,
-        "summary": SESSION_ENDED.summary,
-        "description": "Published to JetStream (`engram.session.ended`, deduplicated by event_id); "
-        "answered once stored. The token and tenancy are checked by ingest as for any published "
-        "session: a refused session is dead-lettered and audited, not answered here.",
-        "tags": ["ingest"],
-        "requestBody": {
-            "required": True,
-            "content": {_JSON: {"schema": component_schema(SESSION_ENDED.payload, schemas, _SCHEMAS)}},
-        },
-        "responses": {
-            "202": {
-                "description": "Stored in JetStream.",
-                "content": {_JSON: {"schema": component_schema(SESSION_ENDED.http_reply, schemas, _SCHEMAS)}},
-            },
-            **_errors(),
-        },
-        "x-nats-subject": SESSION_ENDED.subject,
-    }
-
-
 def _probe(summary: str, statuses: dict[str, str]) -> dict[str, Any]:
     return {
         "get": {
@@ -175,8 +151,6 @@ def build_document() -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
         paths.setdefault(op.http_path, {})[op.http_method.lower()] = _operation(op, schemas)
-    assert SESSION_ENDED.http_path is not None
-    paths[SESSION_ENDED.http_path] = {"post": _sessions(schemas)}
     paths["/healthz"] = _probe("Liveness: the gateway answers.", {"200": "Alive."})
     paths["/readyz"] = _probe(
         "Readiness: NATS reachable and every service (ingest, distill, embed, recall, "

@@ -1,9 +1,11 @@
 """``engram.ops.dead_letters`` / ``engram.ops.lag``: what the pipeline could not process, and how
 far behind its consumers are — read from JetStream, never from the database.
 
-Both need an unrestricted operator token (``memory.admin``, not an end user's, not restricted to
-one agent config or session): dead letters belong to no agent config, and lag describes the whole
-deployment (docs/adr/0052-ops-dead-letters-and-lag.md).
+Dead letters need an unrestricted operator token (``memory.admin``, not an end user's, not
+restricted to one agent config or session: letters belong to no agent config) and show the
+caller's organization's — every letter, the system organization's included, to the deployment's
+operator (``deployment.operator``), so what it is shown agrees with the stream's count. Lag counts
+every tenant's messages: the deployment's operator's only (docs/adr/0082-operator-scoped-rejects.md).
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ _BATCH = 256
 
 
 async def dead_letters(infra: Infra, caller: Caller, request: DeadLetterQuery) -> DeadLetterPage:
-    """The caller's organization's letters, newest first. Letters carry no index by organization,
-    so this reads the stream (bounded by its 7-day retention) forward with an ephemeral consumer
-    and keeps the last ``limit`` of its own before ``before_seq``."""
+    """The letters the caller may see, newest first. Letters carry no index by organization, so
+    this reads the stream (bounded by its 7-day retention) forward with an ephemeral consumer and
+    keeps the last ``limit`` of the caller's before ``before_seq``."""
     caller.require_unrestricted("dead letters")
+    # Whose letters: one organization's, or (None) the whole stream's for the deployment's operator.
+    only = None if caller.credential.is_deployment_operator else caller.org_id
     # ">" is no filter (the stream holds only dead letters), and keeps wildcards out of the
     # consumer-create subject.
     subject = dead_letter_subject(request.source) if request.source else ">"
@@ -73,7 +77,7 @@ async def dead_letters(infra: Infra, caller: Caller, request: DeadLetterQuery) -
                 if request.before_seq is not None and seq >= request.before_seq:
                     left = 0
                     break
-                letter = _own_letter(msg.data, caller.org_id, seq)
+                letter = _visible_letter(msg.data, only, seq)
                 if letter is not None:
                     kept.append(letter)
                     del kept[: -(request.limit + 1)]  # one more than a page: is there an older one?
@@ -84,17 +88,19 @@ async def dead_letters(infra: Infra, caller: Caller, request: DeadLetterQuery) -
     return DeadLetterPage(letters=page, next_before_seq=page[-1].seq if older else None)
 
 
-def _own_letter(data: bytes, org_id: UUID, seq: int) -> DeadLetterSummary | None:
+def _visible_letter(data: bytes, only: UUID | None, seq: int) -> DeadLetterSummary | None:
+    """The letter's summary if ``only`` (an organization; None: every one) may see it."""
     try:
         letter = DeadLetter.model_validate_json(data)
     except ValidationError:
         return None  # not a letter Engram wrote; nobody's
-    # Letters without an organization (the system one: no valid token named one) are shown to no
-    # tenant — their payload could claim to be anyone's.
-    if letter.org_id != org_id:
+    # A tenant sees its own: never another's, nor the system organization's (no valid token named
+    # one — the payload could claim to be anyone's).
+    if only is not None and letter.org_id != only:
         return None
     return DeadLetterSummary(
         seq=seq,
+        org_id=letter.org_id,
         occurred_at=letter.occurred_at,
         source_subject=letter.source_subject,
         original_event_id=letter.original_event_id,
@@ -106,7 +112,7 @@ def _own_letter(data: bytes, org_id: UUID, seq: int) -> DeadLetterSummary | None
 
 
 async def lag(infra: Infra, caller: Caller, request: LagQuery) -> LagReply:
-    caller.require_unrestricted("lag")
+    """Every stream's counts and every durable's backlog (the edge checked ``deployment.operator``)."""
     streams = []
     for definition in STREAMS:
         state = (await infra.js.stream_info(definition.name)).state

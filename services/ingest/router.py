@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from faststream.nats import NatsRouter
 
-from contracts.operations import MEMORY_SAVE
-from contracts.requests import Accepted, SaveOutcome, SaveRequest
+from contracts.events import SessionEnded
+from contracts.operations import MEMORY_SAVE, SESSION_SUBMIT
+from contracts.requests import Accepted, SaveOutcome, SaveRequest, SessionAccepted
 from contracts.subjects import SESSION_ENDED
 from services.ingest.saves import handle_save
-from services.ingest.sessions import CONSUMER, handle_sessions_ended
+from services.ingest.sessions import CONSUMER, handle_sessions_ended, submit_session
 from shared.access import Caller
 from shared.consumer import Batch, batch_consumer
 from shared.edge import route
@@ -41,6 +42,10 @@ def build_router(infra: Infra) -> NatsRouter:
         """Elective save: answered 202 once durably accepted."""
         return await handle_save(infra, caller, request)
 
-    infra.edge.serve_group("ingest", [route(MEMORY_SAVE, save)])
+    async def submit(caller: Caller, session: SessionEnded) -> SessionAccepted:
+        """A session over request-reply: checked before anything is stored, answered at once."""
+        return await submit_session(infra, caller, session)
+
+    infra.edge.serve_group("ingest", [route(MEMORY_SAVE, save), route(SESSION_SUBMIT, submit)])
 
     return router

@@ -59,7 +59,9 @@ async def handle_save(infra: Infra, caller: Caller, request: SaveRequest) -> Acc
         subscription = await infra.nc.subscribe(save_result_subject(str(request_id)))
     try:
         body = accepted.model_dump_json().encode()
-        headers = inject_trace_headers({"Nats-Msg-Id": f"{credential.org_id}/save/{request_id}"})
+        # No Nats-Msg-Id: platforms publish into this stream and could claim any id first.
+        # distill's inbox (``<org>/save/<request_id>``) makes a retried save take effect once.
+        headers = inject_trace_headers({})
         await infra.js.publish(
             MEMORY_SAVE_ACCEPTED, body, headers=infra.signer.sign(MEMORY_SAVE_ACCEPTED, body, headers)
         )

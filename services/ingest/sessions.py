@@ -1,14 +1,22 @@
-"""``engram.session.ended``: verify, validate, dedupe, and hand valid sessions to distill.
+"""Sessions in: ``engram.session.ended`` (JetStream, a batch at a time) and
+``engram.session.submit`` (request-reply, ``POST /v1/sessions``) — verify, validate, dedupe, and
+hand valid sessions to distill.
 
-The ack comes last (``shared.consumer`` acks after this returns): a crash anywhere before it means
-redelivery, and every step is idempotent (``Nats-Msg-Id`` on the hand-off, the inbox row, the
-dead-letter key), so nothing is lost or doubled.
+Deduplication is by the inbox row ``<org>/<event_id>``, claimed only for a session whose token
+verified: an id a publisher chose (``Nats-Msg-Id``) decides nothing, so no caller can make another
+organization's session disappear by publishing its event_id first (docs/adr/0081-session-dedupe.md).
+The stream's ack comes last (``shared.consumer`` acks after this returns), a request's answer
+after the commit: a crash anywhere before means redelivery or a retry, and every step is
+idempotent (the inbox rows of ingest and distill, the dead-letter key), so nothing is lost or
+doubled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from nats.aio.msg import Msg
 from sqlalchemy import bindparam, or_, update
@@ -16,18 +24,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.errors import EngramError, Forbidden, InvalidRequest
 from contracts.events import MAX_SESSION_BYTES, SessionEnded
+from contracts.requests import SessionAccepted
 from contracts.subjects import SESSION_VALIDATED
 from shared import audit
+from shared.access import Caller
 from shared.auth import WRITE, Credential, act_as, bearer_from_headers
 from shared.consumer import Batch
 from shared.db.models import RECALLS
 from shared.deadletter import Rejection
 from shared.infra import Infra
-from shared.outbox import claim_inbox_many, processed_of
+from shared.outbox import claim_inbox_many, first_of_each, processed_of
 from shared.telemetry import annotate_consumer, extract_context, inject_trace_headers, tracer
 from shared.wire import parse_model
 
-__all__ = ["CONSUMER", "handle_sessions_ended", "inbox_key"]
+__all__ = ["CONSUMER", "handle_sessions_ended", "inbox_key", "submit_session"]
 
 CONSUMER = "ingest"
 log = logging.getLogger(__name__)
@@ -51,11 +61,24 @@ def authorize(credential: Credential, session: SessionEnded) -> None:
     act_as(credential, session.principal)
 
 
+@dataclass(frozen=True)
+class Verified:
+    """A session whose token, payload and tenancy passed, as it goes on to distill: ``body``
+    without the caller's token, ``headers`` its own trace context."""
+
+    session: SessionEnded
+    body: bytes
+    headers: dict[str, str]
+
+    @property
+    def key(self) -> str:
+        return inbox_key(self.session)
+
+
 async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
-    """A batch of ``session.ended``: rejects are dead-lettered; valid sessions are forwarded
-    together and their inbox rows written in one transaction (the batch acks them after)."""
-    valid: list[tuple[Msg, str, dict[str, str]]] = []
-    ended: list[SessionEnded] = []
+    """A batch of ``session.ended``: rejects are dead-lettered, valid sessions forwarded (the batch
+    acks them after)."""
+    verified: list[Verified] = []
     rejected: list[tuple[Msg, Rejection]] = []
     for msg in batch.msgs:
         # Each message keeps its own trace: a span parented on what its publisher sent, whose
@@ -68,28 +91,50 @@ async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
             if isinstance(checked, Rejection):
                 rejected.append((msg, checked))
             else:
-                key = inbox_key(checked)
-                valid.append((msg, key, inject_trace_headers({"Nats-Msg-Id": key})))
-                ended.append(checked)
+                # The verified bytes as they came; the caller's token stays behind.
+                verified.append(Verified(checked, msg.data, inject_trace_headers({})))
     await batch.dead_letter(rejected)
-    if not valid:
-        return
+    await forward(infra, verified)
+
+
+async def submit_session(infra: Infra, caller: Caller, session: SessionEnded) -> SessionAccepted:
+    """``engram.session.submit``: the edge verified the token; tenancy is checked here as for a
+    published session, and a refusal is answered rather than dead-lettered. The answer comes once
+    the session is durably on its way (or was before: ``duplicate``)."""
+    authorize(caller.credential, session)
+    verified = Verified(session, session.model_dump_json().encode(), inject_trace_headers({}))
+    taken = await forward(infra, [verified])
+    seq = taken.get(verified.key)
+    return SessionAccepted(event_id=session.event_id, stream_seq=seq, duplicate=seq is None)
+
+
+async def forward(infra: Infra, verified: Sequence[Verified]) -> dict[str, int]:
+    """Hand verified sessions to distill, each organization's event once, and label their recalls:
+    the forwards first, then their inbox rows and labels in one transaction. Returns the keys this
+    call took, with the stream sequence of each forward (the others were taken before)."""
+    first = first_of_each(verified, lambda v: v.key)
+    if not first:
+        return {}
     async with infra.db.read() as db:
-        done = await processed_of(db, CONSUMER, [key for _, key, _ in valid])
-    todo = [(msg, key, headers) for msg, key, headers in valid if key not in done]
-    # Forward the verified bytes as they came (the caller's token stays behind), signed as
-    # ingest's (distill believes nothing else); the msg id makes a re-forward after a crash a no-op.
-    await asyncio.gather(
+        done = await processed_of(db, CONSUMER, [v.key for v in first])
+    todo = [v for v in first if v.key not in done]
+    if not todo:
+        return {}
+    # Signed as ingest's (distill believes nothing else), and without a Nats-Msg-Id: the stream
+    # platforms publish to would let anyone claim one first. A re-forward after a crash reaches
+    # distill again, whose inbox drops it.
+    acks = await asyncio.gather(
         *(
             infra.js.publish(
-                SESSION_VALIDATED, m.data, headers=infra.signer.sign(SESSION_VALIDATED, m.data, h)
+                SESSION_VALIDATED, v.body, headers=infra.signer.sign(SESSION_VALIDATED, v.body, v.headers)
             )
-            for m, _, h in todo
+            for v in todo
         )
     )
     async with infra.db.transaction() as db:
-        claimed = await claim_inbox_many(db, CONSUMER, [key for _, key, _ in todo])
-        await label_recalls(db, [s for s in ended if inbox_key(s) in claimed])
+        claimed = await claim_inbox_many(db, CONSUMER, [v.key for v in todo])
+        await label_recalls(db, [v.session for v in todo if v.key in claimed])
+    return {v.key: int(ack.seq) for v, ack in zip(todo, acks, strict=True) if v.key in claimed}
 
 
 _LABEL = (

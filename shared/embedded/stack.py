@@ -21,7 +21,7 @@ from uuid import UUID, uuid4
 from pydantic import SecretStr
 
 from contracts.common import Principal
-from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
 from shared.db.engine import migrate
 from shared.embedded.nats_server import NatsServerProcess
 from shared.embedded.postgres import EmbeddedPostgres
@@ -60,7 +60,8 @@ class DevIdentity:
         return self.tokens().mint(
             org_id=self.org_id,
             principal=Principal(kind="service", id="engram-dev"),
-            permissions=ALL_PERMISSIONS,
+            # Whoever runs `engram up` runs the deployment: its operator, too.
+            permissions=ALL_PERMISSIONS | {OPERATOR},
             ttl_seconds=ttl_seconds,
         )
 

@@ -1,7 +1,9 @@
 """The cluster workload: what a platform does to Engram all day, while faults are injected.
 
-- sessions at a steady rate, each published until JetStream acknowledges it (the same
-  ``Nats-Msg-Id`` on every retry, as a platform must);
+- sessions at a steady rate, each published until JetStream acknowledges it (the same session on
+  every retry, as the README says: a retry whose first attempt was stored after all is a second
+  copy in the stream, which ingest drops by its inbox — nothing here counts on JetStream's
+  duplicate window);
 - recalls and governance requests at steady rates, each outcome recorded with its time, so the
   failures during a fault (how many, for how long) and after recovery (must be none) are counted;
 - part of it over the HTTP gateway, as a platform behind no load balancer would: recalls
@@ -145,7 +147,7 @@ class Workload:
     # -- sessions -----------------------------------------------------------------------------
 
     async def publish(self, payload: dict[str, Any], phase: int) -> None:
-        """Until acknowledged: retried with the same Nats-Msg-Id across node failures."""
+        """Until acknowledged: the same session retried across node failures."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PUBLISH_DEADLINE_S
         while True:
@@ -154,7 +156,7 @@ class Workload:
                 await self.nc.jetstream().publish(
                     "engram.session.ended",
                     json.dumps(payload).encode(),
-                    headers={"Authorization": f"Bearer {self.token}", "Nats-Msg-Id": payload["event_id"]},
+                    headers={"Authorization": f"Bearer {self.token}"},
                     timeout=REQUEST_TIMEOUT_S,
                 )
             except (TimeoutError, nats.errors.Error) as exc:
@@ -166,7 +168,7 @@ class Workload:
 
     async def publish_http(self, payload: dict[str, Any], phase: int, n: int) -> None:
         """Until a gateway answers 202: retried with the same ``event_id`` (a 202 may have been
-        lost with a killed replica; JetStream deduplicates the second publish)."""
+        lost with a killed replica; ingest answers the second ``duplicate``)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PUBLISH_DEADLINE_S
         while True:

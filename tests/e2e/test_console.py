@@ -21,8 +21,10 @@ from urllib.parse import urlsplit
 from uuid import uuid4
 
 import httpx
+import nats
 import pytest
 
+from contracts.connection import ConnectionInfo
 from tests.e2e.xss_corpus import XSS
 from tests.engram_up import EngramUp, cli, stack_dir
 from tests.unit.injection_corpus import ATTACKS
@@ -319,42 +321,73 @@ def test_config_form_saves_a_new_version(
     _shot(browser, "config")
 
 
+def _publish(info: dict[str, Any], body: bytes, token: str | None) -> None:
+    """``engram.session.ended`` over NATS, as a platform publishes (stored first, checked after)."""
+
+    async def publish() -> None:
+        nc = await nats.connect(info["nats_url"], **ConnectionInfo.model_validate(info).nats_options())
+        try:
+            headers = {"Authorization": f"Bearer {token}"} if token is not None else None
+            await nc.jetstream().publish("engram.session.ended", body, headers=headers)
+        finally:
+            await nc.close()
+
+    asyncio.run(publish())
+
+
 def test_dead_letters_page_lists_the_letter_and_the_lag(
     signed_in: WebDriver, info: dict[str, Any], api: httpx.Client
 ) -> None:
     """A session for another organization, published with the development token, is dead-lettered
-    under the token's organization: the page lists it with its code, reason and hash, and the
-    consumers' lag."""
+    under the token's organization (over HTTP it is refused at once: 403); a tokenless one is the
+    system organization's. The development identity is the deployment's operator: the page lists
+    both with their organization, code, reason and hash, as many letters as the stream counts, and
+    the consumers' lag."""
     browser = signed_in
-    body = json.dumps(
-        {
-            "event_id": str(uuid4()),
-            "schema_version": 1,
-            "org_id": str(uuid4()),
-            "agent_config_id": info["agent_config_id"],
-            "session_id": "<script>window.__pwned=1</script>",
-            "status": "failed",
-            "principal": {"kind": "end_user", "id": "ada"},
-            "steps": 1,
-            "task": "t",
-            "tool_trace": [],
-            "ended_at": "2026-01-01T00:00:00+00:00",
-        }
-    ).encode()
+    session = {
+        "event_id": str(uuid4()),
+        "schema_version": 1,
+        "org_id": str(uuid4()),
+        "agent_config_id": info["agent_config_id"],
+        "session_id": "<script>window.__pwned=1</script>",
+        "status": "failed",
+        "principal": {"kind": "end_user", "id": "ada"},
+        "steps": 1,
+        "task": "t",
+        "tool_trace": [],
+        "ended_at": "2026-01-01T00:00:00+00:00",
+    }
+    body = json.dumps(session).encode()
     reply = api.post("/v1/sessions", content=body, headers={"Content-Type": "application/json"})
-    assert reply.status_code == 202, reply.text
-    sha = hashlib.sha256(body).hexdigest()
-    row = f"#dead-letters td.sha[title='{sha}']"
+    assert reply.status_code == 403, reply.text
+    _publish(info, body, info["token"])
+    tokenless = json.dumps({**session, "event_id": str(uuid4())}).encode()
+    _publish(info, tokenless, None)
+    mine, system = (
+        f"#dead-letters td.sha[title='{hashlib.sha256(b).hexdigest()}']" for b in (body, tokenless)
+    )
 
     def listed(driver: WebDriver) -> bool:
         driver.get(f"{info['http_url']}/console/dead-letters")
-        return bool(driver.find_elements(By.CSS_SELECTOR, row))
+        return bool(
+            driver.find_elements(By.CSS_SELECTOR, mine) and driver.find_elements(By.CSS_SELECTOR, system)
+        )
 
-    _wait(browser).until(listed)  # ingest dead-letters it asynchronously
-    text = browser.find_element(By.CSS_SELECTOR, row).find_element(By.XPATH, "..").text
+    _wait(browser).until(listed)  # ingest dead-letters them asynchronously
+    text = browser.find_element(By.CSS_SELECTOR, mine).find_element(By.XPATH, "..").text
     assert "FORBIDDEN" in text
     assert "org_id does not match the token" in text
     assert "engram.session.ended" in text
+    assert info["org_id"] in text
+    text = browser.find_element(By.CSS_SELECTOR, system).find_element(By.XPATH, "..").text
+    assert "UNAUTHENTICATED" in text
+    assert "system" in text
+    letters = browser.find_elements(By.CSS_SELECTOR, "#dead-letters tbody tr[data-code]")
+    counts = {
+        row.find_elements(By.TAG_NAME, "td")[0].text: row.find_elements(By.TAG_NAME, "td")[1].text
+        for row in browser.find_elements(By.CSS_SELECTOR, "#streams tbody tr")
+    }
+    assert str(len(letters)) == counts["ENGRAM_DLQ"], (len(letters), counts)
     durables = {
         e.get_attribute("data-durable") for e in browser.find_elements(By.CSS_SELECTOR, "#consumers tr")
     }

@@ -115,7 +115,7 @@ async def test_engram_up_serves_sessions_and_config_then_stops_cleanly(
                 {"tool": "deploy", "input": {"env": "staging"}, "error": "quota exceeded in region eu-1"},
             ]
             payload = session_payload(org, agent, status="failed", steps=3, tool_trace=trace)
-            await publish_session(nc, payload, token)  # Authorization + Nats-Msg-Id = event_id
+            await publish_session(nc, payload, token)  # Authorization, as the README publishes
 
             asked = {"agent_config_id": str(agent), "principal": payload["principal"]}
             recalled: list[dict[str, Any]] = []

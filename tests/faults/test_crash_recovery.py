@@ -245,7 +245,7 @@ async def test_nats_kill_9_and_restart_mid_stream_loses_and_doubles_nothing(
     nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
         async with running_services(settings):
-            # Publishing goes on across the crash (publish_all retries with the same Nats-Msg-Id).
+            # Publishing goes on across the crash (publish_all retries the same sessions).
             publishing = asyncio.create_task(publish_all(nc, first, service_token))
             at_kill = await _some_distilled(db, org, "some sessions distilled before the crash")
             server.kill()

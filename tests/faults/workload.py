@@ -89,8 +89,8 @@ def expected_lessons(payloads: Iterable[dict[str, Any]]) -> Counter[tuple[str, s
 
 
 async def publish_all(nc: Client, payloads: list[dict[str, Any]], token: str, *, attempts: int = 20) -> None:
-    """Publish with ``Nats-Msg-Id`` and retry until JetStream acknowledges each one, as a platform
-    would across a NATS outage (the msg id makes a retried publish a no-op)."""
+    """Publish and retry until JetStream acknowledges each one, as a platform would across a NATS
+    outage (a retry whose first attempt was stored after all is dropped by ingest's inbox)."""
 
     async def one(payload: dict[str, Any]) -> None:
         for attempt in range(attempts):

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from typer.testing import CliRunner, Result
 
+from contracts.common import SYSTEM_ORG
 from services.cli.main import app
 from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
+from tests.engram_up import ENGRAM, clean_env
 from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = pytest.mark.integration
@@ -33,8 +37,10 @@ TEXTS = (
 def data_dir(
     tmp_path: Path, nats_proc: NatsServerProcess, org: UUID, agent: UUID, service_token: str
 ) -> Path:
-    """What `engram up` leaves for the CLI: connection.json with this test's NATS identity."""
-    identity = nats_proc.client  # type: ignore[attr-defined]
+    """What `engram up` leaves for the CLI: connection.json with the development client's NATS
+    identity (a platform client that may also read the audit and dead-letter streams)."""
+    identity = nats_proc.identities.dev_client()  # type: ignore[attr-defined]
+    assert identity is not None
     info = {
         "nats_url": nats_proc.url,
         "nats_nkey_seed": identity.seed,
@@ -205,3 +211,55 @@ async def test_audit_tail_prints_whole_records(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert details in result.stdout, result.stdout
+
+
+async def _system_rejections(observer_nc: Client) -> int:
+    """How many ``session.rejected`` records of the system chain ENGRAM_AUDIT holds."""
+    sub = await observer_nc.jetstream().pull_subscribe(
+        "engram.audit.session.rejected",
+        stream="ENGRAM_AUDIT",
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE),
+    )
+    try:
+        left, count = (await sub.consumer_info()).num_pending or 0, 0
+        while left:
+            batch = await sub.fetch(min(left, 256), timeout=5)
+            left -= len(batch)
+            count += sum(json.loads(m.data)["org_id"] == str(SYSTEM_ORG) for m in batch)
+        return count
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_audit_tail_shows_a_tokenless_sessions_rejection(
+    engram: Infra, nc: Client, observer_nc: Client, org: UUID, agent: UUID, data_dir: Path
+) -> None:
+    """README step 3: a session without a token is dead-lettered and its ``session.rejected``
+    record — the system chain's, since no token named an organization — is in `engram audit
+    tail`, marked ``system``, beside the data dir's organization's records."""
+    before = await _system_rejections(observer_nc)
+    await publish_session(nc, session_payload(org, agent), None)
+    seen = before
+
+    async def recorded() -> bool:
+        nonlocal seen
+        seen = await _system_rejections(observer_nc)
+        return seen > before
+
+    await eventually(recorded, what="the tokenless session's session.rejected record on ENGRAM_AUDIT")
+    args = ["audit", "tail", "--from-start", "--kind", "session.rejected", "--limit", str(seen)]
+    try:
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [str(ENGRAM), *args, "--data-dir", str(data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=clean_env(),
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"engram audit tail never showed {seen} system records: {exc.stdout!r}") from exc
+    lines = [line for line in done.stdout.splitlines() if "session.rejected" in line]
+    assert done.returncode == 0, done.stderr
+    assert len(lines) == seen
+    assert all(" system #" in line for line in lines), lines

@@ -32,12 +32,18 @@ async def test_client_round_trip(
     service_token: str,
     platform_options: dict[str, Any],
 ) -> None:
-    """publish_session, save (wait), config and audit calls work and return typed models."""
+    """publish_session, submit_session (the same event_id again: duplicate), save (wait), config
+    and audit calls work and return typed models."""
     async with await EngramClient.connect(settings.nats_url, service_token, **platform_options) as client:
         seq = await client.publish_session(
             session_payload(org, agent, tool_trace=[{"tool": "t", "input": {}, "error": "e"}])
         )
         assert seq > 0
+        session = session_payload(org, agent, tool_trace=[{"tool": "t", "input": {}, "error": "e"}])
+        taken = await client.submit_session(session)
+        assert (taken.duplicate, taken.stream_seq is not None) == (False, True)
+        again = await client.submit_session(session)
+        assert (again.duplicate, again.stream_seq) == (True, None)
         outcome = await client.save(
             agent,
             [SaveEntry(text="Prefers dark mode.", importance=0.6)],

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from contracts.operations import OPERATIONS, SESSION_ENDED
+from contracts.operations import OPERATIONS
 from services.gateway.server import running_gateway
 from services.runtime import running_services
 from shared.nats_auth.permissions import SERVICES
@@ -61,8 +61,9 @@ def _error(reply: httpx.Response, code: str, status: int) -> dict[str, Any]:
 async def test_sessions_are_published_and_distilled(
     http: httpx.AsyncClient, service_token: str, org: UUID, agent: UUID
 ) -> None:
-    """POST /v1/sessions answers 202 after the JetStream ack; the same event_id again is a
-    duplicate; the session is distilled (its audit record shows up over GET /v1/audit)."""
+    """POST /v1/sessions answers 202 once ingest has handed the session on; the same event_id
+    again is a duplicate; the session is distilled (its audit record shows up over GET
+    /v1/audit)."""
     session = session_payload(org, agent, tool_trace=[{"tool": "deploy", "input": {}, "error": "quota"}])
     body = json.dumps(session, default=str)
     first = await http.post("/v1/sessions", content=body, headers=bearer(service_token))
@@ -73,6 +74,7 @@ async def test_sessions_are_published_and_distilled(
     again = await http.post("/v1/sessions", content=body, headers=bearer(service_token))
     assert again.status_code == 202
     assert again.json()["duplicate"] is True
+    assert again.json()["stream_seq"] is None
 
     async def distilled() -> bool:
         reply = await http.get(
@@ -264,10 +266,8 @@ async def test_purge_prune_config_audit(http: httpx.AsyncClient, service_token: 
 
 async def test_every_operation_has_its_route(http: httpx.AsyncClient) -> None:
     """Each route of the table exists with its method (an anonymous call is refused 401, not 404
-    or 405), and the sessions route too."""
-    routes = [(op.http_method, op.http_path) for op in OPERATIONS]
-    routes.append((str(SESSION_ENDED.http_method), str(SESSION_ENDED.http_path)))
-    for method, path in routes:
+    or 405)."""
+    for method, path in [(op.http_method, op.http_path) for op in OPERATIONS]:
         reply = await http.request(method, path.replace("{entry_id}", str(uuid4())))
         _error(reply, "UNAUTHENTICATED", 401)
         assert reply.headers["www-authenticate"] == "Bearer"

@@ -130,6 +130,7 @@ RELAY = [
 ENSURE_STREAMS = [f"$JS.API.STREAM.{op}.{s.name}" for s in STREAMS for op in ("INFO", "CREATE", "UPDATE")]
 REQUESTS = [
     "engram.memory.save",
+    "engram.session.submit",
     "engram.recall",
     "engram.recall.expand",
     "engram.memory.feedback",
@@ -142,7 +143,8 @@ REQUESTS = [
     "engram.ops.lag",
 ]
 RECALL = ["engram.recall", "engram.recall.expand", "engram.memory.feedback"]
-GOVERNANCE = [s for s in REQUESTS if s != "engram.memory.save" and s not in RECALL]
+INGEST = ["engram.memory.save", "engram.session.submit"]
+GOVERNANCE = [s for s in REQUESTS if s not in INGEST and s not in RECALL]
 CONSUMERS = {  # (stream, durable, filter subject) per service, as services/*/router.py declare them
     "ingest": [("ENGRAM_SESSIONS", "ingest", "engram.session.ended")],
     "distill": [
@@ -250,7 +252,7 @@ def _cases() -> dict[str, UserCase]:
         "ingest": _service_case(
             "ingest",
             ["engram.session.validated", "engram.save.accepted"],
-            [("engram.memory.save", "ingest"), (f"engram.save.result.{uuid4()}", None)],
+            [*((subject, "ingest") for subject in INGEST), (f"engram.save.result.{uuid4()}", None)],
         ),
         "distill": _service_case("distill", [f"engram.save.result.{uuid4()}"], []),
         "embed": _service_case("embed", [], []),

@@ -1,22 +1,26 @@
-"""``engram.ops.dead_letters`` and ``engram.ops.lag`` against the real services: an operator sees
-their organization's dead letters (with reasons, never the kept payload) and the pipeline's lag;
-another organization and end users do not."""
+"""``engram.ops.dead_letters`` and ``engram.ops.lag`` against the real services: an organization's
+operator sees its own dead letters (with reasons, never the kept payload), never another's nor the
+system organization's; the deployment's operator sees every letter and the pipeline's lag, and the
+two agree; end users and restricted tokens see neither."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import secrets
+from typing import Any
 from uuid import UUID, uuid4
 
 import httpx
 import pytest
 from nats.aio.client import Client
 
-from contracts.common import Principal
+from contracts.common import SYSTEM_ORG, Principal
 from contracts.subjects import OPS_DEAD_LETTERS, OPS_LAG
-from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
+from shared.embedded.stack import DevIdentity
 from shared.infra import Infra
+from tests.conftest import TEST_KID, TEST_SECRET
 from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = pytest.mark.integration
@@ -24,6 +28,16 @@ pytestmark = pytest.mark.integration
 
 async def _dlq_last_seq(nc: Client) -> int:
     return int((await nc.jetstream().stream_info("ENGRAM_DLQ")).state.last_seq)
+
+
+def _operator(tokens: TokenService, **restrictions: Any) -> str:
+    """The deployment's operator, as a token of an organization of its own."""
+    return tokens.mint(
+        org_id=uuid4(),
+        principal=Principal(kind="service", id="ops"),
+        permissions=ALL_PERMISSIONS | {OPERATOR},
+        **restrictions,
+    )
 
 
 async def test_an_operator_sees_its_own_dead_letters_newest_first(
@@ -90,9 +104,56 @@ async def test_an_operator_sees_its_own_dead_letters_newest_first(
     assert (await request(nc, OPS_DEAD_LETTERS, {}, other_operator))["letters"] == []
 
 
+async def test_the_deployment_operator_sees_every_letter_as_the_stream_counts_them(
+    engram: Infra,
+    nc: Client,
+    observer_nc: Client,
+    tokens: TokenService,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
+) -> None:
+    """Two sessions refused for their content (the organization's letters) and two whose token did
+    not verify (no token, garbage: the system organization's): the development identity — the
+    deployment's operator — is shown every letter ENGRAM_DLQ holds, each with its organization, as
+    many as the lag's stream count; the organization's own operator only its two; another
+    organization's none; only the deployment's operator sees the lag."""
+    start = await _dlq_last_seq(observer_nc)
+    missing = json.dumps({k: v for k, v in session_payload(org, agent).items() if k != "status"}).encode()
+    await publish_session(nc, missing, service_token)
+    await publish_session(nc, b"[]", service_token)
+    await publish_session(nc, session_payload(org, agent), None)
+    await publish_session(nc, session_payload(org, agent), "garbage")
+
+    async def all_four() -> bool:
+        return await _dlq_last_seq(observer_nc) >= start + 4
+
+    await eventually(all_four, what="four dead letters")
+    dev = DevIdentity(org, agent, TEST_KID, TEST_SECRET).service_token()
+    page = await request(nc, OPS_DEAD_LETTERS, {"limit": 500}, dev)
+    lag = await request(nc, OPS_LAG, {}, dev)
+    stream = {s["stream"]: s for s in lag["streams"]}["ENGRAM_DLQ"]
+    assert len(page["letters"]) == stream["messages"], (len(page["letters"]), stream)
+    newest = {letter["seq"]: letter["org_id"] for letter in page["letters"] if letter["seq"] > start}
+    assert sorted(newest.values()) == sorted([str(org)] * 2 + [str(SYSTEM_ORG)] * 2), newest
+    assert page["next_before_seq"] is None
+
+    own = await request(nc, OPS_DEAD_LETTERS, {}, service_token)
+    assert {letter["org_id"] for letter in own["letters"]} == {str(org)}
+    assert len(own["letters"]) == 2
+    foreign = tokens.mint(
+        org_id=uuid4(), principal=Principal(kind="service", id="ops"), permissions=ALL_PERMISSIONS
+    )
+    assert (await request(nc, OPS_DEAD_LETTERS, {}, foreign))["letters"] == []
+    assert (await request(nc, OPS_LAG, {}, service_token))["error"]["code"] == "FORBIDDEN"
+    assert "messages" in (await request(nc, OPS_LAG, {}, _operator(tokens)))["streams"][0]
+
+
 async def test_end_users_and_restricted_tokens_are_refused(
     engram: Infra, nc: Client, tokens: TokenService, org: UUID, agent: UUID
 ) -> None:
+    """Neither is shown dead letters or lag, whatever permissions the token lists (the deployment's
+    operator's included)."""
     end_user = tokens.mint(
         org_id=org, principal=Principal(kind="end_user", id="alice"), permissions=ALL_PERMISSIONS
     )
@@ -102,11 +163,14 @@ async def test_end_users_and_restricted_tokens_are_refused(
     one_agent = tokens.mint(
         org_id=org,
         principal=Principal(kind="service", id="a"),
-        permissions=ALL_PERMISSIONS,
+        permissions=ALL_PERMISSIONS | {OPERATOR},
         agent_config_id=agent,
     )
+    end_user_operator = tokens.mint(
+        org_id=org, principal=Principal(kind="end_user", id="eve"), permissions=ALL_PERMISSIONS | {OPERATOR}
+    )
     for subject in (OPS_DEAD_LETTERS, OPS_LAG):
-        for token in (end_user, reader, one_agent):
+        for token in (end_user, reader, one_agent, end_user_operator):
             reply = await request(nc, subject, {}, token)
             assert reply["error"]["code"] == "FORBIDDEN", (subject, reply)
     bad = await request(
@@ -119,17 +183,24 @@ async def test_end_users_and_restricted_tokens_are_refused(
 
 
 async def test_lag_counts_streams_and_durable_consumers(
-    engram: Infra, nc: Client, observer_nc: Client, org: UUID, agent: UUID, service_token: str
+    engram: Infra,
+    nc: Client,
+    observer_nc: Client,
+    tokens: TokenService,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
 ) -> None:
     await publish_session(nc, session_payload(org, agent), service_token)
-    reply = await request(nc, OPS_LAG, {}, service_token)
+    operator = _operator(tokens)
+    reply = await request(nc, OPS_LAG, {}, operator)
     streams = {s["stream"]: s for s in reply["streams"]}
     assert set(streams) == {"ENGRAM_SESSIONS", "ENGRAM_MEMORY", "ENGRAM_AUDIT", "ENGRAM_DLQ"}
     sessions = (await observer_nc.jetstream().stream_info("ENGRAM_SESSIONS")).state
     assert 0 < streams["ENGRAM_SESSIONS"]["last_seq"] <= sessions.last_seq
 
     async def ingest_caught_up() -> bool:
-        lag = await request(nc, OPS_LAG, {}, service_token)
+        lag = await request(nc, OPS_LAG, {}, operator)
         ingest = {(c["stream"], c["durable"]): c for c in lag["consumers"]}[("ENGRAM_SESSIONS", "ingest")]
         return bool(ingest["num_pending"] == ingest["num_ack_pending"] == 0)
 

@@ -230,8 +230,9 @@ async def test_streams_are_replicated_three_times_on_a_cluster(
                 payload = session_payload(org, agent)
                 # An R3 publish waits for a quorum's fsync (sync_interval: always), and on a busy
                 # machine the stream's leader may still be settling (no responders): retry as a
-                # platform's publisher does, with the same Nats-Msg-Id, until the ack arrives.
-                headers = {"Authorization": f"Bearer {service_token}", "Nats-Msg-Id": payload["event_id"]}
+                # platform's publisher does, the same session until the ack arrives (ingest takes
+                # its event_id once).
+                headers = {"Authorization": f"Bearer {service_token}"}
                 # nats-py reports a stream without a leader as NoStreamResponseError (its no responders).
                 settling = (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError, TimeoutError)
                 failures: list[str] = []

@@ -192,7 +192,6 @@ async def test_one_trace_spans_ingest_and_distill_processes_and_memory_written(
             json.dumps(payload).encode(),
             headers={
                 "Authorization": f"Bearer {service_token}",
-                "Nats-Msg-Id": str(payload["event_id"]),
                 "traceparent": f"00-{trace_id}-{root_span_id}-01",
             },
         )

@@ -16,9 +16,10 @@ from sqlalchemy import func, select
 
 from services.cli.demo_data import demo_sessions
 from services.distill.sessions import CONSUMER, handle_validated_sessions
+from services.ingest import sessions as ingest
 from shared.consumer import Batch, consume
 from shared.db.engine import Database
-from shared.db.models import AuditRecord, MemoryEntry
+from shared.db.models import INBOX, AuditRecord, MemoryEntry
 from shared.distillers.builtin import BuiltinDistiller
 from shared.infra import Infra
 from shared.policy import normalize
@@ -64,7 +65,7 @@ async def test_200_sessions_give_each_expected_lesson_exactly_once(
     service_token: str,
 ) -> None:
     """200 published sessions produce every expected lesson once per owner, reinforced by repeats;
-    publishing them all again — with and without Nats-Msg-Id — changes nothing."""
+    publishing them all again — with and without a Nats-Msg-Id — changes nothing."""
     sessions = _sessions(org, agent)
     await asyncio.gather(*(publish_session(nc, s, service_token) for s in sessions))
 
@@ -81,9 +82,10 @@ async def test_200_sessions_give_each_expected_lesson_exactly_once(
         assert row.reinforcement_count == expected[(row.owner_key, normalize(row.text))] - 1
     snapshot = sorted((r.id, r.reinforcement_count, r.importance) for r in rows)
 
-    # Again with Nats-Msg-Id (JetStream drops them) and without it (ingest's inbox drops them).
+    # Again, with a Nats-Msg-Id and without: ingest's inbox drops them either way (JetStream's
+    # duplicate window on ENGRAM_SESSIONS is 100 ms, relied on by nothing).
+    await asyncio.gather(*(publish_session(nc, s, service_token, msg_id=s["event_id"]) for s in sessions))
     await asyncio.gather(*(publish_session(nc, s, service_token) for s in sessions))
-    await asyncio.gather(*(publish_session(nc, s, service_token, msg_id=None) for s in sessions))
     info = await observer_nc.jetstream().consumer_info("ENGRAM_SESSIONS", "ingest")
 
     async def ingest_drained() -> bool:
@@ -219,8 +221,8 @@ async def test_one_event_twice_in_a_batch_takes_effect_once(
     engram: Infra, observer_nc: Client, db: Database, org: UUID, agent: UUID
 ) -> None:
     """The same validated session delivered three times in ONE distill batch (as after a
-    reconnect, or a re-forward outside the duplicate window) is saved once, not reinforced by
-    itself, and every copy is acked."""
+    reconnect, or a re-forward after a crash) is saved once, not reinforced by itself, and every
+    copy is acked."""
     payload = _sessions(org, agent)[0]
     body = json.dumps(payload).encode()
     js = observer_nc.jetstream()
@@ -242,4 +244,52 @@ async def test_one_event_twice_in_a_batch_takes_effect_once(
         info = await js.consumer_info(stream, sub._consumer)
         assert info.num_ack_pending == 0
     finally:
+        await js.delete_stream(stream)
+
+
+async def test_one_session_twice_in_an_ingest_batch_is_forwarded_once(
+    engram: Infra, observer_nc: Client, db: Database, org: UUID, agent: UUID, service_token: str
+) -> None:
+    """The same session three times in ONE ingest batch (a platform's retry next to its original:
+    no Nats-Msg-Id makes JetStream drop it) is handed to distill once and claimed once; every copy
+    is acked."""
+    payload = _sessions(org, agent)[0]
+    body = json.dumps(payload).encode()
+    forwards: list[Msg] = []
+
+    async def on_forward(msg: Msg) -> None:
+        if json.loads(msg.data)["event_id"] == payload["event_id"]:
+            forwards.append(msg)
+
+    watch = await observer_nc.subscribe("engram.session.validated", cb=on_forward)
+    js = observer_nc.jetstream()
+    stream, subject = f"DUP_{uuid4().hex[:8]}", f"test.dup.{uuid4().hex[:8]}"
+    await js.add_stream(name=stream, subjects=[subject])
+    try:
+        for _ in range(3):
+            await js.publish(subject, body, headers={"Authorization": f"Bearer {service_token}"})
+        sub = await js.pull_subscribe(subject, stream=stream)
+        copies = await sub.fetch(3, timeout=5)
+        assert len(copies) == 3
+        # ingest's handler itself, handed the batch exactly as its pull consumer would.
+        batch = Batch(engram, copies, consumer=ingest.CONSUMER, source="session")
+        await consume(batch, lambda b: ingest.handle_sessions_ended(engram, b))
+        await observer_nc.flush()
+
+        async def distilled() -> bool:
+            return bool(forwards) and await _audit_count(db, org, "distill.completed") == 1
+
+        await eventually(distilled, what="the session seen forwarded, and distilled")
+        assert len(forwards) == 1, f"forwarded {len(forwards)} times"
+        async with db.read() as s:
+            claims = await s.execute(
+                select(func.count())
+                .select_from(INBOX)
+                .where(INBOX.c.event_id == f"{org}/{payload['event_id']}")
+            )
+        assert claims.scalar_one() == 2  # ingest's row and distill's
+        info = await js.consumer_info(stream, sub._consumer)
+        assert info.num_ack_pending == 0
+    finally:
+        await watch.unsubscribe()
         await js.delete_stream(stream)

@@ -22,7 +22,7 @@ from contracts.operations import AUDIT_QUERY, CONFIG_GET, CONFIG_PUT, MEMORY_PUR
 from contracts.recall import RecallReply, RecallRequest
 from contracts.requests import AuditQuery, AuditQueryReply, ConfigGet, ConfigPut, ConfigReply
 from shared.access import Caller
-from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.auth import ALL_PERMISSIONS, KNOWN_PERMISSIONS, TokenService
 from shared.edge import Edge, route
 from shared.wire import MAX_REQUEST_BYTES
 
@@ -349,4 +349,4 @@ async def test_a_subject_the_edge_does_not_serve_has_no_responders(edge: Edge) -
 
 
 def test_every_operation_names_a_real_permission() -> None:
-    assert {op.permission for op in OPERATIONS} <= ALL_PERMISSIONS
+    assert {op.permission for op in OPERATIONS} <= KNOWN_PERMISSIONS

@@ -43,12 +43,16 @@ ALICE = {"kind": "end_user", "id": "alice"}
 SUBJECTS = tuple(op.subject for op in OPERATIONS)
 
 
-def bodies(agent: UUID, entry: str, *, principal: dict[str, Any] | None = ALICE) -> dict[str, dict[str, Any]]:
-    """A valid body for every request subject, all about ``entry`` (alice's) in ``agent``."""
+def bodies(
+    org: UUID, agent: UUID, entry: str, *, principal: dict[str, Any] | None = ALICE
+) -> dict[str, dict[str, Any]]:
+    """A valid body for every request subject, all about ``entry`` (alice's) in ``agent`` of
+    ``org`` (a session is alice's, in ``org``)."""
     a = str(agent)
     p: dict[str, Any] = {"principal": principal} if principal is not None else {}
     return {
         "engram.memory.save": {"agent_config_id": a, **p, "content": "an attacker's note", "wait": True},
+        "engram.session.submit": session_payload(org, agent, principal=ALICE, session_id="attacker"),
         "engram.recall": {"agent_config_id": a, **p, "strategy": "last_k"},
         "engram.recall.expand": {"agent_config_id": a, **p, "ids": [entry]},
         "engram.memory.feedback": {"agent_config_id": a, **p, "entry_id": entry, "success": False},
@@ -103,7 +107,7 @@ async def test_forged_and_expired_tokens_are_unauthenticated_on_every_subject(
     before = await org_snapshot(db, org)
     tally = Tally(interface.label("forged-tokens"))
     forged = forge(org, TEST_KID, TEST_SECRET)
-    per_subject = bodies(agent, victim["ids"][0])
+    per_subject = bodies(org, agent, victim["ids"][0])
     header_variants: dict[str, dict[str, str]] = {
         "no_header": {},
         "empty_bearer": {"Authorization": "Bearer "},
@@ -162,7 +166,7 @@ async def test_permissionless_tokens_are_forbidden_on_every_subject(
             ALICE,
         )
     for label, (token, principal) in made.items():
-        per_subject = bodies(agent, victim["ids"][0], principal=principal)
+        per_subject = bodies(org, agent, victim["ids"][0], principal=principal)
         for subject in SUBJECTS:
             reply = await interface(subject, per_subject[subject], token)
             code = tally.note(reply)
@@ -181,7 +185,7 @@ async def test_permissions_given_as_an_object_grant_nothing(
     claims = {**claims_for(org), "perms": {"memory.admin": False, "memory.purge": False}}
     token = jwt.encode(claims, TEST_SECRET, algorithm="HS256", headers={"kid": TEST_KID})
     tally = Tally(interface.label("perms-object"))
-    per_subject = bodies(agent, victim["ids"][0])
+    per_subject = bodies(org, agent, victim["ids"][0])
     for subject in ("engram.audit.query", "engram.config.put", "engram.memory.prune"):
         reply = await interface(subject, per_subject[subject], token)
         if tally.note(reply) not in ("FORBIDDEN", "UNAUTHENTICATED"):
@@ -209,7 +213,7 @@ async def test_other_organization_tokens_never_reach_this_organization(
         token = mint(tokens, other, ref, ALL_PERMISSIONS)
         restricted = mint(tokens, other, ref, ALL_PERMISSIONS, agent_config_id=agent)
         principal = ALICE if ref.startswith("service") else None
-        per_subject = bodies(agent, victim["ids"][0], principal=principal)
+        per_subject = bodies(org, agent, victim["ids"][0], principal=principal)
         for subject in SUBJECTS:
             for tok in (token, restricted):
                 reply = await interface(subject, per_subject[subject], tok)
@@ -262,10 +266,9 @@ async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
     agent: UUID,
     service_token: str,
 ) -> None:
-    """Forged, foreign and permission-less tokens on published sessions: taken in (JetStream ack;
-    202 over HTTP, where the gateway passes the token on unchanged), then refused by ingest —
-    dead-lettered with their code — and never distilled. A session without a token is refused at
-    the HTTP gateway's door (401, never published) and dead-lettered over NATS."""
+    """Forged, foreign and permission-less tokens on published sessions, never distilled: over
+    NATS taken in (JetStream ack), then refused by ingest — dead-lettered with their code; over
+    HTTP refused before anything is stored (ingest checks ``engram.session.submit`` first)."""
     start = int((await observer_nc.jetstream().stream_info("ENGRAM_DLQ")).state.last_seq)
     trace = [{"tool": "deploy", "input": {}, "error": "remember: the forged lesson"}]
     bad: list[tuple[str, str | None, str]] = [
@@ -330,7 +333,7 @@ async def test_forged_session_ended_is_dead_lettered_and_never_distilled(
         codes=dict(Counter(got)),
         **interface.counts(),
     )
-    assert refused_at_door == (["missing"] if interface.refuses_anonymous_sessions else [])
+    assert refused_at_door == (sorted(taken_in) if interface.checks_sessions_first else [])
     assert got == expected
     assert distilled == 0
     assert forged_completed == []

@@ -4,7 +4,8 @@ on errors); it also publishes sessions. :class:`OverNats` sends over NATS; :clas
 the same request through the HTTP gateway (the operation table's route for the subject). The
 ``interface`` fixture (``tests/security/conftest.py``) runs each attack of the suite once per
 interface, unchanged: the gateway adds transport, never rules, so the counts must be the same
-zeros."""
+zeros. Sessions differ in when they are judged: a JetStream publish is stored first and checked by
+ingest after; ``POST /v1/sessions`` (``engram.session.submit``) is checked before it is stored."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from urllib.parse import quote
 import httpx
 from nats.aio.client import Client
 
-from contracts.operations import MEMORY_EXPORT, SESSION_ENDED, by_subject
+from contracts.operations import MEMORY_EXPORT, SESSION_SUBMIT, by_subject
 from tests.platform import publish_session
 
 __all__ = ["INTERFACES", "Interface", "OverHttp", "OverNats"]
@@ -29,8 +30,9 @@ class Interface:
     interfaces apart in test ids and report names."""
 
     name = ""
-    #: Whether a session without a bearer token is refused before it is published.
-    refuses_anonymous_sessions = False
+    #: Whether a session whose token or tenancy does not pass is refused before it is stored
+    #: (rather than stored, then dead-lettered).
+    checks_sessions_first = False
 
     def __init__(self) -> None:
         self.requests = 0
@@ -103,7 +105,7 @@ class OverHttp(Interface):
     (``server_errors``)."""
 
     name = "http"
-    refuses_anonymous_sessions = True
+    checks_sessions_first = True
 
     def __init__(self, http: httpx.AsyncClient) -> None:
         super().__init__()
@@ -138,16 +140,14 @@ class OverHttp(Interface):
         return data
 
     async def publish_session(self, payload: dict[str, Any], token: str | None) -> bool:
-        """POST /v1/sessions: the token passes on unchanged (ingest judges it), so a forged one is
-        taken in (202); one without any is refused at the door (401)."""
-        assert SESSION_ENDED.http_path is not None
+        """POST /v1/sessions: ingest checks the token and the session first, so a forged, foreign
+        or missing token is refused (401, 403) and nothing is stored; a good one is taken (202)."""
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         reply = await self.http.post(
-            SESSION_ENDED.http_path, content=json.dumps(payload, default=str), headers=headers
+            SESSION_SUBMIT.http_path, content=json.dumps(payload, default=str), headers=headers
         )
         self.requests += 1
-        if reply.status_code not in (202, 401):
-            self.status_mismatches.append(f"{SESSION_ENDED.subject}: HTTP {reply.status_code}")
+        self._check(SESSION_SUBMIT.subject, reply.status_code, reply.json())
         return reply.status_code == 202
 
     def counts(self) -> dict[str, Any]:

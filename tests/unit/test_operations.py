@@ -188,14 +188,21 @@ def test_http_routes_are_versioned_and_their_path_fields_are_request_fields(op: 
             f"{op.http_path}: {field} is not a {op.request.__name__} field"
         )
     assert op.name == op.subject.removeprefix("engram.")
-    assert op.permission in {"memory.read", "memory.write", "memory.admin", "memory.purge"}
+    assert op.permission in {
+        "memory.read",
+        "memory.write",
+        "memory.admin",
+        "memory.purge",
+        "deployment.operator",
+    }
 
 
 def test_lookups() -> None:
     assert by_name("recall").subject == subjects.RECALL
     assert by_subject(subjects.MEMORY_GET).http_path == "/v1/memories/{entry_id}"
     assert by_http_route("delete", "/v1/memories/{entry_id}").name == "memory.delete"
-    assert stream_by_subject(subjects.SESSION_ENDED).http_path == "/v1/sessions"
+    assert stream_by_subject(subjects.SESSION_ENDED).jetstream == "ENGRAM_SESSIONS"
+    assert by_http_route("post", "/v1/sessions").subject == subjects.SESSION_SUBMIT
     with pytest.raises(KeyError):
         by_name("memory.nothing")
 

@@ -112,7 +112,7 @@ function operationsModule(table, openapi) {
     );
   }
   const sessions = table.streams.find((s) => s.name === "session.ended");
-  if (!sessions?.http_path) throw new Error("contracts/operations.json has no session.ended route");
+  if (!sessions) throw new Error("contracts/operations.json has no session.ended stream");
   return (
     BANNER +
     'import type { CallOptions, OperationSpec, StreamSpec } from "../spec.js";\n' +
@@ -132,11 +132,9 @@ function operationsModule(table, openapi) {
     "export const SESSION_ENDED = {\n" +
     `  name: ${literal(sessions.name)},\n` +
     `  subject: ${literal(sessions.subject)},\n` +
-    `  method: ${literal(sessions.http_method)},\n` +
-    `  path: ${literal(sessions.http_path)},\n` +
     "} as const satisfies StreamSpec;\n\n" +
     `export type SessionEnded = ${schema(sessions.payload)};\n` +
-    `export type SessionAccepted = ${schema(sessions.http_reply)};\n`
+    `export type SessionAccepted = ${schema("SessionAccepted")};\n`
   );
 }
 

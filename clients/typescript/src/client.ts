@@ -44,8 +44,9 @@ export class EngramClient {
     return this.#transport.kind;
   }
 
-  /** Publish `engram.session.ended` (NATS: JetStream with Nats-Msg-Id = event_id; HTTP: POST
-   * /v1/sessions). Answered once stored; the same event_id again answers `duplicate: true`. */
+  /** Publish `engram.session.ended` (NATS: into JetStream, answered once stored and checked after;
+   * HTTP: POST /v1/sessions, i.e. `submitSession`, checked first). Engram takes each event_id of an
+   * organization once; `submitSession` says `duplicate: true` for a repeat. */
   publishSession(session: SessionEnded, options?: CallOptions): Promise<SessionAccepted> {
     return this.#transport.publish(SESSION_ENDED, session, options?.timeoutMs ?? this.#timeoutMs);
   }

@@ -1,6 +1,6 @@
 // The HTTP transport: `fetch` to the gateway, one route per operation (contracts/openapi.json).
 
-import type { SessionAccepted, SessionEnded } from "./generated/operations.js";
+import { OPERATIONS, type SessionAccepted, type SessionEnded } from "./generated/operations.js";
 import { InvalidRequestError, UnavailableError } from "./generated/errors.js";
 import { errorFromEnvelope, foreignHttpError, isEnvelope, parseReply } from "./reply.js";
 import type { OperationSpec, StreamSpec } from "./spec.js";
@@ -96,10 +96,9 @@ export class HttpTransport implements Transport {
     if (response.body) yield* jsonLines(response.body);
   }
 
-  async publish(stream: StreamSpec, session: SessionEnded, timeoutMs: number): Promise<SessionAccepted> {
-    const response = await this.#send(stream.name, stream.method, stream.path, JSON.stringify(session), timeoutMs);
-    if (!response.ok) throw await errorOf(response);
-    return parseReply(await response.text()) as SessionAccepted;
+  async publish(_stream: StreamSpec, session: SessionEnded, timeoutMs: number): Promise<SessionAccepted> {
+    // POST /v1/sessions is `engram.session.submit`: checked, then stored.
+    return (await this.request(OPERATIONS.submitSession, session as unknown as Fields, timeoutMs)) as SessionAccepted;
   }
 
   async close(): Promise<void> {}

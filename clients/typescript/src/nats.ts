@@ -109,12 +109,13 @@ export class NatsTransport implements Transport {
     } while (pageToken);
   }
 
-  /** JetStream publish with `Nats-Msg-Id` = event_id: a retried publish is a no-op (`duplicate`). */
+  /** JetStream publish, acknowledged once stored (checked by ingest after). No Nats-Msg-Id: Engram
+   * takes each organization's event_id once after verifying the token, and JetStream would drop
+   * this session if anyone had published that id first (docs/adr/0081-session-dedupe.md). */
   async publish(stream: StreamSpec, session: SessionEnded, timeoutMs: number): Promise<SessionAccepted> {
     try {
       const ack = await this.#js.publish(stream.subject, JSON.stringify(session), {
         headers: this.#headers(),
-        msgID: session.event_id,
         timeout: timeoutMs,
       });
       return { status: 202, event_id: session.event_id, stream_seq: ack.seq, duplicate: ack.duplicate };

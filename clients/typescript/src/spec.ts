@@ -27,8 +27,6 @@ export interface OperationSpec {
 export interface StreamSpec {
   readonly name: string;
   readonly subject: string;
-  readonly method: HttpMethod;
-  readonly path: string;
 }
 
 export interface CallOptions {

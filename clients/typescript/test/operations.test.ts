@@ -51,15 +51,17 @@ for (const transport of TRANSPORTS) {
       await engram?.close();
     });
 
-    test("a published session is stored once: the same event_id again is a duplicate", async () => {
+    test("a session is taken once per event_id: submitted again, it is a duplicate", async () => {
       // Its own scope: the session's distilled memories must not land among the entries below.
-      const ended = session(freshScope(`session-${transport}`), connectionInfo().org_id!);
-      const first = await engram.publishSession(ended);
-      assert.equal(first.status, 202);
-      assert.equal(first.event_id, ended.event_id);
-      assert.equal(first.duplicate, false);
-      const again = await engram.publishSession(ended);
-      assert.deepEqual([again.stream_seq, again.duplicate], [first.stream_seq, true]);
+      const scope = freshScope(`session-${transport}`);
+      const ended = session(scope, connectionInfo().org_id!);
+      const first = await engram.submitSession(ended);
+      assert.deepEqual([first.status, first.event_id, first.duplicate], [202, ended.event_id, false]);
+      const again = await engram.submitSession(ended);
+      assert.deepEqual([again.status, again.duplicate], [202, true]);
+      // publishSession: into JetStream over NATS (checked after it is stored), submitted over HTTP.
+      const published = await engram.publishSession(session(scope, connectionInfo().org_id!));
+      assert.deepEqual([published.status, published.duplicate], [202, false]);
     });
 
     test("save answers 202 once accepted, or the outcome with wait", async () => {

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from contracts import operations as ops
+from contracts.common import SYSTEM_ORG
 from contracts.config import MemoryConfig
 from contracts.errors import EngramError, InvalidRequest, Unauthenticated
 from contracts.governance import LIFECYCLES
@@ -336,8 +337,9 @@ class Views:
     # -- what no operation exposes ----------------------------------------------------------
 
     async def dead_letters(self, request: Request, session: ConsoleSession) -> Response:
-        """The organization's dead letters (newest first, by source) and the pipeline's lag; each
-        shows the service's error on its own if the token may not read it."""
+        """The dead letters the token may see (newest first, by source: its organization's, or every
+        one for the deployment's operator) and the pipeline's lag (the operator's); each shows the
+        service's error on its own if the token may not read it."""
         q = request.query_params
         letters, lag, error, lag_error = None, None, None, None
         try:
@@ -361,6 +363,7 @@ class Views:
             error=error,
             lag_error=lag_error,
             q=q,
+            system_org=str(SYSTEM_ORG),
         )
 
 

@@ -178,7 +178,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The organization's dead letters, newest first: source, code and reason, never the payload. */
+        /** The organization's dead letters, newest first: source, code and reason, never the payload (for the deployment's operator, every organization's and the system organization's). */
         get: operations["ops.dead_letters"];
         put?: never;
         post?: never;
@@ -232,7 +232,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Message counts of Engram's streams and each durable consumer's pending and unacked messages. */
+        /** Message counts of Engram's streams and each durable consumer's pending and unacked messages (the whole deployment's: its operator's only). */
         get: operations["ops.lag"];
         put?: never;
         post?: never;
@@ -371,11 +371,8 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /**
-         * An agent session ended: its trace, for distillation into memories (deduplicated by event_id).
-         * @description Published to JetStream (`engram.session.ended`, deduplicated by event_id); answered once stored. The token and tenancy are checked by ingest as for any published session: a refused session is dead-lettered and audited, not answered here.
-         */
-        post: operations["session.ended"];
+        /** An agent session ended: its token and payload checked at once, then distilled; the same organization's event_id again changes nothing (duplicate). */
+        post: operations["session.submit"];
         delete?: never;
         options?: never;
         head?: never;
@@ -537,6 +534,11 @@ export interface components {
              * Format: date-time
              */
             occurred_at: string;
+            /**
+             * Org Id
+             * @default null
+             */
+            org_id?: string | null;
             /** Original Event Id */
             original_event_id: string | null;
             /** Original Sha256 */
@@ -1547,8 +1549,10 @@ export interface components {
         };
         /**
          * SessionAccepted
-         * @description What the HTTP gateway answers for ``POST /v1/sessions``: the session is in JetStream
-         *     (``duplicate``: an earlier publish of the same ``event_id`` already was).
+         * @description ``engram.session.submit`` (``POST /v1/sessions``): ingest verified the token and the session
+         *     and handed it to distill, durably (``stream_seq``: where in ``ENGRAM_SESSIONS``) — or, with
+         *     ``duplicate``, had already taken this organization's ``event_id``, so this copy changes
+         *     nothing. Another organization's event with the same id is never a duplicate of it.
          */
         SessionAccepted: {
             /**
@@ -1567,8 +1571,11 @@ export interface components {
              * @constant
              */
             status?: 202;
-            /** Stream Seq */
-            stream_seq: number;
+            /**
+             * Stream Seq
+             * @default null
+             */
+            stream_seq?: number | null;
         };
         /**
          * SessionEnded
@@ -2446,7 +2453,7 @@ export interface operations {
             };
         };
     };
-    "session.ended": {
+    "session.submit": {
         parameters: {
             query?: never;
             header?: never;
@@ -2459,7 +2466,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Stored in JetStream. */
+            /** @description SessionAccepted */
             202: {
                 headers: {
                     [name: string]: unknown;

@@ -18,6 +18,16 @@ export const OPERATIONS = {
     timeoutMs: null,
     jsonLines: false,
   },
+  submitSession: {
+    name: "session.submit",
+    subject: "engram.session.submit",
+    method: "POST",
+    path: "/v1/sessions",
+    pathParams: [],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
   recall: {
     name: "recall",
     subject: "engram.recall",
@@ -191,6 +201,12 @@ export interface OperationMethods {
    */
   save(request: Schemas["SaveRequest"], options?: CallOptions): Promise<Schemas["Accepted"] | Schemas["SaveOutcome"]>;
   /**
+   * An agent session ended: its token and payload checked at once, then distilled; the same organization's event_id again changes nothing (duplicate).
+   *
+   * `engram.session.submit` · `POST /v1/sessions` · needs `memory.write`
+   */
+  submitSession(request: Schemas["SessionEnded"], options?: CallOptions): Promise<Schemas["SessionAccepted"]>;
+  /**
    * What should this agent remember right now: ranked memories within a token budget.
    *
    * `engram.recall` · `POST /v1/recall` · needs `memory.read`
@@ -276,27 +292,25 @@ export interface OperationMethods {
    */
   auditVerify(request: Schemas["AuditVerify"], options?: CallOptions): Promise<Schemas["AuditVerifyReply"]>;
   /**
-   * The organization's dead letters, newest first: source, code and reason, never the payload.
+   * The organization's dead letters, newest first: source, code and reason, never the payload (for the deployment's operator, every organization's and the system organization's).
    *
    * `engram.ops.dead_letters` · `GET /v1/dead-letters` · needs `memory.admin`
    */
   deadLetters(request: Schemas["DeadLetterQuery"], options?: CallOptions): Promise<Schemas["DeadLetterPage"]>;
   /**
-   * Message counts of Engram's streams and each durable consumer's pending and unacked messages.
+   * Message counts of Engram's streams and each durable consumer's pending and unacked messages (the whole deployment's: its operator's only).
    *
-   * `engram.ops.lag` · `GET /v1/lag` · needs `memory.admin`
+   * `engram.ops.lag` · `GET /v1/lag` · needs `deployment.operator`
    */
   lag(request: Schemas["LagQuery"], options?: CallOptions): Promise<Schemas["LagReply"]>;
 }
 
 /**
- * An agent session ended: its trace, for distillation into memories (deduplicated by event_id).
+ * An agent session ended: its trace, for distillation into memories (each organization's event_id once, counted after its token is verified; engram.session.submit is the same, checked before it is stored).
  */
 export const SESSION_ENDED = {
   name: "session.ended",
   subject: "engram.session.ended",
-  method: "POST",
-  path: "/v1/sessions",
 } as const satisfies StreamSpec;
 
 export type SessionEnded = Schemas["SessionEnded"];
