@@ -12,7 +12,6 @@ embedding can outlast the short ack_wait.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -21,6 +20,7 @@ from faststream.nats import NatsRouter
 from contracts.events import MemoryPurged, MemoryWritten
 from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
 from services.embed.indexer import index_rows, load_pending
+from shared.background import Worker
 from shared.consumer import Batch, batch_consumer
 from shared.infra import Infra
 from shared.metrics import EMBED_BACKLOG, EMBEDDED
@@ -32,13 +32,15 @@ __all__ = ["EmbedPipeline", "build_router"]
 log = logging.getLogger(__name__)
 
 
-class EmbedPipeline:
+class EmbedPipeline(Worker):
+    name = "embed-pipeline"
+
     def __init__(self, infra: Infra, embedder: Embedder, index: VectorIndex) -> None:
+        super().__init__()
         self._infra = infra
         self._embedder = embedder
         self._index = index
         self._queue: asyncio.Queue[tuple[Batch, dict[int, Any]] | None] = asyncio.Queue(maxsize=1)
-        self._task: asyncio.Task[None] | None = None
 
     async def submit(self, batch: Batch) -> None:
         """Load the batch's rows and queue it; waits while one is queued. A failure to load is
@@ -55,7 +57,7 @@ class EmbedPipeline:
 
     async def start(self) -> None:
         await self._warn_about_foreign_vectors()
-        self._task = asyncio.create_task(self._run(), name="embed-pipeline")
+        await super().start()
 
     async def _warn_about_foreign_vectors(self) -> None:
         """Say so when entries were indexed by another embedder: recall's semantic legs miss them
@@ -81,16 +83,11 @@ class EmbedPipeline:
             made_by,
         )
 
-    async def stop(self) -> None:
+    async def request_stop(self) -> None:
         """Finish what was handed over (the subscriber has stopped), then end the worker."""
-        if self._task is None:
-            return
         await self._queue.put(None)
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         while (item := await self._queue.get()) is not None:
             batch, by_message = item
             rows = len({row.id for row in by_message.values()})

@@ -9,8 +9,6 @@ synchronous write (docs/adr/0039-recall-side-effects.md).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -20,7 +18,7 @@ from uuid import UUID
 from sqlalchemy import bindparam, insert, update
 
 from shared import audit
-from shared.background import cancel
+from shared.background import PeriodicWorker
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, RECALLS
 from shared.time import utcnow
@@ -50,39 +48,27 @@ class Disclosure:
     kind: str = "memory.recalled"
 
 
-class SideEffects:
+class SideEffects(PeriodicWorker):
+    name = "recall-side-effects"
+
     def __init__(self, db: Database, *, interval_s: float = 0.1, max_batch: int = 500) -> None:
+        super().__init__(interval_s)
         self._db = db
-        self._interval = interval_s
         self._max = max_batch
         self._queue: list[Disclosure] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self.flushed = 0
 
     def record(self, disclosure: Disclosure) -> None:
         self._queue.append(disclosure)
         if len(self._queue) >= self._max:
-            self._wake.set()
+            self.wake()
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="recall-side-effects")
-
-    async def stop(self) -> None:
-        await cancel(self._task)
-        self._task = None
+    async def tick(self) -> None:
+        # Postgres away: the records stay queued and are written by a later tick.
         await self.flush()
 
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
-            self._wake.clear()
-            try:
-                await self.flush()
-            except Exception:
-                log.warning("recall side effects not written yet; retrying", exc_info=True)
-                await asyncio.sleep(1.0)
+    async def finished(self) -> None:
+        await self.flush()
 
     async def flush(self) -> int:
         batch, self._queue = self._queue, []

@@ -1,0 +1,23 @@
+"""governance-audit's part of a process: its router and the retention sweeper."""
+
+from __future__ import annotations
+
+from services.component import Component, Ports
+from services.governance_audit.erasure_api import Erasures
+from services.governance_audit.retention import RetentionSweeper
+from services.governance_audit.router import build_router
+from shared.infra import Infra
+
+__all__ = ["build"]
+
+
+def build(infra: Infra, ports: Ports) -> Component:
+    # Erases vectors itself when the vector store is reachable from this process (the runtime
+    # opened one for it); else embed does, on memory.purged.
+    erasures = Erasures(infra.db, index=ports.vector_index, results=ports.results)
+    sweeper = RetentionSweeper(infra.db, erasures.after_commit, interval_s=infra.settings.retention_sweep_s)
+    return Component(
+        "governance-audit",
+        routers=[build_router(infra, erasures, ports.results)],
+        workers=[sweeper],
+    )
