@@ -15,16 +15,17 @@ from typing import Any, cast
 from faststream.nats import NatsBroker
 from faststream.nats.security import NatsNKey, NatsSecurity
 
-from services.component import Build, Ports
+from contracts.operations import consumers_of
 from shared.auth import TokenService
 from shared.background import Worker
 from shared.bus import configured_streams, ensure_streams, patch_pull_timeout, record_consumer_lag
 from shared.cache import ResultCache
+from shared.component import Build, Ports
 from shared.db.engine import Database
 from shared.infra import Infra
 from shared.liveness import LivenessResponder
 from shared.metrics import refreshing
-from shared.nats_auth.permissions import ALL_IN_ONE, CONSUMERS, process_name, service_inbox
+from shared.nats_auth.permissions import ALL_IN_ONE, process_name, service_inbox
 from shared.outbox import OutboxRelay
 from shared.ports import Distiller, Embedder, VectorIndex
 from shared.provenance import MessageSigner
@@ -96,7 +97,7 @@ def nats_security(settings: EngramSettings) -> NatsSecurity | None:
     return NatsSecurity(ssl_context=tls) if tls is not None else None
 
 
-#: Each service's ``build`` (services/component.py), imported only when that service runs here.
+#: Each service's ``build`` (shared/component.py), imported only when that service runs here.
 _COMPONENTS = {name: f"services.{name.replace('-', '_')}.component" for name in SERVICES}
 
 
@@ -141,7 +142,7 @@ async def running_services(
             await worker.start()
         # /metrics reads the lag of this process's own durables (its NATS identity may read no
         # other consumer's info) and the outbox backlog when scraped.
-        durables = [(stream, durable) for name in names for stream, durable, _ in CONSUMERS[name]]
+        durables = [(c.stream.jetstream, c.durable) for name in names for c in consumers_of(name)]
         stack.enter_context(
             refreshing(partial(record_consumer_lag, infra.js, durables), infra.relay.refresh_backlog)
         )

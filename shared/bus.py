@@ -12,7 +12,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
-from contracts.subjects import STREAMS, StreamDef
+from contracts.operations import JETSTREAMS, StreamDef
 from shared.metrics import CONSUMER_ACK_PENDING, CONSUMER_NUM_PENDING
 
 __all__ = [
@@ -47,11 +47,11 @@ def stream_config(definition: StreamDef, *, replicas: int = 1) -> StreamConfig:
 def configured_streams(*, session_retention_s: int, dead_letter_retention_s: int) -> list[StreamDef]:
     """The contract's streams with the deployment's retention settings applied."""
     overrides = {"ENGRAM_SESSIONS": session_retention_s, "ENGRAM_DLQ": dead_letter_retention_s}
-    return [replace(d, max_age_seconds=overrides.get(d.name, d.max_age_seconds)) for d in STREAMS]
+    return [replace(d, max_age_seconds=overrides.get(d.name, d.max_age_seconds)) for d in JETSTREAMS]
 
 
 async def ensure_streams(
-    js: JetStreamContext, definitions: Iterable[StreamDef] = STREAMS, *, replicas: int = 1
+    js: JetStreamContext, definitions: Iterable[StreamDef] = JETSTREAMS, *, replicas: int = 1
 ) -> None:
     """Create the streams, or bring an existing one's config up to date (idempotent; a stream's
     replica count follows ``replicas`` too, which JetStream changes in place on a cluster)."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.component import Component, Ports
 from services.distill.router import build_router
+from shared.component import Component, Ports
 from shared.distillers.builtin import BuiltinDistiller
 from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.infra import Infra

@@ -18,7 +18,7 @@ from typing import Any
 from faststream.nats import NatsRouter
 
 from contracts.events import MemoryPurged, MemoryWritten
-from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
+from contracts.operations import EMBED_PURGED, EMBED_WRITTEN
 from services.embed.indexer import index_rows, load_pending
 from shared.background import Worker
 from shared.consumer import Batch, batch_consumer
@@ -110,34 +110,12 @@ def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> N
     # a message no service signed is dead-lettered, and so is one that does not parse.
 
     # Embedding models are fastest in batches; the timeout bounds a lone entry's wait.
-    @batch_consumer(
-        router,
-        infra,
-        MEMORY_WRITTEN,
-        durable="embed",
-        source="embed",
-        batch_size=256,
-        timeout=0.02,
-        title="embed:memory.written",
-        signed=True,
-    )
+    @batch_consumer(router, infra, EMBED_WRITTEN)
     async def on_written(batch: Batch) -> None:
-        """Embed and index written entries (a reinforcement of an indexed entry changes nothing)."""
         await pipeline.submit(batch)
 
-    @batch_consumer(
-        router,
-        infra,
-        MEMORY_PURGED,
-        durable="embed-purge",
-        source="embed",
-        batch_size=256,
-        timeout=0.02,
-        title="embed:memory.purged",
-        signed=True,
-    )
+    @batch_consumer(router, infra, EMBED_PURGED)
     async def on_purged(batch: Batch) -> None:
-        """Delete the vectors of purged and pruned entries."""
         # Only an erasure a service announced deletes vectors (a forged one is dead-lettered).
         purged = await batch.parse(MemoryPurged, what="memory.purged event")
         await index.delete([entry_id for _, event in purged for entry_id in event.entry_ids])

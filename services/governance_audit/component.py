@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from services.component import Component, Ports
 from services.governance_audit.erasure_api import Erasures
 from services.governance_audit.retention import RetentionSweeper
 from services.governance_audit.router import build_router
+from shared.component import Component, Ports
 from shared.infra import Infra
 
 __all__ = ["build"]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.component import Component, Ports
 from services.ingest.router import build_router
+from shared.component import Component, Ports
 from shared.infra import Infra
 
 __all__ = ["build"]

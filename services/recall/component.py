@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from services.component import Component, Ports
 from services.recall.router import build_router
 from services.recall.service import Recall
 from services.recall.side_effects import SideEffects
 from shared.cache import CueVectorCache
+from shared.component import Component, Ports
 from shared.infra import Infra
 from shared.vectors.coverage import VectorCoverage
 
