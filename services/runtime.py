@@ -18,7 +18,7 @@ from faststream.nats.security import NatsNKey, NatsSecurity
 from contracts.operations import consumers_of
 from shared.auth import TokenService
 from shared.background import Worker
-from shared.bus import configured_streams, ensure_streams, patch_pull_timeout, record_consumer_lag
+from shared.bus import configured_streams, ensure_streams, record_consumer_lag
 from shared.cache import ResultCache
 from shared.component import Build, Ports
 from shared.db.engine import Database
@@ -29,6 +29,7 @@ from shared.nats_auth.permissions import ALL_IN_ONE, process_name, service_inbox
 from shared.outbox import OutboxRelay
 from shared.ports import Distiller, Embedder, VectorIndex
 from shared.provenance import MessageSigner
+from shared.pull import patch_pull_loops
 from shared.settings import EngramSettings
 from shared.telemetry import broker_middleware, setup_telemetry
 from shared.tls import client_tls_context
@@ -165,7 +166,7 @@ async def running_services(
 
 async def _connect(settings: EngramSettings, process: str, stack: AsyncExitStack) -> tuple[Infra, Any]:
     """The process's broker (connected, its streams ensured), database and outbox relay."""
-    patch_pull_timeout()
+    patch_pull_loops()
     service_label = ALL_IN_ONE if process == ALL_IN_ONE else f"engram-{process}"
     # The process's NATS identity and inbox follow from what it runs (shared/nats_auth/permissions.py).
     inbox = service_inbox(process)

@@ -76,12 +76,13 @@ class Worker(ABC):
 
 
 class PeriodicWorker(Worker):
-    """A loop that runs :meth:`tick` every ``interval_s``, sooner when :meth:`wake` is called.
-    A failing tick is logged and tried again after ``retry_s`` (its dependency may be away)."""
+    """A loop that runs :meth:`tick` every ``interval_s`` (``None``: only when woken), sooner when
+    :meth:`wake` is called. A failing tick is logged and tried again after ``retry_s`` (its
+    dependency may be away)."""
 
     retry_s = 1.0
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float | None) -> None:
         super().__init__()
         self.interval_s = interval_s
         self._wake = asyncio.Event()
@@ -105,8 +106,8 @@ class PeriodicWorker(Worker):
                 continue
             await self._pause(self.interval_s)
 
-    async def _pause(self, seconds: float) -> None:
-        """Wait ``seconds``, or until woken or told to stop."""
+    async def _pause(self, seconds: float | None) -> None:
+        """Wait ``seconds`` (``None``: no limit), or until woken or told to stop."""
         if self.stopping:
             return
         with contextlib.suppress(TimeoutError):

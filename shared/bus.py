@@ -19,7 +19,6 @@ __all__ = [
     "configured_streams",
     "durable_config",
     "ensure_streams",
-    "patch_pull_timeout",
     "record_consumer_lag",
     "stream_config",
 ]
@@ -100,18 +99,3 @@ async def record_consumer_lag(js: JetStreamContext, durables: Iterable[tuple[str
             continue
         CONSUMER_NUM_PENDING.labels(stream, durable).set(info.num_pending or 0)
         CONSUMER_ACK_PENDING.labels(stream, durable).set(info.num_ack_pending or 0)
-
-
-def patch_pull_timeout() -> None:
-    """Work around a FastStream 0.7.8 / nats-py 2.16 mismatch.
-
-    FastStream's pull loop suppresses ``nats.errors.TimeoutError`` around ``fetch()``, but
-    nats-py 2.16 raises the builtin ``TimeoutError`` when an empty fetch runs out its deadline.
-    The loop's task then dies and FastStream's supervisor restarts it with an ERROR log, which
-    stalls consumption for a moment each time. Widening the name the loop suppresses to the
-    builtin (of which nats' error is a subclass) restores the intended "empty fetch → loop".
-    Remove when FastStream catches the builtin itself.
-    """
-    from faststream.nats.subscriber.usecases import stream_pull_subscriber
-
-    stream_pull_subscriber.TimeoutError = TimeoutError  # type: ignore[attr-defined,assignment]

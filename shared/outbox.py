@@ -150,7 +150,7 @@ class OutboxRelay(PeriodicWorker):
 
     A commit of ``db`` that enqueued rows wakes it (a commit hook), so they go out at once rather
     than at the next poll; the poll only catches rows other processes committed, or a relay that
-    was down."""
+    was down, so it is slow (an idle process does not wake for it twice a second)."""
 
     name = "outbox-relay"
 
@@ -161,7 +161,7 @@ class OutboxRelay(PeriodicWorker):
         *,
         signer: MessageSigner,
         batch: int = 200,
-        poll_interval_s: float = 0.5,
+        poll_interval_s: float = 5.0,
     ) -> None:
         super().__init__(poll_interval_s)
         self._db = db

@@ -1,8 +1,9 @@
 """Recall's side effects (SPEC 5.6), off the hot path: recall records, access counts and the
 audit record of each disclosure, written in batches by one background task.
 
-A recall answers before its record is written; records queue in memory and are flushed every
-``interval_s`` or ``max_batch`` recalls, in one transaction per flush (and at shutdown). A crash
+A recall answers before its record is written; records queue in memory and are flushed
+``interval_s`` after the first of them or at ``max_batch`` recalls, in one transaction per flush
+(and at shutdown); nothing runs while nobody recalls. A crash
 can lose at most the unflushed interval — a deliberate trade for a recall path without a
 synchronous write (docs/adr/0039-recall-side-effects.md).
 """
@@ -52,7 +53,10 @@ class SideEffects(PeriodicWorker):
     name = "recall-side-effects"
 
     def __init__(self, db: Database, *, interval_s: float = 0.1, max_batch: int = 500) -> None:
-        super().__init__(interval_s)
+        # Idle until a recall records something: nothing wakes while nobody recalls.
+        super().__init__(None)
+        #: How long the first record waits for company before its flush.
+        self._window = interval_s
         self._db = db
         self._max = max_batch
         self._queue: list[Disclosure] = []
@@ -60,10 +64,12 @@ class SideEffects(PeriodicWorker):
 
     def record(self, disclosure: Disclosure) -> None:
         self._queue.append(disclosure)
-        if len(self._queue) >= self._max:
+        if len(self._queue) == 1 or len(self._queue) >= self._max:
             self.wake()
 
     async def tick(self) -> None:
+        if 0 < len(self._queue) < self._max:
+            await self._pause(self._window)  # company for the first record; cut short at max_batch
         # Postgres away: the records stay queued and are written by a later tick.
         await self.flush()
 
