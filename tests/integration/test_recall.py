@@ -170,6 +170,7 @@ async def test_session_scope_requires_and_honours_session_id(
             service_token,
         )
         assert reply["saved"] == 1
+
     # Recall trusts a config for config_cache_s: wait until it applies the new scope.
     async def scope_applied() -> bool:
         missing = await _recall(nc, service_token, agent, principal=carol)
