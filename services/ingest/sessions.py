@@ -87,7 +87,7 @@ async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
             "engram.ingest.session", context=extract_context(msg.headers)
         ) as span:
             annotate_consumer(span, msg.subject, CONSUMER)
-            checked = _check(infra, msg)
+            checked = await _check(infra, msg)
             if isinstance(checked, Rejection):
                 rejected.append((msg, checked))
             else:
@@ -161,14 +161,16 @@ async def label_recalls(db: AsyncSession, sessions: list[SessionEnded]) -> None:
         await db.execute(_LABEL, rows)
 
 
-def _check(infra: Infra, msg: Msg) -> SessionEnded | Rejection:
-    """The verified session, or why it is dead-lettered."""
+async def _check(infra: Infra, msg: Msg) -> SessionEnded | Rejection:
+    """The verified session within its organization's session budget, or why it is
+    dead-lettered (over the budget: ``RATE_LIMITED``, replayable like any dead letter)."""
     credential: Credential | None = None
     session: SessionEnded | None = None
     try:
         credential = infra.tokens.verify(bearer_from_headers(msg.headers))
         session = parse_model(SessionEnded, msg.data, max_bytes=MAX_SESSION_BYTES)
         authorize(credential, session)
+        await infra.quotas.charge("sessions", session.org_id, credential.token_id)
     except EngramError as exc:
         log.info("session.ended rejected: %s %s", exc.code, exc.message)
         return Rejection.of(
