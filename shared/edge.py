@@ -1,9 +1,9 @@
 """The request-reply edge: every operation of the table (``contracts.operations``) is served here.
 
-Per request: verify the token → parse the operation's request model → :func:`shared.access.authorize`
-→ charge the organization's and token's budget (:mod:`shared.quotas`) → ``handler(caller, request)
--> reply`` → the reply's JSON, or any failure as the SPEC 9 envelope (a bad request never crashes a
-service). Authentication comes before parsing, so an anonymous
+Per request: verify the token → charge the organization's and token's budget (:mod:`shared.quotas`)
+→ parse the operation's request model → :func:`shared.access.authorize` → ``handler(caller,
+request) -> reply`` → the reply's JSON, or any failure as the SPEC 9 envelope (a bad request never
+crashes a service). Authentication comes before parsing, so an anonymous
 caller learns nothing about the schema. Every answer is counted by operation and code
 (``engram_requests_total``) and timed, and its consume span carries the messaging and GenAI
 memory attributes (ids only, never memory text).
@@ -320,11 +320,12 @@ async def answer(
     annotate_consumer(span, op.subject, op.queue_group)
     try:
         credential = tokens.verify(bearer_from_headers(headers))
+        # Before any other work: a flood over its budget costs a token check and a bucket each.
+        if quotas is not None:
+            await quotas.charge(op.quota_class, credential.org_id, credential.token_id)
         request = parse_model(op.request, body, max_bytes=op.max_request_bytes)
         annotate_memory_operation(span, op.subject, request)
         caller, request = authorize(credential, op.permission, request)
-        if quotas is not None:
-            await quotas.charge(op.quota_class, credential.org_id, credential.token_id)
         reply = await handler(caller, request)
         # A reply omits what it did not set when the operation says so (recall's formats).
         data = reply.model_dump_json(exclude_unset=op.sparse_reply).encode()

@@ -64,21 +64,26 @@ class QuotaSettings(BaseModel):
         return override.get(cls) or self.org.get(cls)
 
 
-# KEYS[1]: the bucket; ARGV: rate (tokens/s), burst, tokens wanted. Returns {granted, wait_ms}:
-# up to ``want`` tokens (all there are, when fewer), and when none, how long until one is there.
+# KEYS[1]: the bucket; ARGV: rate (tokens/s), burst, tokens wanted and, optionally, the time of
+# the charge (ms since the epoch; else Redis's own clock). Returns {granted, wait_ms}: up to
+# ``want`` tokens (all there are, when fewer), and when none, how long until one is there. A charge
+# dated before the bucket's last one refills nothing and never moves its time back.
 _TAKE = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(ARGV[4])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens = tonumber(b[1]) or burst
 local ts = tonumber(b[2]) or now
 tokens = math.min(burst, tokens + math.max(0, now - ts) * rate / 1000)
 local granted = math.min(want, math.floor(tokens))
 tokens = tokens - granted
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', now)
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', math.max(ts, now))
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
 local wait = 0
 if granted < 1 then wait = math.ceil((1 - tokens) * 1000 / rate) end
@@ -96,8 +101,8 @@ class _Bucket:
 
     def take(self, now: float) -> float:
         """0 when a token was taken, else the seconds until one is there."""
-        self.tokens = min(self.limit.burst, self.tokens + (now - self.at) * self.limit.rate)
-        self.at = now
+        self.tokens = min(self.limit.burst, self.tokens + max(0.0, now - self.at) * self.limit.rate)
+        self.at = max(self.at, now)
         if self.tokens >= 1:
             self.tokens -= 1
             return 0.0
@@ -122,7 +127,7 @@ class Quotas:
         *,
         redis_url: str = "",
         timeout_s: float = 0.2,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
         self._clock = clock
@@ -147,21 +152,25 @@ class Quotas:
         if self._redis is not None:
             await self._redis.aclose()
 
-    async def charge(self, cls: QuotaClass | None, org_id: UUID, token_id: str = "") -> None:
+    async def charge(
+        self, cls: QuotaClass | None, org_id: UUID, token_id: str = "", *, at: float | None = None
+    ) -> None:
         """Take one request of ``cls`` from the organization's budget and, when tokens have one,
-        the token's; ``RATE_LIMITED`` (with ``retry_after_s``) when either is spent."""
+        the token's; ``RATE_LIMITED`` (with ``retry_after_s``) when either is spent. ``at``: when
+        the work was asked for (seconds since the epoch; a published session's stream time), so
+        that a backlog consumed at once is judged by the rate it was published at."""
         if cls is None or not self._settings.enabled:
             return
         # The token's first: a token over its own budget does not spend its organization's.
         token_limit = self._settings.token.get(cls)
         if token_limit is not None and token_id:
-            await self._take(f"token:{token_id}:{cls}", token_limit, cls, f"token's {cls} quota")
+            await self._take(f"token:{token_id}:{cls}", token_limit, cls, f"token's {cls} quota", at)
         org_limit = self._settings.org_limit(org_id, cls)
         if org_limit is not None:
-            await self._take(f"org:{org_id}:{cls}", org_limit, cls, f"organization's {cls} quota")
+            await self._take(f"org:{org_id}:{cls}", org_limit, cls, f"organization's {cls} quota", at)
 
-    async def _take(self, key: str, limit: Limit, cls: QuotaClass, what: str) -> None:
-        wait = await self._wait(key, limit, cls)
+    async def _take(self, key: str, limit: Limit, cls: QuotaClass, what: str, at: float | None) -> None:
+        wait = await (self._wait(key, limit, cls) if at is None else self._wait_at(key, limit, cls, at))
         if wait > 0:
             # Whole seconds, rounded up, as Retry-After has them; the hint never says "now".
             retry = max(1, math.ceil(wait))
@@ -199,8 +208,21 @@ class Quotas:
             lease.tokens, lease.until = int(granted) - 1, now + _LEASE_TTL_S
             return 0.0
 
-    def _take_local(self, key: str, limit: Limit) -> float:
-        now = self._clock()
+    async def _wait_at(self, key: str, limit: Limit, cls: QuotaClass, at: float) -> float:
+        """One token as of ``at`` (no lease: a lease is of the present)."""
+        if self._redis is None:
+            return self._take_local(key, limit, at)
+        try:
+            granted, wait_ms = await self._script(
+                keys=[f"engram:quota:{key}"], args=[limit.rate, limit.burst, 1, int(at * 1000)]
+            )
+        except Exception:
+            self._degraded()
+            return 0.0 if cls == "read" else self._take_local(key, limit, at)
+        return 0.0 if int(granted) >= 1 else int(wait_ms) / 1000
+
+    def _take_local(self, key: str, limit: Limit, at: float | None = None) -> float:
+        now = self._clock() if at is None else at
         bucket = self._local.get(key)
         if bucket is None or bucket.limit != limit:
             bucket = self._local[key] = _Bucket(limit, limit.burst, now)

@@ -148,6 +148,29 @@ async def test_sessions_over_the_budget_are_dead_lettered_with_the_reason(
     assert all("sessions quota" in x["reason"] for x in letters)
 
 
+async def test_a_session_published_again_spends_no_budget(
+    engram: Infra, nc: Client, observer_nc: Client, db: Database, tokens: TokenService, agent: UUID
+) -> None:
+    """A session taken once and published again (a retry, a redelivery) is a duplicate, not a
+    second charge: the budget's next session is still taken."""
+    org = uuid4()
+    token = _token(tokens, org)
+    first, then = session_payload(org, agent), session_payload(org, agent)
+
+    async def taken(*payloads: dict[str, Any]) -> bool:
+        async with db.read() as conn:
+            done = await processed_of(conn, "ingest", [f"{org}/{p['event_id']}" for p in payloads])
+        return len(done) == len(payloads)
+
+    await publish_session(nc, first, token)
+    await eventually(lambda: taken(first), what="the first session taken")
+    for _ in range(SESSIONS):
+        await publish_session(nc, first, token)
+    await publish_session(nc, then, token)
+    await eventually(lambda: taken(first, then), what="the next session taken within the budget of two")
+    assert await _rate_limited_letters(observer_nc, org) == []
+
+
 async def test_replicas_share_one_budget_through_redis() -> None:
     import redis.asyncio as redis_asyncio
 

@@ -99,3 +99,23 @@ def test_limits_are_bounded() -> None:
         Limit(rate=0, burst=1)
     with pytest.raises(ValidationError, match="reads"):
         QuotaSettings.model_validate({"org": {"reads": {"rate": 1, "burst": 1}}})
+
+
+async def test_dated_charges_judge_a_backlog_by_when_it_was_published() -> None:
+    """Sessions published at the budget's rate and taken at once all pass; published faster, the
+    excess is refused, however they are taken; a charge dated earlier refills nothing."""
+    clock = Clock()
+    q = quotas(clock, org={"sessions": {"rate": 1, "burst": 1}})
+    steady, flood = uuid4(), uuid4()
+    for i in range(5):
+        await q.charge("sessions", steady, at=900.0 + i)  # one a second, all taken now
+    taken = 0
+    for i in range(10):
+        try:
+            await q.charge("sessions", flood, at=900.0 + i / 10)  # ten a second
+            taken += 1
+        except RateLimited:
+            pass
+    assert taken == 1  # the burst; 0.9 s of refill is not a whole token
+    with pytest.raises(RateLimited):
+        await q.charge("sessions", steady, at=899.0)  # late redelivery: no refill backwards
