@@ -91,6 +91,7 @@ __all__ = [
     "OPERATIONS",
     "OPS_DEAD_LETTERS",
     "OPS_LAG",
+    "QUOTA_CLASSES",
     "RECALL",
     "RECALL_EXPAND",
     "SAVE_ACCEPTED",
@@ -102,6 +103,7 @@ __all__ = [
     "HttpMethod",
     "Operation",
     "Permission",
+    "QuotaClass",
     "Stream",
     "StreamDef",
     "by_http_route",
@@ -120,6 +122,18 @@ Rep = TypeVar("Rep", bound=BaseModel)
 #: deployment's, no organization's (``shared.auth.OPERATOR``).
 Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+#: Whose budget an operation spends (``shared.quotas``): reads, writes, governance (admin and purge),
+#: sessions. Derived from the permission unless a row says otherwise; the deployment operator's
+#: operations spend none.
+QuotaClass = Literal["read", "write", "governance", "sessions"]
+QUOTA_CLASSES: tuple[QuotaClass, ...] = get_args(QuotaClass)
+_QUOTA_OF: dict[str, QuotaClass | None] = {
+    "memory.read": "read",
+    "memory.write": "write",
+    "memory.admin": "governance",
+    "memory.purge": "governance",
+    "deployment.operator": None,
+}
 #: What a request body may weigh, unless its operation says otherwise (``PAYLOAD_TOO_LARGE``).
 MAX_REQUEST_BYTES = 256 * 1024
 
@@ -159,6 +173,8 @@ class Operation(Generic[Req, Rep]):
     sparse_reply: bool = False
     #: The largest request body taken (over NATS and HTTP alike).
     max_request_bytes: int = MAX_REQUEST_BYTES
+    #: The budget a request spends (``QuotaClass``); None: not limited.
+    quota_class: QuotaClass | None = None
 
     @property
     def reply(self) -> type[Rep]:
@@ -263,6 +279,7 @@ def _op(
     tool: tuple[str, str] | None = None,
     sparse_reply: bool = False,
     max_request_bytes: int = MAX_REQUEST_BYTES,
+    quota: QuotaClass | None = None,
 ) -> Operation[Req, Rep]:
     """One row of the table: the wire facts positionally — subject, HTTP route (``"GET /v1/x"``),
     permission, request and reply models — and the rest by name (``tool``: the MCP tool's name and
@@ -287,6 +304,7 @@ def _op(
         timeout_s=timeout_s,
         sparse_reply=sparse_reply,
         max_request_bytes=max_request_bytes,
+        quota_class=quota or _QUOTA_OF[permission],
     )
 
 
@@ -308,6 +326,7 @@ SESSION_SUBMIT: Operation[SessionEnded, SessionAccepted] = _op(
     summary="An agent session ended: its token and payload checked at once, then distilled; the same "
     "organization's event_id again changes nothing (duplicate).",
     max_request_bytes=MAX_SESSION_BYTES,
+    quota="sessions",
 )
 RECALL = _op(
     s.RECALL, "POST /v1/recall", "memory.read", RecallRequest, RecallReply,
