@@ -163,9 +163,10 @@ def _alembic_config(url: str) -> Config:
     return cfg
 
 
-async def migrate(url: str) -> None:
-    """Bring the schema to the newest revision (Alembic runs its own loop, so in a thread)."""
-    await asyncio.to_thread(command.upgrade, _alembic_config(url), "head")
+async def migrate(url: str, revision: str = "head") -> None:
+    """Bring the schema forward to ``revision``, the newest by default (Alembic runs its own loop,
+    so in a thread). Forward only: an older schema is reached by restoring an older backup."""
+    await asyncio.to_thread(command.upgrade, _alembic_config(url), revision)
 
 
 def known_revision(revision: str | None) -> bool:
