@@ -178,7 +178,7 @@ def write_manifest(
     files = {
         str(path.relative_to(backup)): {"bytes": path.stat().st_size, "sha256": _sha256(path)}
         for path in _files(backup)
-        if path.name != MANIFEST
+        if path != backup / MANIFEST  # the top-level one (a vector store has its own manifest.json)
     }
     manifest = Manifest(
         format=BACKUP_FORMAT,

@@ -36,7 +36,7 @@ CUES = ("deploy to staging failed", "quota exceeded in region", "")
 
 def runbook() -> dict[str, str]:
     """The README's backup runbook: its `engram backup` and `engram restore` lines, by command."""
-    blocks = [b for b in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.DOTALL) if "engram backup" in b]
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.DOTALL) if "engram backup \"$BACKUP\"" in b]
     assert len(blocks) == 1, "the README has one backup runbook"
     lines = [line.strip() for line in blocks[0].splitlines() if line.strip().startswith("engram ")]
     return {line.split()[1]: line for line in lines}
