@@ -32,12 +32,10 @@ from shared.db.models import ENTRIES, ERASURES
 from shared.entries import in_scope
 from shared.erasure import Tombstone, erase
 
-__all__ = ["LEDGER_FILE", "LedgerRecord", "PurgeLedger", "Reapplied", "reapply"]
+__all__ = ["LedgerRecord", "PurgeLedger", "Reapplied", "reapply"]
 
 log = logging.getLogger(__name__)
 
-#: The ledger's name in a data dir (``ENGRAM_PURGE_LEDGER`` overrides the whole path).
-LEDGER_FILE = "purge-ledger.jsonl"
 #: Who an erasure applied again from the ledger is recorded as, in its audit record.
 REAPPLIED_BY = "service:engram-restore"
 

@@ -271,10 +271,10 @@ class EngramSettings(BaseSettings):
         return [url.strip() for url in self.nats_url.split(",") if url.strip()]
 
     def purge_ledger_path(self) -> Path:
-        """Where the purge ledger is (``purge_ledger``, else in the data dir)."""
-        from shared.purge_ledger import LEDGER_FILE
-
-        return Path(self.purge_ledger) if self.purge_ledger else self.data_dir.resolve() / LEDGER_FILE
+        """Where the purge ledger is (``purge_ledger``, else ``purge-ledger.jsonl`` in the data dir)."""
+        if self.purge_ledger:
+            return Path(self.purge_ledger)
+        return self.data_dir.resolve() / "purge-ledger.jsonl"
 
     def signing_keys(self) -> dict[str, str]:
         """The ``kid → secret`` map from ``ENGRAM_TOKEN_KEYS`` (insertion order: first signs)."""
