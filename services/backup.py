@@ -110,12 +110,6 @@ async def restore_backup(
 ) -> Restored:
     """Restore ``backup`` into the fresh ``data_dir`` and apply the purge ledger(s): the data
     dir's own (``ENGRAM_PURGE_LEDGER``, else in the data dir) and each of ``ledgers``."""
-    manifest = verify_backup(backup)
-    if not known_revision(manifest.schema_revision):
-        raise InvalidRequest(
-            f"the backup's schema ({manifest.schema_revision}, Engram {manifest.engram_version}) is newer "
-            "than this Engram's: migrations only go forward, so restore it with that release or a newer one"
-        )
     data_dir = data_dir.resolve()  # noqa: ASYNC240 (a command's one task: nothing else waits on the loop)
     if (data_dir / "postgres").exists():
         raise InvalidRequest(f"{data_dir} already holds a database: restore into a fresh data dir")
@@ -129,6 +123,12 @@ async def restore_backup(
         raise InvalidRequest(
             f"no purge ledger (looked at {own}): give --ledger PATH, the ledger that outlived the data, "
             "or --without-ledger to accept that memory erased after the backup comes back"
+        )
+    manifest = verify_backup(backup)
+    if not known_revision(manifest.schema_revision):
+        raise InvalidRequest(
+            f"the backup's schema ({manifest.schema_revision}, Engram {manifest.engram_version}) is newer "
+            "than this Engram's: migrations only go forward, so restore it with that release or a newer one"
         )
     records = read_ledgers(sources)
     copy_parts(backup, data_dir)

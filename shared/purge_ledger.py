@@ -106,6 +106,12 @@ class PurgeLedger:
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    def create(self) -> None:
+        """Create the ledger, empty, if it is missing (the services do at start): from then on a
+        missing ledger is a lost one, and restore says so instead of finding nothing to apply."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+
     def append(self, records: Iterable[LedgerRecord]) -> None:
         """Append ``records``, one line each, in one write, and sync."""
         lines = "".join(record.to_json() + "\n" for record in records)

@@ -64,3 +64,20 @@ def test_a_damaged_backup_is_refused(tmp_path: Path, damage: object, message: st
     damage(backup)  # type: ignore[operator]
     with pytest.raises(InvalidRequest, match=message):
         verify_backup(backup)
+
+
+def test_sparse_vector_files_stay_sparse_and_identical(tmp_path: Path) -> None:
+    """Qdrant Edge preallocates sparse segments: the copy keeps the holes and every byte."""
+    data = tmp_path / "data"
+    segment = data / "vectors" / "engram_x" / "segment.bin"
+    segment.parent.mkdir(parents=True)
+    with segment.open("wb") as out:
+        out.write(b"head")
+        out.seek(64 * 1024 * 1024)
+        out.write(b"tail")
+    if segment.stat().st_blocks * 512 > 1024 * 1024:
+        pytest.skip("this filesystem does not keep holes")
+    copy_parts(data, tmp_path / "backup")
+    copied = tmp_path / "backup" / "vectors" / "engram_x" / "segment.bin"
+    assert copied.read_bytes() == segment.read_bytes()
+    assert copied.stat().st_blocks * 512 < 1024 * 1024  # not 64 MB of written zeros
