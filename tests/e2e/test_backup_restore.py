@@ -18,7 +18,7 @@ import nats
 import pytest
 
 from contracts.connection import ConnectionInfo
-from tests.engram_up import ENGRAM, EngramUp, clean_env, cli, stack_dir
+from tests.engram_up import ENGRAM, EngramUp, clean_env, cli, fault_row, stack_dir
 from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = [
@@ -183,6 +183,9 @@ async def test_restore_drill_keeps_answers_and_erases_what_was_purged_after_the_
                 )
             finally:
                 await nc.close()
+            bobs = {i for key, answer in before.items() if key.startswith("bob/") for i, _ in answer}
+            row = fault_row("restore", before, after, bobs)
+            assert row == {"answers": len(before), "lost": 0, "duplicated": 0, "resurrected": 0}
             for key, answer in before.items():
                 if key.startswith("bob/"):
                     assert answer, key  # bob had memory in the backup…

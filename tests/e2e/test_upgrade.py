@@ -19,7 +19,7 @@ import nats
 import pytest
 
 from contracts.connection import ConnectionInfo
-from tests.engram_up import EngramUp, stack_dir
+from tests.engram_up import EngramUp, fault_row, stack_dir
 from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = [
@@ -78,7 +78,7 @@ async def _answers(nc: Any, info: dict[str, Any]) -> dict[str, list[tuple[str, s
     return out
 
 
-async def _write_everything(nc: Any, info: dict[str, Any]) -> None:
+async def _write_everything(nc: Any, info: dict[str, Any]) -> list[str]:
     """Through NATS and HTTP, as platforms write: sessions, saves, a config change, a purge."""
     org, agent, token = UUID(info["org_id"]), UUID(info["agent_config_id"]), info["token"]
     for owner in OWNERS:
@@ -135,6 +135,7 @@ async def _write_everything(nc: Any, info: dict[str, Any]) -> None:
         nc, "engram.memory.purge", {"agent_config_id": str(agent), "actor_ref": "end_user:dave"}, token
     )
     assert purged["entries"] >= 1, purged
+    return [str(i) for i in purged["entry_ids"]]
 
 
 async def test_the_current_code_starts_on_data_the_previous_release_wrote() -> None:
@@ -147,7 +148,7 @@ async def test_the_current_code_starts_on_data_the_previous_release_wrote() -> N
             info = await up.connection()
             nc = await nats.connect(info["nats_url"], **ConnectionInfo.model_validate(info).nats_options())
             try:
-                await _write_everything(nc, info)
+                dave_ids = await _write_everything(nc, info)
                 before = await _answers(nc, info)
                 config = await request(
                     nc, "engram.config.get", {"agent_config_id": info["agent_config_id"]}, info["token"]
@@ -180,6 +181,9 @@ async def test_the_current_code_starts_on_data_the_previous_release_wrote() -> N
                     info["token"],
                 )
                 assert dave["results"] == []  # erased before the upgrade, erased after it
+                erased = {"dave/default": [(r["id"], r["text"]) for r in dave["results"]]}
+                row = fault_row("upgrade", before, {**after, **erased}, set(dave_ids))
+                assert row == {"answers": len(before), "lost": 0, "duplicated": 0, "resurrected": 0}
                 verdict = await request(nc, "engram.audit.verify", {}, info["token"], timeout=60)
                 assert verdict["ok"] is True, verdict
                 # ... and the upgraded deployment writes on.
