@@ -9,6 +9,7 @@ import inspect
 import json
 import types
 import typing
+from pathlib import Path
 from typing import Any, cast, get_args, get_origin
 from uuid import UUID
 
@@ -62,11 +63,12 @@ REQUIRED_TOOLS = {
 }
 
 
-def _offline_infra(broker: NatsBroker) -> Infra:
+def _offline_infra(broker: NatsBroker, data_dir: Path) -> Infra:
     """What the routers are built with, never connected: enough to build them, not to run them."""
     settings = EngramSettings(
         nats_url="nats://localhost:4222",
         database_url="postgresql://localhost/x",
+        data_dir=data_dir,  # governance creates its purge ledger here
         token_keys=SecretStr("doc=" + "x" * 40),
         _env_file=None,
     )
@@ -84,11 +86,11 @@ def _offline_infra(broker: NatsBroker) -> Infra:
 
 
 @pytest.fixture(scope="module")
-def broker() -> NatsBroker:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> NatsBroker:
     """Every service's router as its component builds it, on one never-connected broker (embed's
     handlers reach the pipeline and index only when a message arrives; none does here)."""
     broker = NatsBroker("nats://localhost:4222")
-    infra = _offline_infra(broker)
+    infra = _offline_infra(broker, tmp_path_factory.mktemp("data"))
     ports = Ports(distiller=BuiltinDistiller())
     for build in (ingest, distill, recall, governance):
         for router in build(infra, ports).routers:
