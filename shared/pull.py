@@ -2,7 +2,7 @@
 
 FastStream's pull loops fetch with the subscriber's ``timeout`` over and over: a batch consumer's
 20 ms window for company made an idle ``engram up`` ask the server for messages ~250 times a
-second (5 durables), about a tenth of a core with its NATS server's share (record 0091). Here
+second (5 durables), about a tenth of a core with its NATS server's share (record 0089). Here
 each round starts with a lingering pull for one message that the server answers the moment one
 is there, or after :data:`IDLE_PULL_S` with nothing; only then does the batch gather company for
 the subscriber's ``timeout`` (what FastStream did). A message arriving after idle is taken as fast

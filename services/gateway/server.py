@@ -50,7 +50,7 @@ class _Server(uvicorn.Server):
 
     async def main_loop(self) -> None:
         # uvicorn's loop wakes every 100 ms to look at should_exit and, every tenth time, refresh
-        # the Date header: ten wake-ups a second in an idle gateway (record 0091). Once a second
+        # the Date header: ten wake-ups a second in an idle gateway (record 0089). Once a second
         # does the refresh (ticks counted in tenths, as uvicorn does); exit() wakes it at once.
         counter = 0
         while not await self.on_tick(counter):

@@ -9,7 +9,7 @@ embed) and recalls at ``--recall-rate`` per second (a mix of ``last_k``, ``seman
 ``/proc`` every ``--sample-s`` seconds. The first ``--warmup-s`` seconds fill caches, pools and
 the embedder, so the drift is measured from the end of warm-up to the end of the run.
 
-Before the load, an idle phase (``--idle-s``, record 0091): with nothing sent, the CPU that
+Before the load, an idle phase (``--idle-s``, record 0089): with nothing sent, the CPU that
 ``engram up`` and its nats-server use (``/proc/<pid>/stat``) and their context switches (every
 thread's, ``/proc/<pid>/task/*/status``: about the wake-ups) over that time, then the latency of
 the first recall after it (``--idle-only`` stops there).
