@@ -21,6 +21,7 @@ from uuid import UUID, uuid4
 from pydantic import SecretStr
 
 from contracts.common import Principal
+from contracts.connection import connection_file
 from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
 from shared.db.engine import migrate
 from shared.embedded.nats_server import NatsServerProcess
@@ -82,10 +83,6 @@ def load_dev_identity(data_dir: Path) -> DevIdentity:
             json.dump(fresh, handle, indent=2)
     raw = json.loads(path.read_text())
     return DevIdentity(UUID(raw["org_id"]), UUID(raw["agent_config_id"]), raw["kid"], raw["secret"])
-
-
-def connection_file(data_dir: Path) -> Path:
-    return data_dir / "connection.json"
 
 
 def write_connection_file(data_dir: Path, info: dict[str, Any]) -> Path:
