@@ -17,9 +17,8 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import httpx
 from nats.aio.client import Client
 from pydantic import BaseModel
 
@@ -29,6 +28,9 @@ from engram_client.contracts.events import SessionEnded
 from engram_client.contracts.nats_connect import Refusals
 from engram_client.contracts.operations import Operation
 from engram_client.transport import HttpTransport, NatsTransport, Transport
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["EngramClient", "SyncEngramClient"]
 

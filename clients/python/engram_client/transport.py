@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 from nats.aio.client import Client
 
 from engram_client.contracts.errors import EngramError, Internal, Unavailable, error_for_code
 from engram_client.contracts.nats_connect import Refusals, refusal_raised
 from engram_client.contracts.operations import Operation
 from engram_client.http_shape import HttpShape
+
+if TYPE_CHECKING:
+    # httpx is imported when an HTTP transport is made: a NATS client never pays for it.
+    import httpx
 
 __all__ = ["HttpTransport", "NatsTransport", "Transport", "raise_for_error"]
 
@@ -110,6 +113,8 @@ class HttpTransport:
     its request in the query (``GET``, ``DELETE``) or the JSON body, path fields in the path."""
 
     def __init__(self, base_url: str, token: str, *, http: httpx.AsyncClient | None = None) -> None:
+        import httpx
+
         self.base_url = base_url.rstrip("/")
         self._owns = http is None
         self._http = http or httpx.AsyncClient()
@@ -119,6 +124,8 @@ class HttpTransport:
         return _decoded(await self._send(op, payload, timeout))
 
     async def _send(self, op: Operation[Any, Any], payload: dict[str, Any], timeout: float) -> httpx.Response:  # noqa: ASYNC109
+        import httpx
+
         shape = HttpShape.of(op)
         path, rest = shape.path(payload)
         try:
