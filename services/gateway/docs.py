@@ -15,7 +15,10 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
 
-__all__ = ["DOCS_PATH", "OPENAPI_PATH", "docs_routes"]
+__all__ = ["DOCS_PATH", "OPENAPI_FILE", "OPENAPI_PATH", "docs_routes"]
+
+#: The checked-in document (``python -m services.gateway.openapi`` writes it; this module serves it).
+OPENAPI_FILE = Path(__file__).resolve().parents[2] / "contracts" / "openapi.json"
 
 OPENAPI_PATH = "/openapi.json"
 DOCS_PATH = "/docs"
@@ -59,10 +62,7 @@ _START = """window.ui = SwaggerUIBundle({
 
 @cache
 def _document() -> bytes:
-    # Imported here: the generator imports the gateway's app, which imports this module.
-    from services.gateway.openapi import OPENAPI_FILE
-
-    return Path(OPENAPI_FILE).read_bytes()
+    return OPENAPI_FILE.read_bytes()
 
 
 async def _openapi(request: Request) -> Response:
