@@ -23,7 +23,6 @@ from pydantic import SecretStr
 from contracts.common import Principal
 from contracts.connection import connection_file
 from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
-from shared.db.engine import migrate
 from shared.embedded.nats_server import NatsServerProcess
 from shared.embedded.postgres import EmbeddedPostgres
 from shared.nats_auth.store import NatsIdentities, write_private
@@ -119,6 +118,10 @@ async def embedded_stack(
     base: EngramSettings | None = None,
 ) -> AsyncIterator[EngramSettings]:
     """Start what is not given externally, migrate, and yield settings pointing at it all."""
+    # Imported here: the commands that read this module's files (connection.json, the development
+    # identity) never touch the database, and SQLAlchemy with Alembic is most of their start-up.
+    from shared.db.engine import migrate
+
     data_dir = data_dir.resolve()  # noqa: ASYNC240 (once, at start-up)
     data_dir.mkdir(parents=True, exist_ok=True)
     connection_file(data_dir).unlink(missing_ok=True)
