@@ -9,6 +9,7 @@ from uuid import UUID
 
 import typer
 
+from services.cli.backup import apply_ledger, backup, restore
 from services.cli.credentials import credentials_app
 from services.cli.errors import DEBUG_HELP, ErrorReportingGroup
 from services.cli.output import console
@@ -33,6 +34,9 @@ app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")
 app.add_typer(config_app, name="config")
 app.add_typer(credentials_app, name="credentials")
+app.command()(backup)
+app.command()(restore)
+app.command("apply-ledger")(apply_ledger)
 
 DATA_DIR = typer.Option(Path(".engram"), "--data-dir", help="Where the embedded stack keeps its data.")
 
