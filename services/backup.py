@@ -1,5 +1,5 @@
 """Taking and restoring a backup of an ``engram up`` data dir (``shared.backup`` holds the format;
-decision record 0100 the why).
+decision record 0085 the why).
 
 Restore brings the backup into a fresh data dir, migrates its database forward to this code's
 schema, and then — before anything can answer — applies the purge ledger: every erasure the

@@ -1,4 +1,4 @@
-"""``engram backup`` and ``engram restore`` of an ``engram up`` data dir (decision record 0100).
+"""``engram backup`` and ``engram restore`` of an ``engram up`` data dir (decision record 0085).
 
 A backup is a directory: ``postgres.dump`` (``pg_dump --format=custom`` of the ``engram``
 database), the Qdrant Edge store (``vectors/``), what NATS keeps (``nats/jetstream/``: sessions not

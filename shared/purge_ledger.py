@@ -6,7 +6,7 @@ the rest. So each tombstone a purge or delete writes is also appended here (JSON
 tombstone a line: ids, scope and fingerprints, never text), before its transaction commits: an
 erasure that then rolls back leaves a line that, applied again, erases what its owner asked to
 erase anyway — the safe direction. ``engram restore`` applies every line whose tombstone the
-restored database lacks before the restored deployment answers (decision record 0100).
+restored database lacks before the restored deployment answers (decision record 0085).
 
 Appends are single ``write`` calls with ``O_APPEND`` (lines from several processes do not
 interleave) followed by ``fsync``. A crash mid-line leaves a torn last line, which is skipped.

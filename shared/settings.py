@@ -80,7 +80,7 @@ class EngramSettings(BaseSettings):
         description="The purge ledger: every purge's and delete's tombstone, appended (JSON Lines, "
         "ids and scopes, no text) so that `engram restore` of an older backup erases it again. Keep "
         "it on storage that outlives the database and its backups. Empty: "
-        "`<data_dir>/purge-ledger.jsonl` (docs/adr/0100-backup-restore-purge-ledger.md).",
+        "`<data_dir>/purge-ledger.jsonl` (docs/adr/0085-backup-restore-purge-ledger.md).",
     )
 
     # -- Tokens --------------------------------------------------------------------------------

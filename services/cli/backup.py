@@ -17,7 +17,7 @@ def backup(
 ) -> None:
     """Back up a stopped `engram up` data dir: the database (pg_dump), the vector store, the NATS
     streams, the credential registry, and a manifest with versions and checksums. The purge
-    ledger stays outside the backup (docs/adr/0100-backup-restore-purge-ledger.md)."""
+    ledger stays outside the backup (docs/adr/0085-backup-restore-purge-ledger.md)."""
     import asyncio
 
     from services.backup import take_backup

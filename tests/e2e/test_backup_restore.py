@@ -1,4 +1,4 @@
-"""The restore drill (issue 25 §1, decision record 0100), on `engram up` as a user runs it, with the
+"""The restore drill (issue 25 §1, decision record 0085), on `engram up` as a user runs it, with the
 README's runbook commands: seed, back up, change and purge, restore the older backup into a fresh
 data dir → the fixed cue set gets the backup's answers, the audit chain verifies, and the owner
 purged after the backup is erased again before the restored deployment answers."""

@@ -1,4 +1,4 @@
-"""An upgrade in place (issue 25 §2, decision record 0101): `engram up` of a previous release writes
+"""An upgrade in place (issue 25 §2, decision record 0086): `engram up` of a previous release writes
 through NATS (a session, an elective save, a config change) and HTTP (a save, a purge), stops; the
 current code starts on the same data dir, migrates it, and answers the same: every memory, the
 config, the erasure, the audit chain — and writes on."""

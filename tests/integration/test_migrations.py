@@ -1,5 +1,5 @@
 """Migrations go forward only, on an empty database and on one holding data written by the first
-schema (decision record 0101): every row survives to the newest schema, derived state (the lexical
+schema (decision record 0086): every row survives to the newest schema, derived state (the lexical
 statistics) is built for the rows already there, today's code reads them, a second run changes
 nothing, and a database of a newer schema is recognised as one this code cannot bring back."""
 

@@ -1,4 +1,4 @@
-"""The purge ledger (decision record 0100) on the running services: a purge and a delete append their
+"""The purge ledger (decision record 0085) on the running services: a purge and a delete append their
 tombstones before they commit, and applying the ledger to a database restored from before them
 erases the same memory again — once, with the original tombstones, the audit chain intact."""
 

@@ -1,4 +1,4 @@
-"""A backup says what it is and proves it is whole (decision record 0100): restore refuses one whose
+"""A backup says what it is and proves it is whole (decision record 0085): restore refuses one whose
 manifest is missing, of another format, or whose files were damaged, removed or added."""
 
 from __future__ import annotations
