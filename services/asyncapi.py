@@ -34,7 +34,7 @@ from services.ingest.router import build_router as ingest_router
 from services.recall.router import build_router as recall_router
 from services.recall.service import Recall
 from services.recall.side_effects import SideEffects
-from shared.auth import TokenService
+from shared.auth import TokenService, TokenVerifier
 from shared.db.engine import Database
 from shared.distillers.builtin import BuiltinDistiller
 from shared.infra import Infra
@@ -82,7 +82,7 @@ def offline_infra(broker: NatsBroker) -> Infra:
     return Infra(
         settings=settings,
         db=db,
-        tokens=TokenService(settings.signing_keys(), settings.token_issuer),
+        tokens=TokenVerifier(TokenService(settings.signing_keys(), settings.token_issuer)),
         broker=broker,
         # The relay only stores its JetStream context until started; it never is here.
         relay=OutboxRelay(db, cast(JetStreamContext, None), signer=signer),
