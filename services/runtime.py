@@ -13,7 +13,6 @@ from typing import Any
 from faststream.nats import NatsBroker
 from faststream.nats.security import NatsNKey, NatsSecurity
 
-from shared.auth import TokenService
 from shared.bus import configured_streams, ensure_streams, patch_pull_timeout, record_consumer_lag
 from shared.db.engine import Database
 from shared.distillers.builtin import BuiltinDistiller
@@ -21,6 +20,7 @@ from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.infra import Infra
 from shared.liveness import LivenessResponder
 from shared.metrics import refreshing
+from shared.oidc import build_verifier
 from shared.nats_auth.permissions import ALL_IN_ONE, CONSUMERS, process_name, service_inbox
 from shared.outbox import OutboxRelay
 from shared.ports import Distiller, Embedder, VectorIndex
@@ -151,8 +151,10 @@ async def running_services(
             settings.database_tls_ca_file, settings.database_tls_cert_file, settings.database_tls_key_file
         ),
     )
+    tokens = build_verifier(settings)  # a bad issuer list stops the start here
     async with AsyncExitStack() as stack:
         stack.push_async_callback(db.close)
+        stack.push_async_callback(tokens.aclose)
         await broker.connect()
         # Closed last but the database, also when start-up is cut short (Ctrl-C): before whoever
         # started NATS stops it, so the connection never outlives its server.
@@ -173,7 +175,7 @@ async def running_services(
         infra = Infra(
             settings=settings,
             db=db,
-            tokens=TokenService(settings.signing_keys(), settings.token_issuer),
+            tokens=tokens,
             broker=broker,
             relay=relay,
             signer=signer,

@@ -50,7 +50,7 @@ from pydantic import BaseModel
 
 from contracts.operations import OPERATIONS, Operation
 from shared.access import Caller, authorize
-from shared.auth import TokenService, bearer_from_headers
+from shared.auth import TokenService, TokenVerifier, bearer_from_headers
 from shared.background import cancel
 from shared.metrics import REQUEST_SECONDS, REQUESTS, REQUESTS_LEFT
 from shared.telemetry import annotate_consumer, annotate_memory_operation, extract_context
@@ -95,14 +95,14 @@ class Edge:
 
     def __init__(
         self,
-        tokens: TokenService,
+        tokens: TokenService | TokenVerifier,
         *,
         default_wait_s: float = DEFAULT_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``default_wait_s``: how long callers wait for an operation that names no timeout (what
         a request may wait here before it is left); ``clock``: seconds, monotonic (tests)."""
-        self._tokens = tokens
+        self._tokens = TokenVerifier.of(tokens)
         self._default_wait_s = default_wait_s
         self._clock = clock
         self._routes: dict[str, Route[Any, Any]] = {}
@@ -298,7 +298,7 @@ class Edge:
 
 
 async def answer(
-    tokens: TokenService,
+    tokens: TokenVerifier,
     op: Operation[Req, Rep],
     handler: Handler[Req, Rep],
     headers: Mapping[str, str] | None,
@@ -311,7 +311,7 @@ async def answer(
     span = trace.get_current_span()
     annotate_consumer(span, op.subject, op.queue_group)
     try:
-        credential = tokens.verify(bearer_from_headers(headers))
+        credential = await tokens.verify(bearer_from_headers(headers))
         request = parse_model(op.request, body, max_bytes=op.max_request_bytes)
         annotate_memory_operation(span, op.subject, request)
         caller, request = authorize(credential, op.permission, request)

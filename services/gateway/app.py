@@ -29,6 +29,7 @@ from services.gateway.console import console_mount
 from services.gateway.payloads import Shape, decode_object, read_limited
 from shared.metrics import HTTP_REQUESTS, HTTP_SECONDS, exposition
 from shared.wire import error_reply
+from shared.auth import TokenVerifier
 
 __all__ = ["JSONL", "build_app"]
 
@@ -201,7 +202,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(envelope, status_code=exc.status_code, headers=exc.headers)
 
 
-def build_app(bridge: Bridge, mcp_app: Starlette, *, cors_origins: list[str] | None = None) -> Starlette:
+def build_app(
+    bridge: Bridge, mcp_app: Starlette, tokens: TokenVerifier, *, cors_origins: list[str] | None = None
+) -> Starlette:
     """The ASGI application, with ``mcp_app`` (the MCP server's streamable HTTP transport, built
     by the gateway process on ``bridge``'s connection) at ``/mcp``. CORS is off unless origins are
     given (``ENGRAM_HTTP_CORS_ORIGINS``)."""
@@ -224,7 +227,7 @@ def build_app(bridge: Bridge, mcp_app: Starlette, *, cors_origins: list[str] | N
             yield
 
     return Starlette(
-        routes=[*routes(bridge), Route("/mcp", endpoint=mcp_app), console_mount(bridge)],
+        routes=[*routes(bridge), Route("/mcp", endpoint=mcp_app), console_mount(bridge, tokens)],
         middleware=middleware,
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,

@@ -87,7 +87,7 @@ async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
             "engram.ingest.session", context=extract_context(msg.headers)
         ) as span:
             annotate_consumer(span, msg.subject, CONSUMER)
-            checked = _check(infra, msg)
+            checked = await _check(infra, msg)
             if isinstance(checked, Rejection):
                 rejected.append((msg, checked))
             else:
@@ -161,12 +161,12 @@ async def label_recalls(db: AsyncSession, sessions: list[SessionEnded]) -> None:
         await db.execute(_LABEL, rows)
 
 
-def _check(infra: Infra, msg: Msg) -> SessionEnded | Rejection:
+async def _check(infra: Infra, msg: Msg) -> SessionEnded | Rejection:
     """The verified session, or why it is dead-lettered."""
     credential: Credential | None = None
     session: SessionEnded | None = None
     try:
-        credential = infra.tokens.verify(bearer_from_headers(msg.headers))
+        credential = await infra.tokens.verify(bearer_from_headers(msg.headers))
         session = parse_model(SessionEnded, msg.data, max_bytes=MAX_SESSION_BYTES)
         authorize(credential, session)
     except EngramError as exc:

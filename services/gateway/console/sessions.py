@@ -17,6 +17,8 @@ from uuid import UUID
 import jwt
 from cachetools import TLRUCache, TTLCache
 
+from shared.auth import Credential
+
 __all__ = ["ConsoleSession", "SessionStore", "TokenClaims"]
 
 #: A session ends after this long without a request ...
@@ -40,6 +42,17 @@ class TokenClaims:
     permissions: tuple[str, ...]
     expires_at: float
     agent_config_id: str | None
+
+    @classmethod
+    def of(cls, credential: Credential, expires_at: float) -> TokenClaims:
+        """What a verified token proves, as the console shows it."""
+        return cls(
+            org_id=str(credential.org_id),
+            principal=credential.principal.ref,
+            permissions=tuple(sorted(credential.permissions)),
+            expires_at=expires_at,
+            agent_config_id=str(credential.agent_config_id) if credential.agent_config_id else None,
+        )
 
     @classmethod
     def read(cls, token: str) -> TokenClaims | None:

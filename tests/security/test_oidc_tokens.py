@@ -1,0 +1,161 @@
+"""Tokens from an OpenID provider (a real ``oidc-provider``, tests/oidc) through every door: the
+provider's honest tokens work (RS256, ES256, EdDSA), and every forgery of
+``tests/security/oidc_forgery.py`` — plus the provider's own token for an organization its issuer
+may not name — is ``UNAUTHENTICATED`` on every request subject over NATS and HTTP, at the MCP door
+and at the console's sign-in: zero accepted (docs/adr/0083-oidc-tokens.md)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID, uuid4
+
+import httpx
+import pytest
+
+from shared.db.engine import Database
+from shared.infra import Infra
+from shared.settings import EngramSettings, OidcIssuerSettings
+from tests.oidc_provider import AUDIENCE, Client, OidcProvider, running_provider
+from tests.security.oidc_forgery import oidc_forgeries
+from tests.security.support import Tally, org_snapshot
+from tests.security.test_tokens import SUBJECTS, bodies
+from tests.security.transport import Interface
+
+pytestmark = pytest.mark.integration
+
+#: The organization the provider's issuer may name, and one it may not (fresh per run).
+ORG = uuid4()
+FOREIGN = uuid4()
+CLIENTS = [
+    Client("rs-runner", ORG, "RS256"),
+    Client("es-runner", ORG, "ES256"),
+    Client("ed-runner", ORG, "EdDSA"),
+    # An honest client of the provider whose tokens name an organization this issuer may not.
+    Client("intruder", FOREIGN, "RS256"),
+]
+
+
+@pytest.fixture(scope="module")
+async def provider(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[OidcProvider]:
+    async with running_provider(tmp_path_factory.mktemp("idp"), CLIENTS) as idp:
+        yield idp
+
+
+@pytest.fixture(scope="module")
+def settings(settings: EngramSettings, provider: OidcProvider) -> EngramSettings:
+    """The module's Engram trusts the provider for ``ORG`` only."""
+    issuer = OidcIssuerSettings(issuer=provider.issuer, audience=AUDIENCE, orgs=(ORG,))
+    return settings.model_copy(update={"oidc_issuers": (issuer,)})
+
+
+@pytest.fixture
+def org() -> UUID:
+    return ORG
+
+
+@pytest.fixture
+async def forgeries(provider: OidcProvider) -> dict[str, str]:
+    made = oidc_forgeries(provider, ORG, FOREIGN)
+    made["intruder_from_the_provider"] = await provider.token("intruder", "memory.read memory.write memory.admin")
+    return made
+
+
+async def test_the_providers_tokens_work_with_each_algorithm(
+    interface: Interface, provider: OidcProvider, agent: UUID
+) -> None:
+    for client in ("rs-runner", "es-runner", "ed-runner"):
+        token = await provider.token(client)
+        text = f"{client} keeps invoices on the 3rd."
+        saved = await interface(
+            "engram.memory.save", {"agent_config_id": str(agent), "content": text, "wait": True}, token
+        )
+        assert "error" not in saved, saved
+        recalled = await interface("engram.recall", {"agent_config_id": str(agent), "strategy": "last_k"}, token)
+        assert text in str(recalled), recalled
+
+
+async def test_oidc_forgeries_are_unauthenticated_on_every_subject(
+    interface: Interface,
+    engram: Infra,
+    db: Database,
+    agent: UUID,
+    provider: OidcProvider,
+    forgeries: dict[str, str],
+) -> None:
+    before = await org_snapshot(db, ORG)
+    tally = Tally(interface.label("oidc-forgeries"))
+    per_subject = bodies(ORG, agent, str(uuid4()))
+    for subject in SUBJECTS:
+        for name, token in forgeries.items():
+            reply = await interface(subject, per_subject[subject], token)
+            code = tally.note(reply)
+            if code != "UNAUTHENTICATED":
+                tally.problem(f"{subject} {name}: {code or reply}")
+    tally.conclude(
+        interface=interface,
+        snapshots=(before, await org_snapshot(db, ORG)),
+        forgeries=len(forgeries),
+        subjects=len(SUBJECTS),
+    )
+
+
+async def test_an_issuer_cannot_grant_the_deployment_operator(
+    interface: Interface, engram: Infra, provider: OidcProvider
+) -> None:
+    """``deployment.operator`` in an issuer's scope grants nothing (0082 stays Engram's to mint)."""
+    token = await provider.token("rs-runner", "deployment.operator memory.read")
+    tally = Tally(interface.label("oidc-operator-scope"))
+    for subject, body in (("engram.ops.lag", {}), ("engram.ops.dead_letters", {"limit": 10})):
+        if tally.note(await interface(subject, body, token)) != "FORBIDDEN":
+            tally.problem(f"{subject}: not FORBIDDEN")
+    tally.conclude(interface=interface)
+
+
+_INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "attacker", "version": "1"}},
+}
+_MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def test_oidc_forgeries_are_refused_at_the_mcp_door(
+    http: httpx.AsyncClient, provider: OidcProvider, forgeries: dict[str, str]
+) -> None:
+    honest = await http.post(
+        "/mcp", json=_INITIALIZE, headers={**_MCP_HEADERS, "Authorization": f"Bearer {await provider.token('es-runner')}"}
+    )
+    assert honest.status_code == 200, honest.text
+    accepted = []
+    for name, token in forgeries.items():
+        reply = await http.post("/mcp", json=_INITIALIZE, headers={**_MCP_HEADERS, "Authorization": f"Bearer {token}"})
+        if reply.status_code != 401 or reply.json()["error"]["code"] != "UNAUTHENTICATED":
+            accepted.append(f"{name}: {reply.status_code}")
+    assert accepted == []
+
+
+def _csrf(page: str) -> str:
+    return page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+
+
+async def _sign_in(gateway: str, token: str, agent: UUID) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=gateway, timeout=30.0) as browser:
+        csrf = _csrf((await browser.get("/console/signin")).text)
+        return await browser.post(
+            "/console/signin", data={"csrf": csrf, "token": token, "agent_config_id": str(agent)}
+        )
+
+
+async def test_oidc_forgeries_are_refused_at_the_console_sign_in(
+    gateway: str, provider: OidcProvider, forgeries: dict[str, str], agent: UUID
+) -> None:
+    honest = await _sign_in(gateway, await provider.token("ed-runner"), agent)
+    assert honest.status_code == 303 and honest.headers["location"].endswith("/console/memories"), honest.text
+    accepted = [
+        name
+        for name, token in forgeries.items()
+        if (reply := await _sign_in(gateway, token, agent)).status_code != 401 or "location" in reply.headers
+    ]
+    assert accepted == []
