@@ -87,7 +87,9 @@ class OidcProvider:
     def key(self, alg: str) -> SigningKey:
         return next(k for k in self.keys if k.alg == alg)
 
-    async def token(self, client_id: str, scope: str = "memory.read memory.write", resource: str = AUDIENCE) -> str:
+    async def token(
+        self, client_id: str, scope: str = "memory.read memory.write", resource: str = AUDIENCE
+    ) -> str:
         """An access token the provider issues to ``client_id`` (client-credentials grant)."""
         client = self.clients[client_id]
         reply = await self.http.post(

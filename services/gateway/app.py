@@ -27,9 +27,9 @@ from contracts.operations import MEMORY_EXPORT, OPERATIONS, Operation
 from services.gateway.bridge import Bridge
 from services.gateway.console import console_mount
 from services.gateway.payloads import Shape, decode_object, read_limited
+from shared.auth import TokenVerifier
 from shared.metrics import HTTP_REQUESTS, HTTP_SECONDS, exposition
 from shared.wire import error_reply
-from shared.auth import TokenVerifier
 
 __all__ = ["JSONL", "build_app"]
 

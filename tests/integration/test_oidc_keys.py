@@ -21,7 +21,11 @@ from tests.conftest import TEST_KID, TEST_SECRET
 from tests.oidc_provider import AUDIENCE, Client, OidcProvider, new_key, running_provider
 
 ORG = UUID("6f1c0f5e-3c1a-4c2e-9b7a-1d2e3f405061")
-CLIENTS = [Client("rs-runner", ORG, "RS256"), Client("es-runner", ORG, "ES256"), Client("ed-runner", ORG, "EdDSA")]
+CLIENTS = [
+    Client("rs-runner", ORG, "RS256"),
+    Client("es-runner", ORG, "ES256"),
+    Client("ed-runner", ORG, "EdDSA"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +43,9 @@ class Clock:
 
 
 def key_set(provider: OidcProvider, clock: Clock | None = None, **kw: float) -> KeySet:
-    return KeySet(provider.issuer, refresh_min_s=kw.pop("refresh_min_s", 3600.0), clock=clock or Clock(), **kw)
+    return KeySet(
+        provider.issuer, refresh_min_s=kw.pop("refresh_min_s", 3600.0), clock=clock or Clock(), **kw
+    )
 
 
 async def test_discovery_finds_a_key_of_each_algorithm(provider: OidcProvider) -> None:
@@ -56,7 +62,9 @@ async def test_unknown_kids_share_one_fetch_at_most_once_per_refresh_interval(pr
     try:
         await keys.key("rs-1")  # the first load
         before = await provider.fetches()
-        results = await asyncio.gather(*(keys.key(f"invented-{i}") for i in range(25)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(keys.key(f"invented-{i}") for i in range(25)), return_exceptions=True
+        )
         assert all(isinstance(r, Unauthenticated) for r in results)
         assert await provider.fetches() == before + 1  # one fetch, shared
         for i in range(25):  # within refresh_min_s: refused without asking the provider again
@@ -110,14 +118,16 @@ async def test_a_withdrawn_key_bumps_the_epoch_and_its_remembered_tokens_are_ref
     try:
         token = await provider.token("es-runner")
         credential = await verifier.verify(token)
-        assert credential.org_id == ORG and credential.principal.ref == "service:es-runner"
+        assert credential.org_id == ORG
+        assert credential.principal.ref == "service:es-runner"
         assert credential.permissions == {"memory.read", "memory.write"}
         assert (await verifier.verify(token)) == credential  # remembered
         await provider.publish([new_key("ES256", "es-next"), *(k for k in old if k.alg != "ES256")])
         clock.now += 61
         await verifier.verify(await provider.token("rs-runner"))  # a known key: stale set refetched behind it
         await keys.refresh()
-        assert keys.epoch == 1 and "es-1" not in keys.kids
+        assert keys.epoch == 1
+        assert "es-1" not in keys.kids
         with pytest.raises(Unauthenticated):
             await verifier.verify(token)
         assert (await verifier.verify(await provider.token("es-runner"))).org_id == ORG  # the new key

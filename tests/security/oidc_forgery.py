@@ -34,19 +34,33 @@ def oidc_forgeries(idp: OidcProvider, org: UUID, foreign_org: UUID) -> dict[str,
     rs, es, ed = idp.key("RS256"), idp.key("ES256"), idp.key("EdDSA")
     claims = idp.claims(org, scope="memory.read memory.write memory.admin memory.purge")
     attacker = new_key("RS256", "attacker-1")
-    attacker_jwk = {k: v for k, v in attacker.private_jwk().items() if k not in {"d", "p", "q", "dp", "dq", "qi"}}
+    attacker_jwk = {
+        k: v for k, v in attacker.private_jwk().items() if k not in {"d", "p", "q", "dp", "dq", "qi"}
+    }
     now = int(time.time())
     body = b64url(json.dumps(claims).encode())
     return {
         "alg_none": f"{b64url(json.dumps({'alg': 'none', 'kid': rs.kid}).encode())}.{body}.",
         "alg_none_no_kid": f"{b64url(json.dumps({'alg': 'none'}).encode())}.{body}.",
-        "hs256_keyed_with_rsa_public_pem": _hand_signed({"alg": "HS256", "kid": rs.kid}, claims, rs.public_pem()),
-        "hs256_keyed_with_ec_public_pem": _hand_signed({"alg": "HS256", "kid": es.kid}, claims, es.public_pem()),
-        "rs256_header_on_the_ec_kid": jwt.encode(claims, rs.private, algorithm="RS256", headers={"kid": es.kid}),  # type: ignore[arg-type]
-        "es256_header_on_the_eddsa_kid": jwt.encode(claims, es.private, algorithm="ES256", headers={"kid": ed.kid}),  # type: ignore[arg-type]
-        "ps256_with_the_real_rsa_key": jwt.encode(claims, rs.private, algorithm="PS256", headers={"kid": rs.kid}),  # type: ignore[arg-type]
+        "hs256_keyed_with_rsa_public_pem": _hand_signed(
+            {"alg": "HS256", "kid": rs.kid}, claims, rs.public_pem()
+        ),
+        "hs256_keyed_with_ec_public_pem": _hand_signed(
+            {"alg": "HS256", "kid": es.kid}, claims, es.public_pem()
+        ),
+        "rs256_header_on_the_ec_kid": jwt.encode(
+            claims, rs.private, algorithm="RS256", headers={"kid": es.kid}
+        ),  # type: ignore[arg-type]
+        "es256_header_on_the_eddsa_kid": jwt.encode(
+            claims, es.private, algorithm="ES256", headers={"kid": ed.kid}
+        ),  # type: ignore[arg-type]
+        "ps256_with_the_real_rsa_key": jwt.encode(
+            claims, rs.private, algorithm="PS256", headers={"kid": rs.kid}
+        ),  # type: ignore[arg-type]
         "unknown_kid": attacker.sign(claims),
-        "forged_with_the_real_kid": jwt.encode(claims, attacker.private, algorithm="RS256", headers={"kid": rs.kid}),  # type: ignore[arg-type]
+        "forged_with_the_real_kid": jwt.encode(
+            claims, attacker.private, algorithm="RS256", headers={"kid": rs.kid}
+        ),  # type: ignore[arg-type]
         "no_kid_real_key": jwt.encode(claims, rs.private, algorithm="RS256"),  # type: ignore[arg-type]
         "jku_to_the_attackers_keys": attacker.sign(claims, jku="http://127.0.0.1:9/attacker/jwks.json"),
         "x5u_to_the_attackers_cert": attacker.sign(claims, x5u="http://127.0.0.1:9/attacker.pem"),
@@ -71,7 +85,10 @@ def oidc_forgeries(idp: OidcProvider, org: UUID, foreign_org: UUID) -> dict[str,
         "scope_as_object_real_key": ed.sign({**claims, "scope": {"memory.admin": True}}),
         "nul_in_subject_real_key": ed.sign({**claims, "sub": "run\x00ner"}),
         "tampered_payload": ".".join(
-            [rs.sign(claims).split(".")[0], b64url(json.dumps({**claims, "org_id": str(foreign_org)}).encode()),
-             rs.sign(claims).split(".")[2]]
+            [
+                rs.sign(claims).split(".")[0],
+                b64url(json.dumps({**claims, "org_id": str(foreign_org)}).encode()),
+                rs.sign(claims).split(".")[2],
+            ]
         ),
     }

@@ -6,7 +6,11 @@ and at the console's sign-in: zero accepted (docs/adr/0083-oidc-tokens.md)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -57,7 +61,9 @@ def org() -> UUID:
 @pytest.fixture
 async def forgeries(provider: OidcProvider) -> dict[str, str]:
     made = oidc_forgeries(provider, ORG, FOREIGN)
-    made["intruder_from_the_provider"] = await provider.token("intruder", "memory.read memory.write memory.admin")
+    made["intruder_from_the_provider"] = await provider.token(
+        "intruder", "memory.read memory.write memory.admin"
+    )
     return made
 
 
@@ -71,7 +77,9 @@ async def test_the_providers_tokens_work_with_each_algorithm(
             "engram.memory.save", {"agent_config_id": str(agent), "content": text, "wait": True}, token
         )
         assert "error" not in saved, saved
-        recalled = await interface("engram.recall", {"agent_config_id": str(agent), "strategy": "last_k"}, token)
+        recalled = await interface(
+            "engram.recall", {"agent_config_id": str(agent), "strategy": "last_k"}, token
+        )
         assert text in str(recalled), recalled
 
 
@@ -116,7 +124,11 @@ _INITIALIZE: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "attacker", "version": "1"}},
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "attacker", "version": "1"},
+    },
 }
 _MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
@@ -125,12 +137,16 @@ async def test_oidc_forgeries_are_refused_at_the_mcp_door(
     http: httpx.AsyncClient, provider: OidcProvider, forgeries: dict[str, str]
 ) -> None:
     honest = await http.post(
-        "/mcp", json=_INITIALIZE, headers={**_MCP_HEADERS, "Authorization": f"Bearer {await provider.token('es-runner')}"}
+        "/mcp",
+        json=_INITIALIZE,
+        headers={**_MCP_HEADERS, "Authorization": f"Bearer {await provider.token('es-runner')}"},
     )
     assert honest.status_code == 200, honest.text
     accepted = []
     for name, token in forgeries.items():
-        reply = await http.post("/mcp", json=_INITIALIZE, headers={**_MCP_HEADERS, "Authorization": f"Bearer {token}"})
+        reply = await http.post(
+            "/mcp", json=_INITIALIZE, headers={**_MCP_HEADERS, "Authorization": f"Bearer {token}"}
+        )
         if reply.status_code != 401 or reply.json()["error"]["code"] != "UNAUTHENTICATED":
             accepted.append(f"{name}: {reply.status_code}")
     assert accepted == []
@@ -152,10 +168,47 @@ async def test_oidc_forgeries_are_refused_at_the_console_sign_in(
     gateway: str, provider: OidcProvider, forgeries: dict[str, str], agent: UUID
 ) -> None:
     honest = await _sign_in(gateway, await provider.token("ed-runner"), agent)
-    assert honest.status_code == 303 and honest.headers["location"].endswith("/console/memories"), honest.text
+    assert honest.status_code == 303, honest.text
+    assert honest.headers["location"].endswith("/console/memories")
     accepted = [
         name
         for name, token in forgeries.items()
         if (reply := await _sign_in(gateway, token, agent)).status_code != 401 or "location" in reply.headers
     ]
     assert accepted == []
+
+
+def _readme_commands() -> str:
+    """The README's second block of "Tokens from your identity provider": a token from the
+    provider, then a write and a recall with it."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Tokens from your identity provider", 1)[1]
+    return section.split("```bash\n")[2].split("```", 1)[0]
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="needs curl and jq")
+async def test_the_readmes_oidc_commands_work(gateway: str, provider: OidcProvider, agent: UUID) -> None:
+    client = provider.clients["es-runner"]
+    env = {
+        **os.environ,
+        "ENGRAM_OIDC_ISSUER": provider.issuer,
+        "ENGRAM_OIDC_AUDIENCE": AUDIENCE,
+        "CLIENT_ID": client.client_id,
+        "CLIENT_SECRET": client.secret,
+        "URL": gateway,
+        "AGENT": str(agent),
+    }
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-euo",
+        "pipefail",
+        "-c",
+        _readme_commands(),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    recalled = out.decode().strip().splitlines()[-1]  # the recall's reply
+    assert "Invoices go out on the 3rd." in recalled, out.decode()
