@@ -64,7 +64,7 @@ def parse_keys(document: Any) -> dict[str, jwt.PyJWK]:
         public = {k: v for k, v in raw.items() if k not in _PRIVATE}
         try:
             key = jwt.PyJWK(public, algorithm=algorithm)
-            if algorithm == "RS256" and RSAAlgorithm.from_jwk(public).key_size < _MIN_RSA_BITS:  # type: ignore[union-attr]
+            if algorithm == "RS256" and RSAAlgorithm.from_jwk(public).key_size < _MIN_RSA_BITS:
                 continue
         except (jwt.PyJWTError, ValueError, TypeError, KeyError):
             log.warning("OIDC key %r skipped: not a usable %s key", kid, algorithm)
