@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,14 +17,17 @@ from uuid import UUID, uuid4
 
 import httpx
 import pytest
+from nats.aio.client import Client as NatsClient
 
 from shared.db.engine import Database
+from shared.db.models import ENTRIES
 from shared.infra import Infra
 from shared.settings import EngramSettings, OidcIssuerSettings
 from tests.oidc_provider import AUDIENCE, Client, OidcProvider, running_provider
+from tests.platform import eventually, session_payload
 from tests.security.oidc_forgery import oidc_forgeries
-from tests.security.support import Tally, org_snapshot
-from tests.security.test_tokens import SUBJECTS, bodies
+from tests.security.support import Tally, count_rows, org_snapshot, report
+from tests.security.test_tokens import ALICE, SUBJECTS, _dead_letters, bodies
 from tests.security.transport import Interface
 
 pytestmark = pytest.mark.integration
@@ -212,3 +216,53 @@ async def test_the_readmes_oidc_commands_work(gateway: str, provider: OidcProvid
     assert process.returncode == 0, err.decode()
     recalled = out.decode().strip().splitlines()[-1]  # the recall's reply
     assert "Invoices go out on the 3rd." in recalled, out.decode()
+
+
+async def test_oidc_forged_sessions_are_dead_lettered_and_never_distilled(
+    interface: Interface,
+    engram: Infra,
+    observer_nc: NatsClient,
+    db: Database,
+    agent: UUID,
+    provider: OidcProvider,
+    forgeries: dict[str, str],
+) -> None:
+    """A session published with a forged token: over NATS taken in, then refused by ingest and
+    dead-lettered ``UNAUTHENTICATED``; over HTTP refused at once. The honest session, published
+    with the provider's token after them, is distilled."""
+    start = int((await observer_nc.jetstream().stream_info("ENGRAM_DLQ")).state.last_seq)
+    trace = [{"tool": "deploy", "input": {}, "error": "remember: the forged lesson"}]
+    prefix = f"oidc-{interface.name}"
+    taken_in = {
+        name: await interface.publish_session(
+            session_payload(
+                ORG, agent, tool_trace=trace, principal=ALICE, session_id=f"{prefix}-forged-{name}"
+            ),
+            token,
+        )
+        for name, token in forgeries.items()
+    }
+    honest = session_payload(ORG, agent, tool_trace=trace, principal=ALICE, session_id=f"{prefix}-honest")
+    assert await interface.publish_session(honest, await provider.token("es-runner"))
+    expected = sum(taken_in.values())
+
+    async def settled() -> bool:
+        return len(await _dead_letters(observer_nc, start)) >= expected
+
+    async def honest_done() -> bool:
+        return await count_rows(db, ENTRIES.c.org_id == ORG, ENTRIES.c.session_id == f"{prefix}-honest") > 0
+
+    await eventually(settled, what="every forged session dead-lettered")
+    await eventually(honest_done, what="the honest session distilled")
+    codes = Counter(str(letter["code"]) for letter in await _dead_letters(observer_nc, start))
+    distilled = await count_rows(db, ENTRIES.c.org_id == ORG, ENTRIES.c.session_id.like(f"{prefix}-forged-%"))
+    report(
+        interface.label("oidc-forged-sessions"),
+        published=len(forgeries),
+        codes=dict(codes),
+        distilled=distilled,
+    )
+    refused_at_door = sorted(name for name, accepted in taken_in.items() if not accepted)
+    assert refused_at_door == (sorted(taken_in) if interface.checks_sessions_first else [])
+    assert codes == ({"UNAUTHENTICATED": expected} if expected else {})
+    assert distilled == 0
