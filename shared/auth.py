@@ -238,7 +238,7 @@ class TokenService:
 
 
 class TokenVerifier:
-    """The one way a token becomes a credential (docs/adr/0083-oidc-tokens.md): Engram's own
+    """The one way a token becomes a credential (docs/adr/0088-oidc-tokens.md): Engram's own
     tokens through :class:`TokenService`, an OpenID Connect issuer's through its
     :class:`~shared.oidc.issuer.OidcIssuer`, chosen by the token's unverified ``iss`` — which
     only picks who checks it, never a key.
