@@ -11,7 +11,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 from uuid import UUID, uuid4
 
 import jwt
@@ -21,14 +21,12 @@ from contracts.common import Principal
 from contracts.errors import Forbidden, Unauthenticated
 from contracts.json_rules import check_storable
 
-if TYPE_CHECKING:
-    from shared.oidc.issuer import OidcIssuer
-
 __all__ = [
     "ALL_PERMISSIONS",
     "KNOWN_PERMISSIONS",
     "OPERATOR",
     "Credential",
+    "Issuer",
     "TokenService",
     "TokenVerifier",
     "act_as",
@@ -237,10 +235,28 @@ class TokenService:
             raise Unauthenticated("invalid token claims") from exc
 
 
+class Issuer(Protocol):
+    """Another issuer's tokens (``shared.oidc.issuer.OidcIssuer``: an OpenID Connect issuer)."""
+
+    @property
+    def name(self) -> str:
+        """The ``iss`` its tokens carry."""
+        ...
+
+    @property
+    def epoch(self) -> int:
+        """Grows when a key it verified with is withdrawn."""
+        ...
+
+    async def verify(self, token: str, header: Mapping[str, Any]) -> tuple[Credential, float]: ...
+
+    async def aclose(self) -> None: ...
+
+
 class TokenVerifier:
     """The one way a token becomes a credential (docs/adr/0088-oidc-tokens.md): Engram's own
-    tokens through :class:`TokenService`, an OpenID Connect issuer's through its
-    :class:`~shared.oidc.issuer.OidcIssuer`, chosen by the token's unverified ``iss`` — which
+    tokens through :class:`TokenService`, an OpenID Connect issuer's through its :class:`Issuer`
+    (``shared.oidc.issuer.OidcIssuer``), chosen by the token's unverified ``iss`` — which
     only picks who checks it, never a key.
 
     A verified token is remembered until it expires (0042), tagged with its issuer's key epoch:
@@ -251,7 +267,7 @@ class TokenVerifier:
     def __init__(
         self,
         own: TokenService,
-        issuers: Sequence[OidcIssuer] = (),
+        issuers: Sequence[Issuer] = (),
         *,
         remember: int = 4096,
         clock: Callable[[], float] = time.time,
@@ -260,7 +276,7 @@ class TokenVerifier:
         self._issuers = {issuer.name: issuer for issuer in issuers}
         self._clock = clock
         # token → (credential, expiry, issuer or None for Engram's own, that issuer's epoch)
-        self._verified: TLRUCache[str, tuple[Credential, float, OidcIssuer | None, int], float] = TLRUCache(
+        self._verified: TLRUCache[str, tuple[Credential, float, Issuer | None, int], float] = TLRUCache(
             maxsize=remember, ttu=lambda _token, known, _now: known[1], timer=clock
         )
 
@@ -270,7 +286,7 @@ class TokenVerifier:
         return tokens if isinstance(tokens, TokenVerifier) else cls(tokens)
 
     @property
-    def issuers(self) -> list[OidcIssuer]:
+    def issuers(self) -> list[Issuer]:
         return list(self._issuers.values())
 
     async def verify(self, token: str | None) -> Credential:
@@ -302,7 +318,7 @@ class TokenVerifier:
         self._verified[token] = (credential, expires, issuer, epoch)
         return credential, expires
 
-    def _route(self, token: str) -> tuple[OidcIssuer | None, dict[str, Any]]:
+    def _route(self, token: str) -> tuple[Issuer | None, dict[str, Any]]:
         """The issuer whose token this claims to be (None: Engram's own), and its header."""
         if not self._issuers:
             return None, {}
@@ -317,7 +333,7 @@ class TokenVerifier:
 
     async def aclose(self) -> None:
         for issuer in self._issuers.values():
-            await issuer.keys.aclose()
+            await issuer.aclose()
 
 
 def bearer_from_headers(headers: Mapping[str, str] | None) -> str | None:

@@ -44,6 +44,9 @@ class OidcIssuer:
     def epoch(self) -> int:
         return self.keys.epoch
 
+    async def aclose(self) -> None:
+        await self.keys.aclose()
+
     async def verify(self, token: str, header: Mapping[str, Any]) -> tuple[Credential, float]:
         """The credential ``token`` proves and its expiry, or ``UNAUTHENTICATED``. ``header`` is
         the token's unverified header: it may refuse a token, never choose a key."""

@@ -19,6 +19,7 @@ import jwt
 import pytest
 
 from shared.infra import Infra
+from shared.oidc.issuer import OidcIssuer
 from shared.settings import EngramSettings, OidcIssuerSettings
 from tests.oidc_provider import AUDIENCE, Client, OidcProvider, SigningKey, new_key, running_provider
 from tests.platform import eventually
@@ -125,6 +126,7 @@ async def _refused_eventually(
 
     async def refused() -> bool:
         for issuer in engram.tokens.issuers:
+            assert isinstance(issuer, OidcIssuer)
             await issuer.keys.refresh()
         reply = await interface("engram.recall", body, token)
         return reply.get("error", {}).get("code") == "UNAUTHENTICATED"
