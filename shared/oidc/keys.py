@@ -22,7 +22,7 @@ from jwt.algorithms import RSAAlgorithm
 
 from contracts.errors import Unauthenticated
 
-__all__ = ["ALGORITHMS", "KeySet", "KeySetError"]
+__all__ = ["ALGORITHMS", "KeySet", "KeySetError", "parse_keys"]
 
 log = logging.getLogger(__name__)
 

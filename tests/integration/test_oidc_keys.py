@@ -6,16 +6,22 @@ when a key is withdrawn (docs/adr/0088-oidc-tokens.md, "Keys")."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, ClassVar
 from uuid import UUID, uuid4
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from contracts.errors import Unauthenticated
 from shared.auth import TokenService, TokenVerifier
 from shared.oidc.issuer import OidcIssuer
-from shared.oidc.keys import KeySet
+from shared.oidc.keys import KeySet, parse_keys
 from shared.settings import OidcIssuerSettings
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.oidc_provider import AUDIENCE, Client, OidcProvider, new_key, running_provider
@@ -155,3 +161,83 @@ async def test_a_token_from_each_algorithm_verifies(provider: OidcProvider, tmp_
             assert credential.permissions == {"memory.read"}
     finally:
         await verifier.aclose()
+
+
+class _Hostile(BaseHTTPRequestHandler):
+    """Key-set endpoints that misbehave: a redirect to the real set, a set too large to be one,
+    and a set of keys Engram must not use (an HMAC secret, a short RSA key, an unknown curve)."""
+
+    real_jwks = ""
+    weak_keys: ClassVar[list[dict[str, Any]]] = []
+
+    def do_GET(self) -> None:
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", self.real_jwks)
+            self.end_headers()
+            return
+        body = (
+            json.dumps({"keys": [{"kty": "RSA", "kid": "pad", "n": "A" * 300_000, "e": "AQAB"}]})
+            if self.path == "/huge"
+            else json.dumps({"keys": self.weak_keys})
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def hostile(provider: OidcProvider) -> Iterator[str]:
+    short = rsa.generate_private_key(public_exponent=65537, key_size=1024)  # noqa: S505 (the point)
+    _Hostile.real_jwks = f"{provider.issuer}/jwks"
+    _Hostile.weak_keys = [
+        {"kty": "oct", "kid": "hmac", "k": "c2VjcmV0", "alg": "HS256"},
+        {**json.loads(RSAAlgorithm.to_jwk(short.public_key())), "kid": "short-rsa"},
+        {
+            **json.loads(ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP384R1()).public_key())),
+            "kid": "p384",
+        },
+        {**provider.key("RS256").private_jwk(), "kid": "declared-es256", "alg": "ES256"},
+        {**provider.key("ES256").private_jwk(), "kid": "encryption", "use": "enc"},
+    ]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("path", ["/redirect", "/huge"])
+async def test_redirects_and_oversized_sets_are_not_followed(hostile: str, path: str) -> None:
+    keys = KeySet("https://idp.example", jwks_url=f"{hostile}{path}", clock=Clock())
+    try:
+        with pytest.raises(Unauthenticated):
+            await keys.key("rs-1")
+        assert keys.kids == frozenset()
+    finally:
+        await keys.aclose()
+
+
+async def test_keys_engram_must_not_use_are_never_loaded(hostile: str) -> None:
+    """An HMAC secret, an RSA key under 2048 bits, a P-384 key, a key whose declared algorithm is
+    not its own and an encryption key: none is kept, and a private part is never loaded."""
+    keys = KeySet("https://idp.example", jwks_url=f"{hostile}/weak", clock=Clock())
+    try:
+        await keys.refresh()
+        assert keys.kids == frozenset()
+        for kid in ("hmac", "short-rsa", "p384", "declared-es256", "encryption"):
+            with pytest.raises(Unauthenticated):
+                await keys.key(kid)
+    finally:
+        await keys.aclose()
+
+
+def test_a_published_private_key_is_loaded_as_its_public_half(provider: OidcProvider) -> None:
+    (loaded,) = parse_keys({"keys": [provider.key("ES256").private_jwk()]}).values()
+    assert not hasattr(loaded.key, "private_numbers")
