@@ -110,7 +110,12 @@ class SignIn:
     async def _open(self, request: Request, token: str, agent_config_id: str | None) -> Response:
         # The verified credential labels the session (an IdP's token as well as Engram's own); a
         # forged or expired token is refused here, at the form.
-        claims = TokenClaims.of(*await self._tokens.check(token))
+        try:
+            claims = TokenClaims.of(*await self._tokens.check(token))
+        except Unauthenticated as exc:
+            raise Unauthenticated(
+                f"not an Engram token, nor one from an identity provider it trusts ({exc.message})"
+            ) from exc
         agent = (agent_config_id or "").strip() or claims.agent_config_id
         if not agent:
             raise InvalidRequest("this token names no agent config: give its id")
