@@ -132,7 +132,8 @@ class KeySet:
         return known
 
     async def refresh(self) -> None:
-        """Fetch the set now (at start-up, or a test's explicit refresh); failures are logged."""
+        """Fetch the set now (joining a fetch under way), as a stale set is in the background;
+        failures are logged and leave the known keys as they were."""
         if self._fetch is None:
             self._start_fetch()
         fetch = self._fetch
