@@ -74,17 +74,28 @@ async def forgeries(provider: OidcProvider) -> dict[str, str]:
 async def test_the_providers_tokens_work_with_each_algorithm(
     interface: Interface, provider: OidcProvider, agent: UUID
 ) -> None:
-    for client in ("rs-runner", "es-runner", "ed-runner"):
+    # Texts unlike each other: a save near-identical to an earlier one may be merged into it.
+    texts = {
+        "rs-runner": "Invoices go out on the 3rd of each month.",
+        "es-runner": "The staging VPN host is vpn-stage.internal.",
+        "ed-runner": "Deploy freezes start every Friday at noon.",
+    }
+    for client, text in texts.items():
         token = await provider.token(client)
-        text = f"{client} keeps invoices on the 3rd."
         saved = await interface(
             "engram.memory.save", {"agent_config_id": str(agent), "content": text, "wait": True}, token
         )
         assert "error" not in saved, saved
-        recalled = await interface(
-            "engram.recall", {"agent_config_id": str(agent), "strategy": "last_k"}, token
-        )
-        assert text in str(recalled), recalled
+
+        async def recalled(text: str = text, token: str = token) -> bool:
+            # A hot result cached before the save may answer until its invalidation arrives.
+            reply = await interface(
+                "engram.recall", {"agent_config_id": str(agent), "strategy": "last_k"}, token
+            )
+            assert "error" not in reply, reply
+            return text in str(reply)
+
+        await eventually(recalled, what=f"{client}'s memory recalled with its token")
 
 
 async def test_oidc_forgeries_are_unauthenticated_on_every_subject(
