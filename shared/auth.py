@@ -254,7 +254,7 @@ class Issuer(Protocol):
 
 
 class TokenVerifier:
-    """The one way a token becomes a credential (docs/adr/0088-oidc-tokens.md): Engram's own
+    """The one way a token becomes a credential (docs/adr/0090-oidc-tokens.md): Engram's own
     tokens through :class:`TokenService`, an OpenID Connect issuer's through its :class:`Issuer`
     (``shared.oidc.issuer.OidcIssuer``), chosen by the token's unverified ``iss`` — which
     only picks who checks it, never a key.

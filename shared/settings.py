@@ -17,7 +17,7 @@ __all__ = ["EngramSettings", "OidcIssuerSettings"]
 
 
 class OidcIssuerSettings(BaseModel):
-    """One OpenID Connect issuer whose tokens Engram accepts (docs/adr/0088-oidc-tokens.md):
+    """One OpenID Connect issuer whose tokens Engram accepts (docs/adr/0090-oidc-tokens.md):
     an element of ``ENGRAM_OIDC_ISSUERS``, or the ``ENGRAM_OIDC_*`` variables of one more."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -124,7 +124,7 @@ class EngramSettings(BaseSettings):
         default="engram",
         description="The issuer (`iss`) tokens are minted with and must carry.",
     )
-    # Tokens from OpenID Connect issuers (docs/adr/0088-oidc-tokens.md); read by oidc_issuer_list().
+    # Tokens from OpenID Connect issuers (docs/adr/0090-oidc-tokens.md); read by oidc_issuer_list().
     oidc_issuers: Annotated[tuple[OidcIssuerSettings, ...], NoDecode] = Field(
         default=(),
         description="Tokens from OpenID Connect issuers beside Engram's own (SPEC 8): a JSON list of "

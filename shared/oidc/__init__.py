@@ -1,4 +1,4 @@
-"""Tokens from OpenID Connect issuers (docs/adr/0088-oidc-tokens.md): an issuer's key set
+"""Tokens from OpenID Connect issuers (docs/adr/0090-oidc-tokens.md): an issuer's key set
 (:mod:`shared.oidc.keys`), its token rules and claim mapping (:mod:`shared.oidc.issuer`), and the
 verifier every process builds from its settings (:func:`build_verifier`)."""
 

@@ -1,5 +1,5 @@
 """One OpenID Connect issuer's tokens: the token rules and the claim mapping of
-docs/adr/0088-oidc-tokens.md ("Claims", "Token rules")."""
+docs/adr/0090-oidc-tokens.md ("Claims", "Token rules")."""
 
 from __future__ import annotations
 

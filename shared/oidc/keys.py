@@ -1,5 +1,5 @@
 """An OpenID Connect issuer's signing keys, fetched without blocking the event loop
-(docs/adr/0088-oidc-tokens.md, "Keys").
+(docs/adr/0090-oidc-tokens.md, "Keys").
 
 Not PyJWT's ``PyJWKClient``: it fetches with blocking ``urllib`` and has no refresh policy. Here a
 known ``kid`` never waits (a stale set is refetched in the background); an unknown ``kid`` waits

@@ -1,4 +1,4 @@
-"""What ``TokenVerifier.verify`` costs (docs/adr/0088-oidc-tokens.md), against a real OpenID provider
+"""What ``TokenVerifier.verify`` costs (docs/adr/0090-oidc-tokens.md), against a real OpenID provider
 (tests/oidc): the first verification of each of ``--fresh`` new tokens (the provider's keys already
 cached) and a remembered token (``--calls`` calls), for Engram's own HS256 and the provider's RS256,
 ES256 and EdDSA tokens; then the first ES256 token after the provider rotated its key (one key-set

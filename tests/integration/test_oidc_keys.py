@@ -1,7 +1,7 @@
 """An issuer's key set against a real OpenID provider (tests/oidc): discovery, the three
 algorithms, one shared and rate-limited fetch for unknown key ids, a rotation right after start-up,
 failing closed while the provider is down, and the epoch that makes remembered tokens checked again
-when a key is withdrawn (docs/adr/0088-oidc-tokens.md, "Keys")."""
+when a key is withdrawn (docs/adr/0090-oidc-tokens.md, "Keys")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Forged and broken tokens "from" an OpenID provider, by name: every one must be refused with
-``UNAUTHENTICATED`` wherever it is presented (docs/adr/0088-oidc-tokens.md, "Token rules").
+``UNAUTHENTICATED`` wherever it is presented (docs/adr/0090-oidc-tokens.md, "Token rules").
 
 Several are signed with the provider's real key but break one other rule (expiry, audience, an
 organization the issuer may not name, a header that brings its own key), so what refuses them is

@@ -4,7 +4,7 @@ Workers keep asking the provider for a token and Engram for a recall with it, ov
 Mid-traffic the provider's operator publishes a new ES256 key that signs from then on (the old one
 still published), and once every worker has been served under the new key, withdraws the old one.
 Every request must succeed throughout; a token of the withdrawn key is refused afterwards, also
-when Engram remembered it (docs/adr/0088-oidc-tokens.md, "Keys"). Progress is counted, never
+when Engram remembered it (docs/adr/0090-oidc-tokens.md, "Keys"). Progress is counted, never
 timed: each phase waits for a number of answered requests."""
 
 from __future__ import annotations

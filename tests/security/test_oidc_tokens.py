@@ -2,7 +2,7 @@
 provider's honest tokens work (RS256, ES256, EdDSA), and every forgery of
 ``tests/security/oidc_forgery.py`` — plus the provider's own token for an organization its issuer
 may not name — is ``UNAUTHENTICATED`` on every request subject over NATS and HTTP, at the MCP door
-and at the console's sign-in: zero accepted (docs/adr/0088-oidc-tokens.md)."""
+and at the console's sign-in: zero accepted (docs/adr/0090-oidc-tokens.md)."""
 
 from __future__ import annotations
 

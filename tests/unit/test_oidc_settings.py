@@ -1,4 +1,4 @@
-"""Which OpenID Connect issuers a process trusts (docs/adr/0088-oidc-tokens.md, "Configuration"):
+"""Which OpenID Connect issuers a process trusts (docs/adr/0090-oidc-tokens.md, "Configuration"):
 read from ``ENGRAM_OIDC_ISSUERS`` and the single-issuer ``ENGRAM_OIDC_*`` variables; an audience
 and the organizations are required, and an issuer configured twice or named like Engram's own
 stops the start."""
