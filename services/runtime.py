@@ -24,8 +24,8 @@ from shared.db.engine import Database
 from shared.infra import Infra
 from shared.liveness import LivenessResponder
 from shared.metrics import refreshing
-from shared.oidc import build_verifier
 from shared.nats_auth.permissions import ALL_IN_ONE, process_name, service_inbox
+from shared.oidc import build_verifier
 from shared.outbox import OutboxRelay
 from shared.ports import Distiller, Embedder, VectorIndex
 from shared.provenance import MessageSigner
