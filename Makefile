@@ -1,6 +1,7 @@
 # Two commands on a fresh machine (only Python 3.11+ needed): `make run` and `make test`.
 # Everything installs into ./.venv (and, where npm exists, the TypeScript SDK's packages into
-# clients/typescript/node_modules); nothing is installed system-wide.
+# clients/typescript/node_modules and the tests' OpenID provider into tests/oidc/node_modules);
+# nothing is installed system-wide.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -29,8 +30,16 @@ $(TS_STAMP): $(TS)/package.json $(TS)/package-lock.json
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $(TS_STAMP)
 
+# The OpenID provider (oidc-provider) the OIDC and attacker tests start, from its lockfile.
+OIDC       := tests/oidc
+OIDC_STAMP := $(OIDC)/node_modules/.installed-$(shell cat $(OIDC)/package-lock.json | cksum | cut -d' ' -f1)
+
+$(OIDC_STAMP): $(OIDC)/package.json $(OIDC)/package-lock.json
+	cd $(OIDC) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(OIDC_STAMP)
+
 ifneq ($(NPM),)
-install: $(STAMP) $(TS_STAMP)
+install: $(STAMP) $(TS_STAMP) $(OIDC_STAMP)
 else
 install: $(STAMP)
 endif
@@ -114,4 +123,5 @@ ifneq ($(NPM),)
 endif
 
 clean:
-	rm -rf $(VENV) .engram .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist $(TS)/readme-example
+	rm -rf $(VENV) .engram .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist $(TS)/readme-example \
+		$(OIDC)/node_modules

@@ -51,7 +51,7 @@ from pydantic import BaseModel
 
 from contracts.operations import OPERATIONS, Operation
 from shared.access import Caller, authorize
-from shared.auth import TokenService, bearer_from_headers
+from shared.auth import TokenService, TokenVerifier, bearer_from_headers
 from shared.background import cancel
 from shared.metrics import REQUEST_SECONDS, REQUESTS, REQUESTS_LEFT
 from shared.quotas import Quotas
@@ -97,7 +97,7 @@ class Edge:
 
     def __init__(
         self,
-        tokens: TokenService,
+        tokens: TokenService | TokenVerifier,
         *,
         default_wait_s: float = DEFAULT_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
@@ -106,7 +106,7 @@ class Edge:
         """``default_wait_s``: how long callers wait for an operation that names no timeout (what
         a request may wait here before it is left); ``clock``: seconds, monotonic (tests);
         ``quotas``: the budgets a request spends once authorized (none: not limited)."""
-        self._tokens = tokens
+        self._tokens = TokenVerifier.of(tokens)
         self._quotas = quotas
         self._default_wait_s = default_wait_s
         self._clock = clock
@@ -305,7 +305,7 @@ class Edge:
 
 
 async def answer(
-    tokens: TokenService,
+    tokens: TokenVerifier,
     op: Operation[Req, Rep],
     handler: Handler[Req, Rep],
     headers: Mapping[str, str] | None,
@@ -319,7 +319,7 @@ async def answer(
     span = trace.get_current_span()
     annotate_consumer(span, op.subject, op.queue_group)
     try:
-        credential = tokens.verify(bearer_from_headers(headers))
+        credential = await tokens.verify(bearer_from_headers(headers))
         # Before any other work: a flood over its budget costs a token check and a bucket each.
         if quotas is not None:
             await quotas.charge(op.quota_class, credential.org_id, credential.token_id)

@@ -10,7 +10,7 @@ from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from shared.auth import TokenService
+from shared.auth import TokenVerifier
 from shared.db.engine import Database
 from shared.edge import Edge
 from shared.outbox import OutboxRelay
@@ -25,7 +25,8 @@ __all__ = ["Infra"]
 class Infra:
     settings: EngramSettings
     db: Database
-    tokens: TokenService
+    #: Every token's one way to a credential: Engram's own and any OpenID Connect issuer's.
+    tokens: TokenVerifier
     broker: NatsBroker
     relay: OutboxRelay
     #: Signs what this process publishes for other services; checks what it consumes from them.
