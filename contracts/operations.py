@@ -105,6 +105,11 @@ Rep = TypeVar("Rep", bound=BaseModel)
 #: more, e.g. ``memory.admin`` to act on another owner's memory). ``deployment.operator`` is the
 #: deployment's, no organization's (``shared.auth.OPERATOR``).
 Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator"]
+#: What ``shared.access.authorize`` checks of the agent config a request names, before its
+#: handler: ``owned`` — not another organization's (``FORBIDDEN``: a guessed id never crosses
+#: tenants); ``known`` — also one this organization configured or wrote to (``NOT_FOUND``: a read
+#: naming a never-used agent config is a wrong id, and an empty answer would hide that).
+AgentConfigCheck = Literal["owned", "known"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 #: What a request body may weigh, unless its operation says otherwise (``PAYLOAD_TOO_LARGE``).
 MAX_REQUEST_BYTES = 256 * 1024
@@ -145,6 +150,10 @@ class Operation(Generic[Req, Rep]):
     sparse_reply: bool = False
     #: The largest request body taken (over NATS and HTTP alike).
     max_request_bytes: int = MAX_REQUEST_BYTES
+    #: The agent config check ``authorize`` makes (:data:`AgentConfigCheck`); None where the
+    #: handler reads the agent config's memory config anyway, which makes the same check (recall,
+    #: feedback, config), or the request names none.
+    agent_config: AgentConfigCheck | None = None
 
     @property
     def reply(self) -> type[Rep]:
@@ -203,6 +212,7 @@ def _op(
     tool: tuple[str, str] | None = None,
     sparse_reply: bool = False,
     max_request_bytes: int = MAX_REQUEST_BYTES,
+    agent_config: AgentConfigCheck | None = None,
 ) -> Operation[Req, Rep]:
     """One row of the table: the wire facts positionally — subject, HTTP route (``"GET /v1/x"``),
     permission, request and reply models — and the rest by name (``tool``: the MCP tool's name and
@@ -227,6 +237,7 @@ def _op(
         timeout_s=timeout_s,
         sparse_reply=sparse_reply,
         max_request_bytes=max_request_bytes,
+        agent_config=agent_config,
     )
 
 
@@ -234,7 +245,7 @@ def _op(
 # fmt: off
 MEMORY_SAVE: Operation[SaveRequest, Accepted | SaveOutcome] = _op(
     s.MEMORY_SAVE, "POST /v1/memories", "memory.write", SaveRequest, Accepted, SaveOutcome,
-    served_by="ingest", client="save",
+    served_by="ingest", client="save", agent_config="owned",
     summary="Save memories now (elective save): 202 once durably accepted, or the outcome with wait.",
     tool=("remember", (
         "Store a fact, preference or lesson worth keeping beyond this conversation (a user's stated "
@@ -283,7 +294,7 @@ MEMORY_FEEDBACK = _op(
 )
 MEMORY_LIST = _op(
     s.MEMORY_LIST, "GET /v1/memories", "memory.read", ListRequest, Page,
-    served_by="governance-audit", client="list_entries",
+    served_by="governance-audit", client="list_entries", agent_config="known",
     summary="One page of the memories the caller may see, highest importance first.",
     disclosure=True,
     tool=("list_memories", (
@@ -293,20 +304,20 @@ MEMORY_LIST = _op(
 )
 MEMORY_GET = _op(
     s.MEMORY_GET, "GET /v1/memories/{entry_id}", "memory.read", GetRequest, GetReply,
-    served_by="governance-audit", client="get_entry",
+    served_by="governance-audit", client="get_entry", agent_config="owned",
     summary="One memory entry with every field, optionally with its edit history.",
     disclosure=True,
 )
 MEMORY_MANAGE = _op(
     s.MEMORY_MANAGE, "PATCH /v1/memories/{entry_id}", "memory.write", ManageRequest, ManageReply,
-    served_by="governance-audit", client="manage",
+    served_by="governance-audit", client="manage", agent_config="owned",
     summary="One operation on one entry: pin, unpin, disable, enable, mark_incorrect, edit, merge, "
     "rescope, change_retention.",
     disclosure=True,
 )
 MEMORY_DELETE = _op(
     s.MEMORY_DELETE, "DELETE /v1/memories/{entry_id}", "memory.write", DeleteRequest, PurgeReceipt,
-    served_by="governance-audit", client="delete",
+    served_by="governance-audit", client="delete", agent_config="owned",
     summary="Erase one entry, with everything derived from it and its earlier versions.",
     tool=("forget", (
         "Permanently erase one memory by entry_id, when the user asks you to forget it or it is "
@@ -316,19 +327,19 @@ MEMORY_DELETE = _op(
 )
 MEMORY_PURGE = _op(
     s.MEMORY_PURGE, "POST /v1/purge", "memory.purge", PurgeRequest, PurgeReceipt,
-    served_by="governance-audit", client="purge",
+    served_by="governance-audit", client="purge", agent_config="owned",
     summary="Erase everything one owner has (optionally of one agent config or session).",
     timeout_s=60.0,
 )
 MEMORY_PRUNE = _op(
     s.MEMORY_PRUNE, "POST /v1/prune", "memory.admin", PruneRequest, PruneReply,
-    served_by="governance-audit", client="prune",
+    served_by="governance-audit", client="prune", agent_config="owned",
     summary="Keep at most max_entries of an agent config: lowest importance, then oldest, go first.",
     timeout_s=60.0,
 )
 MEMORY_EXPORT = _op(
     s.MEMORY_EXPORT, "GET /v1/export", "memory.read", ExportRequest, Page,
-    served_by="governance-audit", client="export",
+    served_by="governance-audit", client="export", agent_config="known",
     summary="Everything one owner has, oldest first (over HTTP: every page, as JSON Lines).",
     disclosure=True,
 )

@@ -49,7 +49,7 @@ from opentelemetry.trace import SpanKind, Tracer
 from pydantic import BaseModel
 
 from contracts.operations import OPERATIONS, Operation
-from shared.access import Caller, authorize
+from shared.access import AgentConfigs, Caller, authorize
 from shared.auth import TokenService, bearer_from_headers
 from shared.background import cancel
 from shared.metrics import REQUEST_SECONDS, REQUESTS, REQUESTS_LEFT
@@ -97,12 +97,16 @@ class Edge:
         self,
         tokens: TokenService,
         *,
+        agent_configs: AgentConfigs | None = None,
         default_wait_s: float = DEFAULT_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``default_wait_s``: how long callers wait for an operation that names no timeout (what
-        a request may wait here before it is left); ``clock``: seconds, monotonic (tests)."""
+        """``agent_configs``: whose each agent config is, for the operations that check it
+        (``Operation.agent_config``); ``default_wait_s``: how long callers wait for an operation
+        that names no timeout (what a request may wait here before it is left); ``clock``:
+        seconds, monotonic (tests)."""
         self._tokens = tokens
+        self._agent_configs = agent_configs
         self._default_wait_s = default_wait_s
         self._clock = clock
         self._routes: dict[str, Route[Any, Any]] = {}
@@ -142,6 +146,10 @@ class Edge:
             raise RuntimeError(f"{op.name} is served twice")
         if self._subscriptions:
             raise RuntimeError(f"{op.name} added after the edge started")
+        if op.agent_config is not None and self._agent_configs is None:
+            raise RuntimeError(
+                f"{op.name} checks its agent config's organization: give the edge agent_configs"
+            )
         self._routes[op.subject] = Route(op, handler, observe)
 
     async def start(self, nc: Client, *, tracer_provider: TracerProvider | None = None) -> None:
@@ -281,7 +289,9 @@ class Edge:
         trace context (so logs and what the handler publishes stay in the caller's trace)."""
         parent = extract_context(headers) if headers and _TRACEPARENT in headers else None
         # Made here, run (and so traced) only when awaited below.
-        answered = answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
+        answered = answer(
+            self._tokens, r.op, r.handler, headers, body, observe=r.observe, agent_configs=self._agent_configs
+        )
         if self._tracer is not None:
             # A request without a traceparent starts a trace of its own (an empty context).
             with self._tracer.start_as_current_span(
@@ -305,6 +315,7 @@ async def answer(
     body: bytes,
     *,
     observe: Observer[Rep] | None = None,
+    agent_configs: AgentConfigs | None = None,
 ) -> bytes:
     """The reply to one request of ``op``: its JSON, or the SPEC 9 envelope's."""
     started = time.perf_counter()
@@ -314,7 +325,7 @@ async def answer(
         credential = tokens.verify(bearer_from_headers(headers))
         request = parse_model(op.request, body, max_bytes=op.max_request_bytes)
         annotate_memory_operation(span, op.subject, request)
-        caller, request = authorize(credential, op.permission, request)
+        caller, request = await authorize(credential, op, request, agent_configs)
         reply = await handler(caller, request)
         # A reply omits what it did not set when the operation says so (recall's formats).
         data = reply.model_dump_json(exclude_unset=op.sparse_reply).encode()
