@@ -108,7 +108,8 @@ Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purg
 #: What ``shared.access.authorize`` checks of the agent config a request names, before its
 #: handler: ``owned`` — not another organization's (``FORBIDDEN``: a guessed id never crosses
 #: tenants); ``known`` — also one this organization configured or wrote to (``NOT_FOUND``: a read
-#: naming a never-used agent config is a wrong id, and an empty answer would hide that).
+#: naming a never-used agent config is a wrong id, and an empty answer would hide that; checked on
+#: a first page, as a page token was issued for a known one).
 AgentConfigCheck = Literal["owned", "known"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 #: What a request body may weigh, unless its operation says otherwise (``PAYLOAD_TOO_LARGE``).

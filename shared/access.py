@@ -11,7 +11,8 @@ token and a parsed request into the :class:`Caller` the handler acts as.
    pool when it names none); any other token acts only for itself (:func:`shared.auth.act_as`).
 4. The agent config the request names belongs to the caller's organization, where the
    operation says so (``Operation.agent_config``): ``FORBIDDEN`` if it is another's, and for a
-   ``known`` one ``NOT_FOUND`` if the organization never configured nor wrote to it. Handlers
+   ``known`` one ``NOT_FOUND`` if the organization never configured nor wrote to it (on a first
+   page: a page token was issued for a known one, and refusing a bad one is the token's check). Handlers
    that read the memory config anyway (recall, feedback, config) make the same check there.
 
 What depends on the data — whose entry it is — handlers ask the caller (:meth:`Caller.may`,
@@ -205,5 +206,8 @@ async def authorize(
         if agent_config_id is not None:  # None: every agent config of the organization (export, purge)
             if agent_configs is None:
                 raise RuntimeError(f"{op.name}: nothing to check the agent config's organization with")
-            await agent_configs.check(credential.org_id, agent_config_id, known=op.agent_config == "known")
+            # A later page's token was issued for a known one: what it says is its own to refuse.
+            first_page = getattr(request, "page_token", None) is None
+            known = op.agent_config == "known" and first_page
+            await agent_configs.check(credential.org_id, agent_config_id, known=known)
     return caller, request
