@@ -82,6 +82,7 @@ __all__ = [
     "OPERATIONS",
     "OPS_DEAD_LETTERS",
     "OPS_LAG",
+    "QUOTA_CLASSES",
     "RECALL",
     "RECALL_EXPAND",
     "SESSION_ENDED",
@@ -90,6 +91,7 @@ __all__ = [
     "HttpMethod",
     "Operation",
     "Permission",
+    "QuotaClass",
     "Stream",
     "by_http_route",
     "by_mcp_tool",
@@ -112,6 +114,18 @@ Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purg
 #: a first page, as a page token was issued for a known one).
 AgentConfigCheck = Literal["owned", "known"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+#: Whose budget an operation spends (``shared.quotas``): reads, writes, governance (admin and purge),
+#: sessions. Derived from the permission unless a row says otherwise; the deployment operator's
+#: operations spend none.
+QuotaClass = Literal["read", "write", "governance", "sessions"]
+QUOTA_CLASSES: tuple[QuotaClass, ...] = get_args(QuotaClass)
+_QUOTA_OF: dict[str, QuotaClass | None] = {
+    "memory.read": "read",
+    "memory.write": "write",
+    "memory.admin": "governance",
+    "memory.purge": "governance",
+    "deployment.operator": None,
+}
 #: What a request body may weigh, unless its operation says otherwise (``PAYLOAD_TOO_LARGE``).
 MAX_REQUEST_BYTES = 256 * 1024
 
@@ -155,6 +169,8 @@ class Operation(Generic[Req, Rep]):
     #: handler reads the agent config's memory config anyway, which makes the same check (recall,
     #: feedback, config), or the request names none.
     agent_config: AgentConfigCheck | None = None
+    #: The budget a request spends (``QuotaClass``); None: not limited.
+    quota_class: QuotaClass | None = None
 
     @property
     def reply(self) -> type[Rep]:
@@ -214,6 +230,7 @@ def _op(
     sparse_reply: bool = False,
     max_request_bytes: int = MAX_REQUEST_BYTES,
     agent_config: AgentConfigCheck | None = None,
+    quota: QuotaClass | None = None,
 ) -> Operation[Req, Rep]:
     """One row of the table: the wire facts positionally — subject, HTTP route (``"GET /v1/x"``),
     permission, request and reply models — and the rest by name (``tool``: the MCP tool's name and
@@ -239,6 +256,7 @@ def _op(
         sparse_reply=sparse_reply,
         max_request_bytes=max_request_bytes,
         agent_config=agent_config,
+        quota_class=quota or _QUOTA_OF[permission],
     )
 
 
@@ -260,6 +278,7 @@ SESSION_SUBMIT: Operation[SessionEnded, SessionAccepted] = _op(
     summary="An agent session ended: its token and payload checked at once, then distilled; the same "
     "organization's event_id again changes nothing (duplicate).",
     max_request_bytes=MAX_SESSION_BYTES,
+    quota="sessions",
 )
 RECALL = _op(
     s.RECALL, "POST /v1/recall", "memory.read", RecallRequest, RecallReply,

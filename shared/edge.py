@@ -1,8 +1,9 @@
 """The request-reply edge: every operation of the table (``contracts.operations``) is served here.
 
-Per request: verify the token → parse the operation's request model → :func:`shared.access.authorize`
-→ ``handler(caller, request) -> reply`` → the reply's JSON, or any failure as the SPEC 9 envelope
-(a bad request never crashes a service). Authentication comes before parsing, so an anonymous
+Per request: verify the token → charge the organization's and token's budget (:mod:`shared.quotas`)
+→ parse the operation's request model → :func:`shared.access.authorize` → ``handler(caller,
+request) -> reply`` → the reply's JSON, or any failure as the SPEC 9 envelope (a bad request never
+crashes a service). Authentication comes before parsing, so an anonymous
 caller learns nothing about the schema. Every answer is counted by operation and code
 (``engram_requests_total``) and timed, and its consume span carries the messaging and GenAI
 memory attributes (ids only, never memory text).
@@ -53,6 +54,7 @@ from shared.access import AgentConfigs, Caller, authorize
 from shared.auth import TokenService, bearer_from_headers
 from shared.background import cancel
 from shared.metrics import REQUEST_SECONDS, REQUESTS, REQUESTS_LEFT
+from shared.quotas import Quotas
 from shared.telemetry import annotate_consumer, annotate_memory_operation, extract_context
 from shared.wire import error_reply, parse_model
 
@@ -100,13 +102,16 @@ class Edge:
         agent_configs: AgentConfigs | None = None,
         default_wait_s: float = DEFAULT_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
+        quotas: Quotas | None = None,
     ) -> None:
         """``agent_configs``: whose each agent config is, for the operations that check it
         (``Operation.agent_config``); ``default_wait_s``: how long callers wait for an operation
         that names no timeout (what a request may wait here before it is left); ``clock``:
-        seconds, monotonic (tests)."""
+        seconds, monotonic (tests); ``quotas``: the budgets a request spends once authorized
+        (none: not limited)."""
         self._tokens = tokens
         self._agent_configs = agent_configs
+        self._quotas = quotas
         self._default_wait_s = default_wait_s
         self._clock = clock
         self._routes: dict[str, Route[Any, Any]] = {}
@@ -290,7 +295,14 @@ class Edge:
         parent = extract_context(headers) if headers and _TRACEPARENT in headers else None
         # Made here, run (and so traced) only when awaited below.
         answered = answer(
-            self._tokens, r.op, r.handler, headers, body, observe=r.observe, agent_configs=self._agent_configs
+            self._tokens,
+            r.op,
+            r.handler,
+            headers,
+            body,
+            observe=r.observe,
+            agent_configs=self._agent_configs,
+            quotas=self._quotas,
         )
         if self._tracer is not None:
             # A request without a traceparent starts a trace of its own (an empty context).
@@ -316,6 +328,7 @@ async def answer(
     *,
     observe: Observer[Rep] | None = None,
     agent_configs: AgentConfigs | None = None,
+    quotas: Quotas | None = None,
 ) -> bytes:
     """The reply to one request of ``op``: its JSON, or the SPEC 9 envelope's."""
     started = time.perf_counter()
@@ -323,6 +336,9 @@ async def answer(
     annotate_consumer(span, op.subject, op.queue_group)
     try:
         credential = tokens.verify(bearer_from_headers(headers))
+        # Before any other work: a flood over its budget costs a token check and a bucket each.
+        if quotas is not None:
+            await quotas.charge(op.quota_class, credential.org_id, credential.token_id)
         request = parse_model(op.request, body, max_bytes=op.max_request_bytes)
         annotate_memory_operation(span, op.subject, request)
         caller, request = await authorize(credential, op, request, agent_configs)

@@ -16,6 +16,7 @@ from shared.db.engine import Database
 from shared.edge import Edge
 from shared.outbox import OutboxRelay
 from shared.provenance import MessageSigner
+from shared.quotas import Quotas
 from shared.settings import EngramSettings
 
 __all__ = ["Infra"]
@@ -35,13 +36,17 @@ class Infra:
     inbox_prefix: bytes = b"_INBOX."
     #: Where the services register their request-reply operations (started by the runtime).
     edge: Edge = field(init=False)
+    #: The organizations' and tokens' budgets (``ENGRAM_QUOTAS``), charged by the edge and ingest.
+    quotas: Quotas = field(init=False)
 
     def __post_init__(self) -> None:
+        self.quotas = Quotas(self.settings.quotas, redis_url=self.settings.redis_url)
         # A request that waited longer than the gateway would wait for it has no caller left.
         self.edge = Edge(
             self.tokens,
             agent_configs=AgentConfigOwners(self.db),
             default_wait_s=self.settings.http_request_timeout_s,
+            quotas=self.quotas,
         )
 
     @property

@@ -1742,6 +1742,16 @@ export interface operations {
                     "application/json": components["schemas"]["AuditQueryReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -1784,6 +1794,16 @@ export interface operations {
                     "application/json": components["schemas"]["AuditVerifyReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -1822,6 +1842,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ConfigReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -1866,6 +1896,16 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -1906,6 +1946,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DeadLetterPage"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -1953,6 +2003,16 @@ export interface operations {
                     "application/jsonl": components["schemas"]["EntryView"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -1993,6 +2053,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["FeedbackReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2083,6 +2153,16 @@ export interface operations {
                     "application/json": components["schemas"]["Page"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2134,6 +2214,16 @@ export interface operations {
                     "application/json": components["schemas"]["Accepted"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2178,6 +2268,16 @@ export interface operations {
                     "application/json": components["schemas"]["GetReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2219,6 +2319,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PurgeReceipt"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2265,6 +2375,16 @@ export interface operations {
                     "application/json": components["schemas"]["ManageReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2305,6 +2425,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PruneReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2349,6 +2479,16 @@ export interface operations {
                     "application/json": components["schemas"]["PurgeReceipt"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2389,6 +2529,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RecallReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2433,6 +2583,16 @@ export interface operations {
                     "application/json": components["schemas"]["ExpandReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2473,6 +2633,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SessionAccepted"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's sessions budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
