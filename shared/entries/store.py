@@ -55,6 +55,7 @@ __all__ = [
     "EntryStore",
     "NewEntry",
     "Upserted",
+    "covered",
     "dedupe_key",
     "in_scope",
     "with_ids",
@@ -195,6 +196,26 @@ def in_scope(
     if session_id is not None:
         parts.append(ENTRIES.c.session_id == session_id)
     return and_(*parts)
+
+
+def covered(
+    org_id: UUID,
+    agent_config_id: UUID | None,
+    owner_key: str,
+    *,
+    session_id: str | None,
+    fingerprints: Sequence[str] | None,
+    until: datetime,
+) -> ColumnElement[bool]:
+    """The entries an erasure covered (a purge ledger's record, re-applied): the owner's, of the
+    agent config and session when given, created up to ``until``, only the texts of
+    ``fingerprints`` when given."""
+    where = and_(
+        in_scope(org_id, agent_config_id, (owner_key,), session_id=session_id), ENTRIES.c.created_at <= until
+    )
+    if fingerprints is not None:
+        where = and_(where, ENTRIES.c.fingerprint.in_(list(fingerprints)))
+    return where
 
 
 def with_ids(ids: Sequence[UUID]) -> ColumnElement[bool]:
