@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-from shared.logging import setup_logging
-from shared.settings import EngramSettings
+from services.cli.output import console
 
 __all__ = ["apply_ledger", "backup", "restore"]
-
-console = Console()
 
 
 def backup(
@@ -23,7 +18,10 @@ def backup(
     """Back up a stopped `engram up` data dir: the database (pg_dump), the vector store, the NATS
     streams, the credential registry, and a manifest with versions and checksums. The purge
     ledger stays outside the backup (docs/adr/0085-backup-restore-purge-ledger.md)."""
+    import asyncio
+
     from services.backup import take_backup
+    from shared.logging import setup_logging
 
     setup_logging("WARNING", json=False)
     manifest = asyncio.run(take_backup(data_dir, out))
@@ -52,7 +50,11 @@ def restore(
     """Restore a backup into a fresh data dir, migrate it to this release's schema, and erase again
     everything the purge ledger says was erased after the backup — before anything answers.
     Then start it with `engram up --data-dir …`."""
+    import asyncio
+
     from services.backup import restore_backup
+    from shared.logging import setup_logging
+    from shared.settings import EngramSettings
 
     setup_logging("WARNING", json=False)
     done = asyncio.run(
@@ -77,8 +79,12 @@ def apply_ledger(
     """After restoring ENGRAM_DATABASE_URL (and the vector store) by other means — pg_restore, a
     Qdrant snapshot — and before starting any service: erase again every purge and delete the
     restored database does not know of (the production variant of `engram restore`'s last step)."""
+    import asyncio
+
     from services.backup import apply_ledger as apply
     from services.backup import read_ledgers
+    from shared.logging import setup_logging
+    from shared.settings import EngramSettings
 
     settings = EngramSettings()
     if not settings.database_url:

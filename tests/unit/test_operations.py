@@ -14,12 +14,13 @@ from typing import Any, cast, get_args, get_origin
 from uuid import UUID
 
 import pytest
+from engram_client import generate
 from faststream.nats import NatsBroker
 from nats.js import JetStreamContext
 from pydantic import BaseModel, SecretStr
 
 from contracts import operations, subjects
-from contracts.client import EngramClient
+from contracts.client import EngramClient, SyncEngramClient
 from contracts.governance import EntryView
 from contracts.operations import (
     JETSTREAMS,
@@ -185,13 +186,32 @@ def test_engram_client_has_a_method_per_operation_returning_its_replies(op: Oper
     assert f"ops.{constant}" in inspect.getsource(method), f"{op.client_method} does not call {constant}"
 
 
-def test_every_client_method_is_in_the_table() -> None:
-    """No EngramClient method talks to a subject the table does not declare."""
-    public = {
-        name for name, value in vars(EngramClient).items() if callable(value) and not name.startswith("_")
-    }
-    plumbing = {"connect", "close", "request", "publish_session"}
-    assert public - plumbing == {op.client_method for op in OPERATIONS}
+def _public_methods(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
+
+
+@pytest.mark.parametrize("client", [EngramClient, SyncEngramClient], ids=lambda c: c.__name__)
+def test_every_client_method_is_in_the_table(client: type) -> None:
+    """No client method (async or blocking) talks to a subject the table does not declare."""
+    plumbing = {"connect", "connect_http", "from_connection", "close", "request", "publish_session"}
+    assert _public_methods(client) - plumbing == {op.client_method for op in OPERATIONS}
+
+
+def test_the_generated_client_methods_are_current() -> None:
+    """The client's methods are generated from the table (``make schema``); a table changed
+    without regenerating them fails here."""
+    assert generate.render() == generate.METHODS_FILE.read_text(), "run `make schema`"
+
+
+def test_the_generated_methods_take_the_tables_positional_fields() -> None:
+    """Each method takes its operation's ``client_args`` in order (or its whole request), then
+    any request field by keyword; each is a request field, so the call validates as the request."""
+    for op in OPERATIONS:
+        params = list(inspect.signature(getattr(EngramClient, op.client_method)).parameters.values())[1:]
+        named = [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        assert named == ([op.client_body] if op.client_body else list(op.client_args)), op.name
+        assert params[-1].kind is inspect.Parameter.VAR_KEYWORD
+        assert set(op.client_args) <= set(op.request.model_fields), op.name
 
 
 def test_the_asyncapi_document_names_every_subject_of_the_table() -> None:
