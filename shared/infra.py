@@ -11,6 +11,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from shared.auth import TokenVerifier
+from shared.config_store import AgentConfigOwners
 from shared.db.engine import Database
 from shared.edge import Edge
 from shared.outbox import OutboxRelay
@@ -42,7 +43,12 @@ class Infra:
     def __post_init__(self) -> None:
         self.quotas = Quotas(self.settings.quotas, redis_url=self.settings.redis_url)
         # A request that waited longer than the gateway would wait for it has no caller left.
-        self.edge = Edge(self.tokens, default_wait_s=self.settings.http_request_timeout_s, quotas=self.quotas)
+        self.edge = Edge(
+            self.tokens,
+            agent_configs=AgentConfigOwners(self.db),
+            default_wait_s=self.settings.http_request_timeout_s,
+            quotas=self.quotas,
+        )
 
     @property
     def nc(self) -> Client:

@@ -30,7 +30,6 @@ from contracts.recall import (
     RecallResult,
     Strategy,
 )
-from services.recall import queries
 from services.recall.budget import QUARANTINE_PLACEHOLDER, fit_budget
 from services.recall.candidates import Candidate, display_metadata
 from services.recall.overrides import apply_overrides
@@ -53,6 +52,7 @@ from shared.auth import Credential
 from shared.cache import CueVectorCache, ResultCache
 from shared.config_store import load_config, org_memory_enabled
 from shared.db.engine import Database
+from shared.entries import recall as queries
 from shared.lexical import query_weights
 from shared.memory_block import render_context
 from shared.ports import Embedder, VectorIndex
