@@ -91,14 +91,15 @@ def _cosine(a: list[float], b: list[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True))  # the embedder's vectors are unit length
 
 
-async def near_duplicate_pairs(embedder: Any, texts: list[str]) -> tuple[int, int]:
-    """(near-duplicate pairs, all pairs) among ``texts``."""
+async def near_duplicate_pairs(embedder: Any, texts: list[str]) -> tuple[list[tuple[int, int, float]], int]:
+    """The near-duplicate pairs among ``texts`` (their places, 1-based, and cosine), and how many
+    pairs there are."""
     if len(texts) < 2:
-        return 0, 0
+        return [], 0
     vectors = await embedder.embed(texts)
     pairs = [(i, j) for i in range(len(texts)) for j in range(i + 1, len(texts))]
-    close = sum(1 for i, j in pairs if _cosine(vectors[i], vectors[j]) >= JUDGE_COSINE)
-    return close, len(pairs)
+    scored = ((i + 1, j + 1, round(_cosine(vectors[i], vectors[j]), 3)) for i, j in pairs)
+    return [p for p in scored if p[2] >= JUDGE_COSINE], len(pairs)
 
 
 async def wait_distilled(pg: asyncpg.Connection, orgs: list[UUID], sessions: int, timeout: float) -> None:
@@ -191,7 +192,11 @@ async def _measure(nc: Any, pg: asyncpg.Connection, judge: Any, timeout: float) 
                     "owner": c.owner,
                     "cue": c.cue,
                     "results": len(texts),
-                    "near_duplicate_pairs": close,
+                    "near_duplicate_pairs": len(close),
+                    "near_duplicates": [
+                        {"places": [i, j], "cosine": cos, "texts": [texts[i - 1], texts[j - 1]]}
+                        for i, j, cos in close
+                    ],
                     "pairs": pairs,
                     "resolving_rank": rank,
                     "folded": sum(int(r.get("similar_count") or 0) for r in reply["results"]),
