@@ -8,8 +8,9 @@ every one of them, so ten results could say one thing ten times (issue 26 §3). 
   it was distilled from (the same owner and ``session_id``) when both are ranked: what was learned
   from a session outranks the calls it was learned from.
 - :func:`collapse_similar`: an entry whose words are nearly those of one ranked above it (Jaccard
-  similarity of their word sets at least ``SIMILAR_JACCARD``, digits folded) is left out and counted
-  on that one (``Ranked.similar``, ``similar_count`` on the wire). Word sets, not embeddings: the texts
+  similarity of their word sets at least ``SIMILAR_JACCARD``, digits folded), or nearly all
+  contained in them, is left out and counted on that one (``Ranked.similar``, ``similar_count``
+  on the wire); one that contains an entry ranked above it takes that one's place. Word sets, not embeddings: the texts
   are in hand at this point and the vectors are not, and near-duplicates here differ by an order id or a
   call's input, which a word set sees as a few words out of many. A turn of conversation that merely
   speaks of the same thing shares far fewer of its words (measured on LoCoMo: ``make eval``).
@@ -25,13 +26,18 @@ from collections.abc import Sequence
 
 from services.recall.ranking import STOP_WORDS, Ranked
 
-__all__ = ["SIMILAR_JACCARD", "collapse_similar", "lessons_first", "similar", "word_set"]
+__all__ = ["SIMILAR_JACCARD", "collapse_similar", "contained", "lessons_first", "similar", "word_set"]
 
 #: Two entries are near-duplicates when their word sets overlap this much (intersection over union).
 #: Chosen before measuring as "more than half again as many shared words as differing ones"; the
 #: demo's copies of one failure score 0.64–1.0, LoCoMo's turns almost never reach it (``make eval``
 #: reports the rate).
 SIMILAR_JACCARD = 0.6
+#: An entry is contained in another when this share of its words are in the other's ...
+CONTAINED_SHARE = 0.9
+#: ... and it has at least this many: on LoCoMo's dev split 7 of 803,286 turn pairs are then
+#: contained one in the other, all pleasantries ("Thanks, Melanie! Your kind words mean a lot.").
+MIN_CONTAINED_WORDS = 6
 #: Texts with fewer distinct words than this are never called near-duplicates: "Thanks, Mel!" and
 #: "Thanks, Caroline!" share half of very little.
 MIN_WORDS = 4
@@ -80,13 +86,24 @@ def lessons_first(ranked: Sequence[Ranked]) -> list[Ranked]:
     return out
 
 
+def contained(small: frozenset[str], big: frozenset[str]) -> bool:
+    """Whether ``big`` says what ``small`` says and more: nearly all of ``small``'s words (of at
+    least ``MIN_CONTAINED_WORDS``) are in it. "create_ticket failed with 'HTTP 429 …'" is in
+    "After create_ticket failed with 'HTTP 429 …', retrying create_ticket with backoff_s=30 worked"."""
+    if len(small) < MIN_CONTAINED_WORDS or len(big) < len(small):
+        return False
+    return len(small & big) >= CONTAINED_SHARE * len(small)
+
+
 def collapse_similar(ranked: Sequence[Ranked], limit: int) -> tuple[list[Ranked], int]:
-    """The first ``limit`` entries of ``ranked`` that are no near-duplicate of one kept before
-    them, each with ``similar`` counting the entries folded into it; and how many entries of
-    ``ranked`` were read to find them (the rest were not looked at, and are not counted)."""
+    """The first ``limit`` entries of ``ranked`` that neither nearly repeat nor are contained in
+    one kept before them, each with ``similar`` counting the entries folded into it; and how many
+    entries of ``ranked`` were read to find them (the rest were not looked at, nor counted).
+
+    An entry that contains one kept before it takes that one's place and count: it says
+    everything the other does (the fix that names the failure, over the bare failure)."""
     kept: list[Ranked] = []
     words: list[frozenset[str]] = []
-    counts: list[int] = []
     read = 0
     for r in ranked:
         if len(kept) == limit:
@@ -94,11 +111,20 @@ def collapse_similar(ranked: Sequence[Ranked], limit: int) -> tuple[list[Ranked]
         read += 1
         # A quarantined entry's text is not shown, so it neither stands for others nor is folded.
         mine = frozenset() if r.candidate.quarantined else word_set(r.candidate.text)
-        twin = next((k for k, theirs in enumerate(words) if mine and similar(mine, theirs)), None)
-        if twin is None:
+        twin = next(
+            (k for k, theirs in enumerate(words) if similar(mine, theirs) or contained(mine, theirs)), None
+        )
+        if twin is not None:
+            kept[twin] = kept[twin]._replace(similar=kept[twin].similar + 1 + r.similar)
+            continue
+        inside = [k for k, theirs in enumerate(words) if contained(theirs, mine)]
+        if not inside:
             kept.append(r)
             words.append(mine)
-            counts.append(r.similar)
-        else:
-            counts[twin] += 1 + r.similar
-    return [r._replace(similar=n) for r, n in zip(kept, counts, strict=True)], read
+            continue
+        folded = sum(1 + kept[k].similar for k in inside)
+        first = inside[0]
+        kept[first], words[first] = r._replace(similar=r.similar + folded), mine
+        for k in reversed(inside[1:]):
+            del kept[k], words[k]
+    return kept, read

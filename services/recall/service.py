@@ -237,7 +237,12 @@ class Recall:
                 raise
             strategy, warnings = fallback, [*warnings, "semantic_unavailable_fallback"]
             ranked = await self._rank(
-                strategy, scope, cue, top_k, diagnostics, config.semantic_recall,
+                strategy,
+                scope,
+                cue,
+                top_k,
+                diagnostics,
+                config.semantic_recall,
                 collapse=request.collapse_similar,
                 asked_at=request.asked_at,
             )

@@ -73,7 +73,12 @@ CUES = (
     Cue(ORG_A, "end_user:alice", "my card got declined", r"store_credit"),
     Cue(ORG_A, "end_user:alice", "refund card declined", r"store_credit"),
     Cue(ORG_A, "end_user:alice", "the refund to my card failed", r"store_credit"),
-    Cue(ORG_A, "end_user:bob", "order lookup by email found nothing", r"order number first|retrying lookup_order"),
+    Cue(
+        ORG_A,
+        "end_user:bob",
+        "order lookup by email found nothing",
+        r"order number first|retrying lookup_order",
+    ),
     Cue(ORG_A, "actor:carol", "create ticket rate limited", r"backoff_s"),
     Cue(ORG_A, "actor:carol", "opening a ticket fails with HTTP 429", r"backoff_s"),
     Cue(ORG_A, "none", "send email digest connection reset", r"port=465"),
@@ -184,9 +189,7 @@ async def _measure(nc: Any, pg: asyncpg.Connection, judge: Any, timeout: float) 
             reply = await _call(nc, RECALL, payload, token[c.org], timeout=30)
             texts = [r["text"] for r in reply["results"]]
             close, pairs = await near_duplicate_pairs(judge, texts)
-            rank = next(
-                (i + 1 for i, t in enumerate(texts) if re.search(c.resolves, t, re.IGNORECASE)), None
-            )
+            rank = next((i + 1 for i, t in enumerate(texts) if re.search(c.resolves, t, re.IGNORECASE)), None)
             per_cue.append(
                 {
                     "owner": c.owner,
@@ -233,7 +236,11 @@ def render(result: dict[str, Any]) -> str:
             f"| {label} | {s['near_duplicate_pair_rate']:.3f} | {s['cues_with_a_near_duplicate_pair']} | "
             f"{s['resolving_in_top3']}/{result['cues']} | {s['resolving_missing']} | {s['resolving_mean_rank']} |"
         )
-    rows += ["", "| owner | cue | rank as ranked | rank folded | pairs as ranked | pairs folded |", "|---|---|---|---|---|---|"]
+    rows += [
+        "",
+        "| owner | cue | rank as ranked | rank folded | pairs as ranked | pairs folded |",
+        "|---|---|---|---|---|---|",
+    ]
     for before, after in zip(result["as ranked"]["per_cue"], result["folded"]["per_cue"], strict=True):
         rows.append(
             f"| {before['owner']} | {before['cue']} | {before['resolving_rank']} | {after['resolving_rank']} | "

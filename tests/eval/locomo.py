@@ -564,7 +564,12 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
                     # hybrid as ranked, without folding near-duplicates (docs/adr/0097): what folding
                     # costs or gains on turns that are not near-duplicates of each other.
                     answers = await ask(
-                        nc, token, "hybrid", work, args.concurrency, args.request_timeout,
+                        nc,
+                        token,
+                        "hybrid",
+                        work,
+                        args.concurrency,
+                        args.request_timeout,
                         {"collapse_similar": False},
                     )
                     scored = score("hybrid", answers)

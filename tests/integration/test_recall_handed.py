@@ -40,7 +40,9 @@ async def _settled(db: Database, org: UUID, sessions: int) -> bool:
         ).scalar_one()
         waiting = (
             await s.execute(
-                text("SELECT count(*) FROM memory_entries WHERE org_id = :org AND embedding_status <> 'indexed'"),
+                text(
+                    "SELECT count(*) FROM memory_entries WHERE org_id = :org AND embedding_status <> 'indexed'"
+                ),
                 {"org": org},
             )
         ).scalar_one()
@@ -89,9 +91,9 @@ async def test_copies_of_one_failure_are_folded_and_the_fix_comes_first(
     fix = next(i for i, r in enumerate(folded) if "store_credit" in r["text"] and r["layer"] == "memory")
     assert fix < 3, [r["text"] for r in folded]
     session = folded[fix]["session_id"]
-    assert all(
-        not (r["layer"] == "observation" and r["session_id"] == session) for r in folded[:fix]
-    ), [r["text"] for r in folded]
+    assert all(not (r["layer"] == "observation" and r["session_id"] == session) for r in folded[:fix]), [
+        r["text"] for r in folded
+    ]
 
 
 async def test_full_format_carries_the_count_and_other_strategies_list_as_stored(
@@ -150,7 +152,9 @@ async def test_yesterday_counts_from_asked_at(engram: Infra, nc: Client, service
 
     await eventually(indexed, timeout=60, what="two entries indexed")
     for name, when in days.items():
-        reply = await _recall(nc, service_token, agent, cue=cue, asked_at=(when + timedelta(days=1)).isoformat())
+        reply = await _recall(
+            nc, service_token, agent, cue=cue, asked_at=(when + timedelta(days=1)).isoformat()
+        )
         assert name in reply["results"][0]["text"]
 
 

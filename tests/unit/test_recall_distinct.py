@@ -109,3 +109,34 @@ def test_the_count_reaches_the_wire_in_every_format_when_there_is_one_and_always
     for fmt in ("text", "compact", "narrative"):
         assert "similar_count" not in serialize_result(r._replace(similar=0), fmt)  # type: ignore[arg-type]
     assert serialize_result(r._replace(similar=0), "full")["similar_count"] == 0
+
+
+def test_an_entry_that_contains_one_kept_above_takes_its_place() -> None:
+    """The fix names the failure and says what worked: it stands where the bare failure stood,
+    counting it; a bare failure after the fix is folded into it."""
+    items = ranked(cand(1, FAILURE), cand(2, "Remember: refunds over $500 need approval."), cand(3, RESOLVED))
+    kept, _ = collapse_similar(items, limit=10)
+    assert ids(kept) == [uid(3), uid(2)]
+    assert [r.similar for r in kept] == [1, 0]
+    kept, _ = collapse_similar(ranked(cand(3, RESOLVED), cand(1, FAILURE)), limit=10)
+    assert ids(kept) == [uid(3)] and kept[0].similar == 1
+
+
+def test_an_entry_that_contains_two_kept_entries_replaces_both() -> None:
+    a = "Alpha bravo charlie delta echo foxtrot."
+    b = "Golf hotel india juliet kilo lima."
+    both = f"{a} {b} Mike november."
+    kept, read = collapse_similar(
+        ranked(cand(1, a), cand(2, "Oscar papa quebec romeo."), cand(3, b), cand(4, both)), 10
+    )
+    assert ids(kept) == [uid(4), uid(2)]
+    assert [r.similar for r in kept] == [2, 0]
+    assert read == 4
+
+
+def test_short_texts_are_not_contained_in_longer_ones() -> None:
+    """A turn of a few words ("Thanks, Mel!") stays beside the long one that repeats it."""
+    kept, _ = collapse_similar(
+        ranked(cand(1, "Thanks, Mel!"), cand(2, "Thanks, Mel! I went to the support group and loved it.")), 10
+    )
+    assert ids(kept) == [uid(1), uid(2)]
