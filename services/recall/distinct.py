@@ -10,10 +10,11 @@ every one of them, so ten results could say one thing ten times (issue 26 §3). 
 - :func:`collapse_similar`: an entry whose words are nearly those of one ranked above it (Jaccard
   similarity of their word sets at least ``SIMILAR_JACCARD``, digits folded), or nearly all
   contained in them, is left out and counted on that one (``Ranked.similar``, ``similar_count``
-  on the wire); one that contains an entry ranked above it takes that one's place. Word sets, not embeddings: the texts
-  are in hand at this point and the vectors are not, and near-duplicates here differ by an order id or a
-  call's input, which a word set sees as a few words out of many. A turn of conversation that merely
-  speaks of the same thing shares far fewer of its words (measured on LoCoMo: ``make eval``).
+  on the wire); one that contains an entry ranked above it takes that one's place. Word sets, not
+  embeddings: the texts are in hand at this point and the vectors are not, and near-duplicates
+  here differ by an order id or a call's input, which a word set sees as a few words out of many.
+  A turn of conversation that merely speaks of the same thing shares far fewer of its words
+  (measured on LoCoMo: ``make eval``).
 
 A caller that wants every copy asks with ``collapse_similar: false``.
 """

@@ -234,7 +234,8 @@ def render(result: dict[str, Any]) -> str:
         s = result[label]
         rows.append(
             f"| {label} | {s['near_duplicate_pair_rate']:.3f} | {s['cues_with_a_near_duplicate_pair']} | "
-            f"{s['resolving_in_top3']}/{result['cues']} | {s['resolving_missing']} | {s['resolving_mean_rank']} |"
+            f"{s['resolving_in_top3']}/{result['cues']} | {s['resolving_missing']} | "
+            f"{s['resolving_mean_rank']} |"
         )
     rows += [
         "",
@@ -243,8 +244,9 @@ def render(result: dict[str, Any]) -> str:
     ]
     for before, after in zip(result["as ranked"]["per_cue"], result["folded"]["per_cue"], strict=True):
         rows.append(
-            f"| {before['owner']} | {before['cue']} | {before['resolving_rank']} | {after['resolving_rank']} | "
-            f"{before['near_duplicate_pairs']} | {after['near_duplicate_pairs']} |"
+            f"| {before['owner']} | {before['cue']} | {before['resolving_rank']} | "
+            f"{after['resolving_rank']} | {before['near_duplicate_pairs']} | "
+            f"{after['near_duplicate_pairs']} |"
         )
     return "\n".join(rows)
 

@@ -41,7 +41,8 @@ async def _settled(db: Database, org: UUID, sessions: int) -> bool:
         waiting = (
             await s.execute(
                 text(
-                    "SELECT count(*) FROM memory_entries WHERE org_id = :org AND embedding_status <> 'indexed'"
+                    "SELECT count(*) FROM memory_entries "
+                    "WHERE org_id = :org AND embedding_status <> 'indexed'"
                 ),
                 {"org": org},
             )

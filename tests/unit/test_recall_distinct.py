@@ -119,7 +119,8 @@ def test_an_entry_that_contains_one_kept_above_takes_its_place() -> None:
     assert ids(kept) == [uid(3), uid(2)]
     assert [r.similar for r in kept] == [1, 0]
     kept, _ = collapse_similar(ranked(cand(3, RESOLVED), cand(1, FAILURE)), limit=10)
-    assert ids(kept) == [uid(3)] and kept[0].similar == 1
+    assert ids(kept) == [uid(3)]
+    assert kept[0].similar == 1
 
 
 def test_an_entry_that_contains_two_kept_entries_replaces_both() -> None:

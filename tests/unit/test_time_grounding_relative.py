@@ -144,7 +144,8 @@ def test_a_past_phrase_names_one_nonempty_period_that_is_over_by_the_moment_aske
 @given(asked=_moments, n=st.integers(min_value=1, max_value=24))
 def test_n_months_ago_is_a_whole_calendar_month_n_months_back(asked: datetime, n: int) -> None:
     (period,) = relative_periods(f"{n} months ago", asked)
-    assert period.start.day == 1 and period.end.day == 1
+    assert period.start.day == 1
+    assert period.end.day == 1
     months_back = (asked.year - period.start.year) * 12 + asked.month - period.start.month
     assert months_back == n
     assert 28 <= (period.end - period.start).days <= 31
