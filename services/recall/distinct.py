@@ -2,7 +2,7 @@
 
 A failing tool leaves many near-identical entries behind — an observation per failed call ("refund_payment(…)
 error: card declined"), the failure lesson, the failed task's outcome — and a cue about that failure matches
-every one of them, so ten results could say one thing ten times (issue 26 §3). Two steps, over the ranking:
+every one of them, so ten results could say one thing ten times. Two steps, over the ranking:
 
 - :func:`lessons_first`: a lesson (``layer="memory"``) is placed before the observations of the session
   it was distilled from (the same owner and ``session_id``) when both are ranked: what was learned

@@ -503,7 +503,10 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
                     agents = {c.name: uuid4() for c in convs}
                     print(f"  storing {sum(len(c.turns) for c in convs)} turns ...", flush=True)
                     t0 = time.perf_counter()
-                    tallies = await asyncio.gather(*(store(nc, token, agents[c.name], c) for c in convs))
+                    # One conversation at a time: a save waits at most its operation's 10 s in the
+                    # edge's queue (docs/adr/0079-edge-deadline.md), and five batches of 100 turns
+                    # queued at once outwait that on a loaded machine.
+                    tallies = [await store(nc, token, agents[c.name], c) for c in convs]
                     await settle_rows(pg, agents, sum(len(c.turns) for c in convs), timeout=120)
                     result["store_s"] = round(time.perf_counter() - t0, 2)
                     storage: dict[str, Any] = {}
