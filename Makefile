@@ -45,6 +45,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 ## The distributed deployment under faults: a 3-node JetStream cluster (R3), Postgres, Redis and
 ## every service as its own processes (2 replicas; HTTP clients on both gateways), with a NATS
