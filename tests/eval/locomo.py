@@ -585,7 +585,7 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
                     # hybrid again under other settings, each method's effect measured in the same
                     # run: rank fusion (SPEC 5.1's RRF) instead of the convex score combination,
                     # and without the neighbourhood and/or time grounding.
-                    for label, semantic_recall in HYBRID_VARIANTS.items():
+                    for label, semantic_recall in HYBRID_VARIANTS.items() if args.variants else ():
                         for agent in agents.values():
                             await _call(
                                 nc,
@@ -715,5 +715,11 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=8, help="recall requests in flight")
     parser.add_argument("--index-timeout", type=float, default=900.0, help="seconds to wait for embeddings")
     parser.add_argument("--request-timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--no-variants",
+        dest="variants",
+        action="store_false",
+        help="skip hybrid's method variants (a shorter run on a loaded machine)",
+    )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sys.exit(asyncio.run(main(parser.parse_args())))
