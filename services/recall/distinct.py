@@ -10,7 +10,8 @@ every one of them, so ten results could say one thing ten times. Two steps, over
 - :func:`collapse_similar`: an entry whose words are nearly those of one ranked above it (Jaccard
   similarity of their word sets at least ``SIMILAR_JACCARD``, digits folded), or nearly all
   contained in them, is left out and counted on that one (``Ranked.similar``, ``similar_count``
-  on the wire); one that contains an entry ranked above it takes that one's place. Word sets, not
+  on the wire); one that contains an entry ranked above it takes that one's place; an observation
+  most of whose words a lesson of its session kept above it repeats is folded into the lesson. Word sets, not
   embeddings: the texts are in hand at this point and the vectors are not, and near-duplicates
   here differ by an order id or a call's input, which a word set sees as a few words out of many.
   A turn of conversation that merely speaks of the same thing shares far fewer of its words
@@ -39,6 +40,9 @@ CONTAINED_SHARE = 0.9
 #: ... and it has at least this many: on LoCoMo's dev split 7 of 803,286 turn pairs are then
 #: contained one in the other, all pleasantries ("Thanks, Melanie! Your kind words mean a lot.").
 MIN_CONTAINED_WORDS = 6
+#: An observation is folded into a lesson of its own session kept above it when the lesson has this
+#: share of its words: the lesson was distilled from it and names the call, if not every input.
+SOURCE_SHARE = 0.75
 #: Texts with fewer distinct words than this are never called near-duplicates: "Thanks, Mel!" and
 #: "Thanks, Caroline!" share half of very little.
 MIN_WORDS = 4
@@ -96,6 +100,21 @@ def contained(small: frozenset[str], big: frozenset[str]) -> bool:
     return len(small & big) >= CONTAINED_SHARE * len(small)
 
 
+def _source_of(r: Ranked, mine: frozenset[str], lesson: Ranked, theirs: frozenset[str]) -> bool:
+    """Whether ``r`` is an observation of the session ``lesson`` was distilled from and the lesson
+    says most of it (``SOURCE_SHARE`` of its words): the raw call behind "after git_push failed
+    with …, retrying git_push with … worked"."""
+    c, learned = r.candidate, lesson.candidate
+    return (
+        c.layer == "observation"
+        and learned.layer == "memory"
+        and c.session_id is not None
+        and (c.owner_key, c.session_id) == (learned.owner_key, learned.session_id)
+        and len(mine) >= MIN_WORDS
+        and len(mine & theirs) >= SOURCE_SHARE * len(mine)
+    )
+
+
 def collapse_similar(ranked: Sequence[Ranked], limit: int) -> tuple[list[Ranked], int]:
     """The first ``limit`` entries of ``ranked`` that neither nearly repeat nor are contained in
     one kept before them, each with ``similar`` counting the entries folded into it; and how many
@@ -113,7 +132,12 @@ def collapse_similar(ranked: Sequence[Ranked], limit: int) -> tuple[list[Ranked]
         # A quarantined entry's text is not shown, so it neither stands for others nor is folded.
         mine = frozenset() if r.candidate.quarantined else word_set(r.candidate.text)
         twin = next(
-            (k for k, theirs in enumerate(words) if similar(mine, theirs) or contained(mine, theirs)), None
+            (
+                k
+                for k, theirs in enumerate(words)
+                if similar(mine, theirs) or contained(mine, theirs) or _source_of(r, mine, kept[k], theirs)
+            ),
+            None,
         )
         if twin is not None:
             kept[twin] = kept[twin]._replace(similar=kept[twin].similar + 1 + r.similar)

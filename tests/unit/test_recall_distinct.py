@@ -141,3 +141,25 @@ def test_short_texts_are_not_contained_in_longer_ones() -> None:
         ranked(cand(1, "Thanks, Mel!"), cand(2, "Thanks, Mel! I went to the support group and loved it.")), 10
     )
     assert ids(kept) == [uid(1), uid(2)]
+
+
+def test_an_observation_the_lesson_of_its_session_repeats_is_folded_into_it() -> None:
+    """The raw call behind a lesson, once the lesson is kept: folded when the lesson says most of
+    its words, kept when the lesson is another session's or another owner's."""
+    fix = (
+        "After git_push failed with 'pre-receive hook: secret detected in .env' while working on 'Commit "
+        'the deploy config\', retrying git_push with files=["deploy.yaml"] worked.'
+    )
+    call = (
+        'git_push({"branch":"deploy-cfg","files":[".env","deploy.yaml"]}) error: '
+        "pre-receive hook: secret detected in .env"
+    )
+    lesson = cand(1, fix, session_id="s1", owner_key="actor:mia")
+    for session, owner, folded in (
+        ("s1", "actor:mia", True),
+        ("s2", "actor:mia", False),
+        ("s1", "actor:raj", False),
+    ):
+        obs = cand(2, call, layer="observation", session_id=session, owner_key=owner)
+        kept, _ = collapse_similar(ranked(lesson, obs), 10)
+        assert ids(kept) == ([uid(1)] if folded else [uid(1), uid(2)])
