@@ -547,7 +547,7 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
 
                     work = [(agents[c.name], q) for c in convs for q in c.questions]
                     result["strategies"] = {}
-                    for strategy in STRATEGIES:
+                    for strategy in args.strategy or STRATEGIES:
                         # Warm-up (not counted): first-call costs of each code path.
                         await ask(nc, token, strategy, work[:8], args.concurrency, args.request_timeout)
                         t0 = time.perf_counter()
@@ -715,6 +715,9 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=8, help="recall requests in flight")
     parser.add_argument("--index-timeout", type=float, default=900.0, help="seconds to wait for embeddings")
     parser.add_argument("--request-timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--strategy", action="append", choices=STRATEGIES, help="repeatable; default: all, in order"
+    )
     parser.add_argument(
         "--no-variants",
         dest="variants",
