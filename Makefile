@@ -72,6 +72,7 @@ bench: install-model
 	$(BIN)/python -m tests.bench.recall
 	$(BIN)/python -m tests.bench.gateway
 	$(BIN)/python -m tests.bench.agents
+	$(BIN)/python -m tests.bench.noisy_neighbour
 
 ## Resident size of `engram up` under steady load for 10 minutes (should stay flat within ±10%).
 soak: install

@@ -1759,6 +1759,16 @@ export interface operations {
                     "application/json": components["schemas"]["AuditQueryReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -1801,6 +1811,16 @@ export interface operations {
                     "application/json": components["schemas"]["AuditVerifyReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -1839,6 +1859,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ConfigReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -1883,6 +1913,16 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -1923,6 +1963,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DeadLetterPage"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -1970,6 +2020,16 @@ export interface operations {
                     "application/jsonl": components["schemas"]["EntryView"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2010,6 +2070,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["FeedbackReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2100,6 +2170,16 @@ export interface operations {
                     "application/json": components["schemas"]["Page"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2151,6 +2231,16 @@ export interface operations {
                     "application/json": components["schemas"]["Accepted"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2195,6 +2285,16 @@ export interface operations {
                     "application/json": components["schemas"]["GetReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2236,6 +2336,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PurgeReceipt"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2282,6 +2392,16 @@ export interface operations {
                     "application/json": components["schemas"]["ManageReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2322,6 +2442,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PruneReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2366,6 +2496,16 @@ export interface operations {
                     "application/json": components["schemas"]["PurgeReceipt"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2406,6 +2546,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RecallReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2450,6 +2600,16 @@ export interface operations {
                     "application/json": components["schemas"]["ExpandReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2490,6 +2650,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SessionAccepted"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's sessions budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
