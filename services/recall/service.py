@@ -76,9 +76,11 @@ HYBRID_DEPTH = 100
 #: few hits can afford.
 HYBRID_FETCH = HYBRID_DEPTH + HYBRID_DEPTH // 4
 SEMANTIC_MAX_TOP_K = 20
-#: With ``collapse_similar``, a cue strategy ranks this many times ``top_k`` entries, so that
+#: With ``collapse_similar``, a cue strategy ranks this many times ``top_k`` entries (at most
+#: ``COLLAPSE_SLACK`` more than ``top_k``: a top_k of 1000 is a listing, not a context), so that
 #: ``top_k`` distinct ones remain after near-duplicates are folded and lessons lifted.
 COLLAPSE_WINDOW = 3
+COLLAPSE_SLACK = 100
 _CUE_STRATEGIES = {"pack", "semantic", "hybrid"}
 _VECTOR_STRATEGIES = {"semantic", "hybrid"}
 #: Strategies whose replies the Redis result cache keeps. Not semantic/hybrid: a new entry joins
@@ -385,7 +387,8 @@ class Recall:
         asked_at: datetime | None = None,
     ) -> list[Ranked]:
         """The strategy's ranking: ``top_k`` entries, or for a cue strategy with ``collapse`` up to
-        ``COLLAPSE_WINDOW`` times as many (the caller folds them down to ``top_k``)."""
+        ``COLLAPSE_WINDOW`` times as many, ``COLLAPSE_SLACK`` more at most (the caller folds them
+        down to ``top_k``)."""
         if strategy == "last_k":
             cands = await queries.newest(self._db, scope, top_k)
             diag["scope_query"] = len(cands)
@@ -398,7 +401,7 @@ class Recall:
             cands = await queries.top_importance(self._db, scope, top_k)
             diag["scope_query"] = len(cands)
             return rank_importance(cands, top_k)
-        window = top_k * COLLAPSE_WINDOW if collapse else top_k
+        window = top_k + min(top_k * (COLLAPSE_WINDOW - 1), COLLAPSE_SLACK) if collapse else top_k
         if strategy == "pack":
             cands = await queries.pack_candidates(self._db, scope)
             diag["scope_query"] = len(cands)
