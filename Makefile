@@ -96,9 +96,12 @@ soak: install
 overload: install
 	$(BIN)/python -m tests.bench.overload
 
-## Recall quality on LoCoMo (evidence recall@5/@10, latency); skipped when ../shared/eval is absent.
+## Recall quality on LoCoMo (evidence recall@5/@10 per category, session-level any-hit@5, latency;
+## skipped when ../shared/eval is absent), then what an agent is handed for the demo's failure
+## cues (near-duplicate pairs in the top 10, rank of the resolving lesson).
 eval: install
 	$(BIN)/python -m tests.eval.locomo
+	$(BIN)/python -m tests.eval.handed
 
 ## torch and sentence-transformers (CPU) as the default embedder's reference, for bench and the
 ## live parity test; not needed to run or test.
