@@ -82,8 +82,8 @@ async def test_slow_lossy_links_to_postgres_and_nats_lose_and_double_nothing(
     service_token: str,
 ) -> None:
     pg = make_url(database_url)
-    bad = sessions(org, agent, range(400))
-    healed = sessions(org, agent, range(400, 500))
+    bad = sessions(org, agent, range(200))
+    healed = sessions(org, agent, range(200, 250))
     expected = expected_lessons(bad + healed)
     await raise_cap(db, org, agent)
     async with (
