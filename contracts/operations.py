@@ -69,6 +69,13 @@ __all__ = [
     "AUDIT_VERIFY",
     "CONFIG_GET",
     "CONFIG_PUT",
+    "CONSUMERS",
+    "DISTILL_SAVES",
+    "DISTILL_SESSIONS",
+    "EMBED_PURGED",
+    "EMBED_WRITTEN",
+    "INGEST_SESSIONS",
+    "JETSTREAMS",
     "MAX_REQUEST_BYTES",
     "MEMORY_DELETE",
     "MEMORY_EXPORT",
@@ -78,25 +85,32 @@ __all__ = [
     "MEMORY_MANAGE",
     "MEMORY_PRUNE",
     "MEMORY_PURGE",
+    "MEMORY_PURGED",
     "MEMORY_SAVE",
+    "MEMORY_WRITTEN",
     "OPERATIONS",
     "OPS_DEAD_LETTERS",
     "OPS_LAG",
     "QUOTA_CLASSES",
     "RECALL",
     "RECALL_EXPAND",
+    "SAVE_ACCEPTED",
     "SESSION_ENDED",
     "SESSION_SUBMIT",
+    "SESSION_VALIDATED",
     "STREAMS",
+    "Consumer",
     "HttpMethod",
     "Operation",
     "Permission",
     "QuotaClass",
     "Stream",
+    "StreamDef",
     "by_http_route",
     "by_mcp_tool",
     "by_name",
     "by_subject",
+    "consumers_of",
     "stream_by_subject",
 ]
 
@@ -196,10 +210,56 @@ class Stream:
     jetstream: str
     #: ``platform`` or the services that publish.
     published_by: tuple[str, ...]
-    consumed_by: tuple[str, ...]
     summary: str
     #: Platforms publish or read it; otherwise only Engram's services do.
     public: bool = True
+
+    @property
+    def consumed_by(self) -> tuple[str, ...]:
+        """The services with a durable consumer of it (:data:`CONSUMERS`)."""
+        return tuple(dict.fromkeys(c.service for c in CONSUMERS if c.stream is self))
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """One service's durable pull consumer of a stream's messages (manual acks; outages retried,
+    bad input dead-lettered: ``shared.consumer``)."""
+
+    service: str
+    #: The durable's name; also the consumer name of its inbox rows (``shared.outbox``).
+    durable: str
+    #: What it consumes: the stream's subject is its filter, its JetStream stream holds it.
+    stream: Stream
+    #: Messages pulled at once, and how long a pull waits for company (latency at low load).
+    batch_size: int
+    timeout_s: float
+    #: ``engram.dlq.<source>``: where what it cannot process goes.
+    dead_letter_source: str
+    #: An internal subject: a message without a producer signature is dead-lettered first.
+    signed: bool = False
+    #: False: the handler is given the pulled messages one at a time.
+    batched: bool = True
+    summary: str = ""
+
+    @property
+    def title(self) -> str:
+        return f"{self.service}:{self.stream.name}"
+
+
+@dataclass(frozen=True)
+class StreamDef:
+    """A JetStream stream (what ``shared.bus`` creates): the subjects it binds, its limits."""
+
+    name: str
+    subjects: tuple[str, ...]
+    #: seconds a message is kept; 0 keeps it until limits remove it.
+    max_age_seconds: int
+    #: the duplicate-detection window for ``Nats-Msg-Id``.
+    duplicate_window_seconds: float = 120
+    max_msg_bytes: int = 1024 * 1024
+    description: str = ""
+    #: A message is removed once its one consumer acknowledges it (JetStream work-queue retention).
+    work_queue: bool = False
 
 
 # -- request-reply ------------------------------------------------------------------------------
@@ -415,59 +475,58 @@ SESSION_ENDED = Stream(
     payload=SessionEnded,
     jetstream="ENGRAM_SESSIONS",
     published_by=("platform",),
-    consumed_by=("ingest",),
     summary="An agent session ended: its trace, for distillation into memories (each organization's "
     "event_id once, counted after its token is verified; engram.session.submit is the same, checked "
     "before it is stored).",
 )
 
+SESSION_VALIDATED = Stream(
+    name="session.validated",
+    subject=s.SESSION_VALIDATED,
+    payload=SessionEnded,
+    jetstream="ENGRAM_SESSIONS",
+    published_by=("ingest",),
+    summary="ingest → distill: a session whose token, schema and size were verified.",
+    public=False,
+)
+SAVE_ACCEPTED = Stream(
+    name="save.accepted",
+    subject=s.MEMORY_SAVE_ACCEPTED,
+    payload=AcceptedSave,
+    jetstream="ENGRAM_SESSIONS",
+    published_by=("ingest",),
+    summary="ingest → distill: an elective save, durably accepted before ingest answers 202.",
+    public=False,
+)
+MEMORY_WRITTEN = Stream(
+    name="memory.written",
+    subject=s.MEMORY_WRITTEN,
+    payload=MemoryWritten,
+    jetstream="ENGRAM_MEMORY",
+    published_by=("distill", "governance-audit"),
+    summary="One per stored or reinforced entry: ids and metadata, never memory text.",
+)
+MEMORY_PURGED = Stream(
+    name="memory.purged",
+    subject=s.MEMORY_PURGED,
+    payload=MemoryPurged,
+    jetstream="ENGRAM_MEMORY",
+    published_by=("distill", "governance-audit"),
+    summary="What was erased (ids and scope), counts, and who asked.",
+)
+
 STREAMS: tuple[Stream, ...] = (
     SESSION_ENDED,
-    Stream(
-        name="session.validated",
-        subject=s.SESSION_VALIDATED,
-        payload=SessionEnded,
-        jetstream="ENGRAM_SESSIONS",
-        published_by=("ingest",),
-        consumed_by=("distill",),
-        summary="ingest → distill: a session whose token, schema and size were verified.",
-        public=False,
-    ),
-    Stream(
-        name="save.accepted",
-        subject=s.MEMORY_SAVE_ACCEPTED,
-        payload=AcceptedSave,
-        jetstream="ENGRAM_SESSIONS",
-        published_by=("ingest",),
-        consumed_by=("distill",),
-        summary="ingest → distill: an elective save, durably accepted before ingest answers 202.",
-        public=False,
-    ),
-    Stream(
-        name="memory.written",
-        subject=s.MEMORY_WRITTEN,
-        payload=MemoryWritten,
-        jetstream="ENGRAM_MEMORY",
-        published_by=("distill", "governance-audit"),
-        consumed_by=("embed",),
-        summary="One per stored or reinforced entry: ids and metadata, never memory text.",
-    ),
-    Stream(
-        name="memory.purged",
-        subject=s.MEMORY_PURGED,
-        payload=MemoryPurged,
-        jetstream="ENGRAM_MEMORY",
-        published_by=("distill", "governance-audit"),
-        consumed_by=("embed",),
-        summary="What was erased (ids and scope), counts, and who asked.",
-    ),
+    SESSION_VALIDATED,
+    SAVE_ACCEPTED,
+    MEMORY_WRITTEN,
+    MEMORY_PURGED,
     Stream(
         name="audit",
         subject=f"{s.AUDIT}.*.*",
         payload=AuditEvent,
         jetstream="ENGRAM_AUDIT",
         published_by=("ingest", "distill", "recall", "governance-audit"),
-        consumed_by=(),
         summary="engram.audit.<kind> (kinds have two tokens, e.g. memory.saved): one hash-chained "
         "audit record.",
     ),
@@ -477,9 +536,88 @@ STREAMS: tuple[Stream, ...] = (
         payload=DeadLetter,
         jetstream="ENGRAM_DLQ",
         published_by=("ingest", "distill", "embed"),
-        consumed_by=(),
         summary="engram.dlq.<source>: an event that could not be processed, with the reason and "
         "original bytes.",
+    ),
+)
+
+# -- stream consumers ---------------------------------------------------------------------------
+# Every durable pull consumer, once: shared.consumer subscribes them, shared.nats_auth grants
+# them, the AsyncAPI document describes them, the lag views read them.
+# fmt: off
+INGEST_SESSIONS = Consumer(
+    "ingest", "ingest", SESSION_ENDED, batch_size=100, timeout_s=0.02, dead_letter_source="session",
+    summary="Verify, validate and dedupe platforms' sessions, then hand them to distill.",
+)
+DISTILL_SESSIONS = Consumer(
+    "distill", "distill", SESSION_VALIDATED, batch_size=100, timeout_s=0.02, dead_letter_source="distill",
+    signed=True, summary="Distill lessons from verified sessions and save them, a batch per transaction.",
+)
+DISTILL_SAVES = Consumer(
+    "distill", "distill-saves", SAVE_ACCEPTED, batch_size=32, timeout_s=1.0, dead_letter_source="save",
+    signed=True, batched=False, summary="Run an accepted elective save through the save path.",
+)
+EMBED_WRITTEN = Consumer(
+    "embed", "embed", MEMORY_WRITTEN, batch_size=256, timeout_s=0.02, dead_letter_source="embed",
+    signed=True,
+    summary="Embed and index written entries (a reinforcement of an indexed entry changes nothing).",
+)
+EMBED_PURGED = Consumer(
+    "embed", "embed-purge", MEMORY_PURGED, batch_size=256, timeout_s=0.02, dead_letter_source="embed",
+    signed=True, summary="Delete the vectors of purged and pruned entries.",
+)
+
+CONSUMERS: tuple[Consumer, ...] = (
+    INGEST_SESSIONS,
+    DISTILL_SESSIONS,
+    DISTILL_SAVES,
+    EMBED_WRITTEN,
+    EMBED_PURGED,
+)
+# fmt: on
+
+# -- JetStream streams --------------------------------------------------------------------------
+
+
+def _jetstream(name: str, **limits: Any) -> StreamDef:
+    """A JetStream stream binding the subjects of the table's streams kept in it."""
+    return StreamDef(
+        name=name, subjects=tuple(st.subject for st in STREAMS if st.jetstream == name), **limits
+    )
+
+
+# Audit query/verify are request-reply on the same ``engram.audit.*`` namespace; the audit
+# stream must not capture them, so it binds the record kinds explicitly (``engram.audit.*.*``)
+# — every record kind has two tokens (``memory.saved``, ``session.rejected`` ...).
+JETSTREAMS: tuple[StreamDef, ...] = (
+    _jetstream(
+        "ENGRAM_SESSIONS",
+        # Sessions and saves carry raw traces and memory text: a work queue drops each message as
+        # soon as it has been processed, so no text outlives its processing (an erased memory must
+        # not live on in the stream); max_age bounds what waits through a long outage.
+        max_age_seconds=24 * 3600,
+        # The least nats-server allows (0 would mean its two-minute default). Platforms publish
+        # here and choose their own Nats-Msg-Id, so an id in this window belongs to whoever
+        # published it first: nothing relies on it. ingest and distill drop repeats by their inbox
+        # rows, per organization and only after the token is verified (docs/adr/0081-session-dedupe.md).
+        duplicate_window_seconds=0.1,
+        description="Sessions and elective saves on their way in; removed once processed.",
+        work_queue=True,
+    ),
+    _jetstream(
+        "ENGRAM_MEMORY",
+        max_age_seconds=7 * 24 * 3600,
+        description="References to written and purged memories; never memory text.",
+    ),
+    _jetstream(
+        "ENGRAM_AUDIT",
+        max_age_seconds=30 * 24 * 3600,
+        description="The audit trail for audit consumers (the chain of record is Postgres).",
+    ),
+    _jetstream(
+        "ENGRAM_DLQ",
+        max_age_seconds=7 * 24 * 3600,
+        description="Events that could not be processed, with the reason.",
     ),
 )
 
@@ -490,6 +628,8 @@ _BY_SUBJECT = {op.subject: op for op in OPERATIONS}
 _BY_ROUTE = {(op.http_method, op.http_path): op for op in OPERATIONS}
 _BY_TOOL = {op.mcp_tool: op for op in OPERATIONS if op.mcp_tool is not None}
 _STREAM_BY_SUBJECT = {stream.subject: stream for stream in STREAMS}
+if len({(c.stream.jetstream, c.durable) for c in CONSUMERS}) != len(CONSUMERS):
+    raise RuntimeError("two consumers share a durable name on one JetStream stream")
 if not (len(_BY_NAME) == len(_BY_SUBJECT) == len(_BY_ROUTE) == len(OPERATIONS)):
     raise RuntimeError("two operations share a name, a subject or an HTTP route")
 
@@ -513,3 +653,8 @@ def by_mcp_tool(tool: str) -> Operation[Any, Any]:
 
 def stream_by_subject(subject: str) -> Stream:
     return _STREAM_BY_SUBJECT[subject]
+
+
+def consumers_of(service: str) -> tuple[Consumer, ...]:
+    """The durable consumers ``service`` runs."""
+    return tuple(c for c in CONSUMERS if c.service == service)

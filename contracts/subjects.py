@@ -1,12 +1,10 @@
-"""Subject names and stream definitions (SPEC section 6).
+"""Subject names (SPEC section 6).
 
-Stream definitions are plain data here; ``shared.bus`` turns them into JetStream configs, so
-this package stays free of any client library.
+The streams that keep them, and their consumers, are rows of the operation table
+(``contracts.operations``).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 __all__ = [
     "AUDIT",
@@ -36,8 +34,6 @@ __all__ = [
     "SESSION_ENDED",
     "SESSION_SUBMIT",
     "SESSION_VALIDATED",
-    "STREAMS",
-    "StreamDef",
     "audit_subject",
     "dead_letter_subject",
     "health_subject",
@@ -104,59 +100,3 @@ def health_subject(service: str) -> str:
 
 def save_result_subject(request_id: str) -> str:
     return f"{SAVE_RESULT_PREFIX}.{request_id}"
-
-
-@dataclass(frozen=True)
-class StreamDef:
-    """A JetStream stream as the platform contract describes it."""
-
-    name: str
-    subjects: tuple[str, ...]
-    #: seconds a message is kept; 0 keeps it until limits remove it.
-    max_age_seconds: int
-    #: the duplicate-detection window for ``Nats-Msg-Id``.
-    duplicate_window_seconds: float = 120
-    max_msg_bytes: int = 1024 * 1024
-    description: str = ""
-    #: A message is removed once its one consumer acknowledges it (JetStream work-queue retention).
-    work_queue: bool = False
-
-
-# Audit query/verify are request-reply on the same ``engram.audit.*`` namespace; the audit
-# stream must not capture them, so it binds the record kinds explicitly (``engram.audit.*.*``)
-# — every record kind has two tokens (``memory.saved``, ``session.rejected`` ...).
-STREAMS: tuple[StreamDef, ...] = (
-    StreamDef(
-        name="ENGRAM_SESSIONS",
-        subjects=(SESSION_ENDED, SESSION_VALIDATED, MEMORY_SAVE_ACCEPTED),
-        # Sessions and saves carry raw traces and memory text: a work queue drops each message as
-        # soon as it has been processed, so no text outlives its processing (an erased memory must
-        # not live on in the stream); max_age bounds what waits through a long outage.
-        max_age_seconds=24 * 3600,
-        # The least nats-server allows (0 would mean its two-minute default). Platforms publish
-        # here and choose their own Nats-Msg-Id, so an id in this window belongs to whoever
-        # published it first: nothing relies on it. ingest and distill drop repeats by their inbox
-        # rows, per organization and only after the token is verified (docs/adr/0081-session-dedupe.md).
-        duplicate_window_seconds=0.1,
-        description="Sessions and elective saves on their way in; removed once processed.",
-        work_queue=True,
-    ),
-    StreamDef(
-        name="ENGRAM_MEMORY",
-        subjects=(MEMORY_WRITTEN, MEMORY_PURGED),
-        max_age_seconds=7 * 24 * 3600,
-        description="References to written and purged memories; never memory text.",
-    ),
-    StreamDef(
-        name="ENGRAM_AUDIT",
-        subjects=(f"{AUDIT}.*.*",),
-        max_age_seconds=30 * 24 * 3600,
-        description="The audit trail for audit consumers (the chain of record is Postgres).",
-    ),
-    StreamDef(
-        name="ENGRAM_DLQ",
-        subjects=(f"{DEAD_LETTER_PREFIX}.>",),
-        max_age_seconds=7 * 24 * 3600,
-        description="Events that could not be processed, with the reason.",
-    ),
-)

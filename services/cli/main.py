@@ -424,8 +424,9 @@ def reindex(
         raise typer.BadParameter("set ENGRAM_DATABASE_URL, or run `engram up` once so the data dir knows it")
 
     async def main() -> None:
-        embedder = build_embedder(settings)
-        with contextlib.ExitStack() as held:
+        async with contextlib.AsyncExitStack() as held:
+            embedder = build_embedder(settings)
+            held.push_async_callback(embedder.aclose)
             if not settings.vector_store:  # Qdrant Edge: refused while a running service holds it
                 try:
                     held.enter_context(exclusive_edge_store(edge_store_path(settings, embedder)))

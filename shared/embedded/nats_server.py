@@ -127,6 +127,11 @@ class NatsServerProcess:
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (benchmarks read its CPU from ``/proc``)."""
+        return self._proc.pid if self._proc is not None else None
+
     def _write_config(self) -> Path:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         conf = self.store_dir / CONFIG

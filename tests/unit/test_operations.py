@@ -9,17 +9,20 @@ import inspect
 import json
 import types
 import typing
+from pathlib import Path
 from typing import Any, cast, get_args, get_origin
 from uuid import UUID
 
 import pytest
 from faststream.nats import NatsBroker
-from pydantic import BaseModel
+from nats.js import JetStreamContext
+from pydantic import BaseModel, SecretStr
 
 from contracts import operations, subjects
 from contracts.client import EngramClient
 from contracts.governance import EntryView
 from contracts.operations import (
+    JETSTREAMS,
     OPERATIONS,
     STREAMS,
     Operation,
@@ -30,13 +33,24 @@ from contracts.operations import (
     stream_by_subject,
 )
 from contracts.recall import RecallResult
-from contracts.subjects import STREAMS as JETSTREAMS
-from services.asyncapi import build_document, offline_broker, offline_infra
+from services.asyncapi import build_document
+from services.distill.component import build as distill
 from services.embed.router import EmbedPipeline
 from services.embed.router import build_router as embed_router
+from services.governance_audit.component import build as governance
+from services.ingest.component import build as ingest
+from services.recall.component import build as recall
 from services.runtime import SERVICES
+from shared.auth import TokenService
+from shared.component import Ports
+from shared.db.engine import Database
+from shared.distillers.builtin import BuiltinDistiller
+from shared.infra import Infra
 from shared.nats_auth import permissions
+from shared.outbox import OutboxRelay
 from shared.ports import VectorIndex
+from shared.provenance import MessageSigner
+from shared.settings import EngramSettings
 
 #: The MCP tools issue 9 asks for, by the operation each calls.
 REQUIRED_TOOLS = {
@@ -49,14 +63,47 @@ REQUIRED_TOOLS = {
 }
 
 
+def _offline_infra(broker: NatsBroker, data_dir: Path) -> Infra:
+    """What the routers are built with, never connected: enough to build them, not to run them."""
+    settings = EngramSettings(
+        nats_url="nats://localhost:4222",
+        database_url="postgresql://localhost/x",
+        data_dir=data_dir,  # governance creates its purge ledger here
+        token_keys=SecretStr("doc=" + "x" * 40),
+        _env_file=None,
+    )
+    db = Database(settings.database_url)  # creates the engine; connects on first use only
+    signer = MessageSigner(settings.signing_keys())
+    return Infra(
+        settings=settings,
+        db=db,
+        tokens=TokenService(settings.signing_keys(), settings.token_issuer),
+        broker=broker,
+        # The relay only stores its JetStream context until started; it never is here.
+        relay=OutboxRelay(db, cast(JetStreamContext, None), signer=signer),
+        signer=signer,
+    )
+
+
 @pytest.fixture(scope="module")
-def broker() -> NatsBroker:
-    """Every service's router on one never-connected broker: the AsyncAPI document's, plus embed's
-    (whose handlers reach the pipeline and index only when a message arrives; none does here)."""
-    broker = offline_broker()
-    infra = offline_infra(broker)
+def broker(tmp_path_factory: pytest.TempPathFactory) -> NatsBroker:
+    """Every service's router as its component builds it, on one never-connected broker (embed's
+    handlers reach the pipeline and index only when a message arrives; none does here)."""
+    broker = NatsBroker("nats://localhost:4222")
+    infra = _offline_infra(broker, tmp_path_factory.mktemp("data"))
+    ports = Ports(distiller=BuiltinDistiller())
+    for build in (ingest, distill, recall, governance):
+        for router in build(infra, ports).routers:
+            broker.include_router(router)
     broker.include_router(embed_router(infra, cast(EmbedPipeline, None), cast(VectorIndex, None)))
+    # What the edge serves is documented as queue-group subscribers (as the AsyncAPI document does).
+    for served in infra.edge.routes:
+        broker.subscriber(served.op.subject, queue=served.op.queue_group)(_never_called)
     return broker
+
+
+async def _never_called(body: bytes) -> None:
+    raise AssertionError("never subscribed")
 
 
 def _subject(subscriber: Any) -> str:
@@ -86,10 +133,19 @@ def test_every_stream_consumer_is_declared(broker: NatsBroker) -> None:
 
 
 def test_permissions_consumers_match_the_table() -> None:
-    """The NATS table's durable consumers are the streams' consumers of the operation table."""
-    declared = {(service, subject) for service, cs in permissions.CONSUMERS.items() for _, _, subject in cs}
-    expected = {(service, stream.subject) for stream in STREAMS for service in stream.consumed_by}
-    assert declared == expected
+    """Each service may create exactly the durable consumers the table gives it, with their filter."""
+    for service in SERVICES:
+        creates = {
+            subject
+            for subject in permissions.service_permissions(service).publish_subjects()
+            # governance-audit's ephemeral dead-letter readers (``ENGRAM_DLQ.>``) are no durables
+            if subject.startswith("$JS.API.CONSUMER.CREATE.") and not subject.endswith(">")
+        }
+        expected = {
+            f"$JS.API.CONSUMER.CREATE.{c.stream.jetstream}.{c.durable}.{c.stream.subject}"
+            for c in operations.consumers_of(service)
+        }
+        assert creates == expected, service
 
 
 def test_the_cli_services_are_the_services_of_the_table() -> None:
