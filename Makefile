@@ -71,6 +71,7 @@ cluster-test: install
 cluster-bench: install
 	$(BIN)/python -m tests.cluster.scenario --long --out bench-results/cluster.json
 	$(BIN)/python -m tests.bench.cluster
+	$(BIN)/pytest -m partition tests/cluster/test_partition.py -s
 
 ## Benchmarks: write-path throughput and latency, recall latency per strategy at 10k/100k
 ## entries plus embed throughput, each with the bare NATS round trip as yardstick; the default
