@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["SYSTEM_ORG", "Inbound", "Outbound", "Principal", "PrincipalKind"]
+__all__ = [
+    "JSON_SAFE_INT_MAX",
+    "ID_CHARS",
+    "MAX_TTL_SECONDS",
+    "PRINCIPAL_REF_PATTERN",
+    "MemoryTypeName",
+    "PG_INT4_MAX",
+    "SYSTEM_ORG",
+    "Inbound",
+    "Outbound",
+    "Principal",
+    "PrincipalKind",
+]
 
 PrincipalKind = Literal["none", "end_user", "actor", "service"]
 #: The organization of records about input that named no organization Engram can trust (no valid
@@ -15,9 +27,27 @@ PrincipalKind = Literal["none", "end_user", "actor", "service"]
 #: is (docs/adr/0082-operator-scoped-rejects.md).
 SYSTEM_ORG = UUID(int=0)
 
+# Bounds of the integers a request may carry (docs/adr/0084-request-bounds.md): each integer field
+# of an inbound model names one, so no value reaches a column, a date or a reader it overflows —
+# it is INVALID_REQUEST at the edge, and the OpenAPI and AsyncAPI documents state the bound.
+#: Postgres ``integer`` (int4): a request value compared with such a column (the audit ``seq``).
+PG_INT4_MAX = 2**31 - 1
+#: The largest integer every JSON reader keeps exact (JavaScript's ``Number.MAX_SAFE_INTEGER``):
+#: the bound of counts and sequences that reach no narrower column.
+JSON_SAFE_INT_MAX = 2**53 - 1
+#: The longest lifetime a request may give (100 years): ``now + ttl`` stays a date every store
+#: holds (Python's ``datetime`` ends in year 9999; a larger ``timedelta`` overflows).
+MAX_TTL_SECONDS = 100 * 365 * 86_400
+#: A memory type's name (``semantic``, ``procedural``, a platform's own): the one bound of every
+#: field that names one, saved or filtered on.
+MemoryTypeName = Annotated[str, Field(min_length=1, max_length=64)]
+
 # Ids are opaque strings chosen by platforms; bound their size and forbid control characters
 # and separators that would make ``actor_ref`` ambiguous.
-_ID_PATTERN = r"^[^\s:\x00-\x1f\x7f]{1,200}$"
+ID_CHARS = r"[^\s:\x00-\x1f\x7f]{1,200}"
+_ID_PATTERN = f"^{ID_CHARS}$"
+#: A principal written as one string, ``"<kind>:<id>"`` or ``"none"`` (``?principal=`` in a query).
+PRINCIPAL_REF_PATTERN = rf"^(none|(end_user|actor|service):{ID_CHARS})$"
 
 
 class Inbound(BaseModel):

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.common import MAX_TTL_SECONDS, MemoryTypeName
+
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
     "MemoryConfig",
@@ -26,7 +28,7 @@ class _Strict(BaseModel):
 
 
 class RetentionConfig(_Strict):
-    ttl_seconds: int | None = Field(default=None, ge=1)
+    ttl_seconds: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
     max_entries: int = Field(default=500, ge=1, le=1_000_000)
     decay_strategy: Literal["hard_delete"] = "hard_delete"
 
@@ -50,14 +52,14 @@ class SemanticRecallConfig(_Strict):
 
 
 class PolicyConfig(_Strict):
-    memory_types_allowed: list[str] | None = None
+    memory_types_allowed: list[MemoryTypeName] | None = None
     relaxable: list[str] = Field(default_factory=lambda: ["memory_types_allowed", "diagnostics_verbosity"])
 
 
 class TypePolicy(_Strict):
     decay_on_failure: float = Field(default=0.7, ge=0, le=1)
     prune_below: float = Field(default=0.1, ge=0, le=1)
-    ttl_days: int | None = Field(default=None, ge=1)
+    ttl_days: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS // 86_400)
     version_on_edit: bool = False
 
 

@@ -12,7 +12,7 @@ from uuid import UUID
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
-from contracts.common import Inbound, Outbound, Principal
+from contracts.common import ID_CHARS, MAX_TTL_SECONDS, Inbound, MemoryTypeName, Outbound, Principal
 
 __all__ = [
     "LIFECYCLES",
@@ -41,7 +41,7 @@ ManageOp = Literal[
     "pin", "unpin", "disable", "enable", "mark_incorrect", "edit", "merge", "rescope", "change_retention"
 ]
 #: ``"<kind>:<id>"`` (``end_user:alice``, ``actor:carol``) or ``"none"`` for the shared pool.
-_ACTOR_REF = r"^(none|(end_user|actor):[^\s:\x00-\x1f\x7f]{1,200})$"
+_ACTOR_REF = rf"^(none|(end_user|actor):{ID_CHARS})$"
 #: Page tokens are opaque to callers; this only bounds what the parser is asked to look at.
 _MAX_PAGE_TOKEN = 2048
 #: Bounds of ``ListRequest.metadata``: its size as compact JSON, and how deep it nests.
@@ -110,7 +110,7 @@ class ListRequest(_Scoped):
     actor_ref: str | None = Field(default=None, pattern=_ACTOR_REF)
     lifecycle: list[Lifecycle] | None = Field(default=None, min_length=1, max_length=5)
     layer: Literal["memory", "observation"] | None = None
-    memory_types: list[str] | None = Field(default=None, min_length=1, max_length=50)
+    memory_types: list[MemoryTypeName] | None = Field(default=None, min_length=1, max_length=50)
     min_importance: float | None = Field(default=None, ge=0, le=1)
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
     metadata: dict[str, JsonValue] | None = Field(
@@ -241,7 +241,7 @@ class ManageRequest(_Scoped):
     #: ``rescope``: the new owner (``"none"`` = the shared pool).
     owner: str | None = Field(default=None, pattern=_ACTOR_REF)
     #: ``change_retention``: a new lifetime from now, an absolute expiry, or neither (never expires).
-    ttl_seconds: int | None = Field(default=None, ge=1)
+    ttl_seconds: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
     expires_at: datetime | None = None
 
     @model_validator(mode="after")

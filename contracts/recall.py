@@ -9,7 +9,7 @@ from uuid import UUID
 
 from pydantic import Field, JsonValue
 
-from contracts.common import Inbound, Outbound, Principal
+from contracts.common import Inbound, MemoryTypeName, Outbound, Principal
 
 __all__ = [
     "MAX_EXPAND_EXAMINED",
@@ -39,7 +39,7 @@ MAX_EXPAND_EXAMINED = 100
 class RecallFilters(Inbound):
     """SPEC 5.5 filters; all of them narrow, none widens what the caller may see."""
 
-    memory_types: list[str] | None = Field(default=None, max_length=50)
+    memory_types: list[MemoryTypeName] | None = Field(default=None, max_length=50)
     min_importance: float | None = Field(default=None, ge=0, le=1)
     min_confidence: float | None = Field(default=None, ge=0, le=1)
     source: list[Literal["distill", "elective", "append", "import"]] | None = None

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
-from contracts.common import Inbound, Outbound, Principal
+from contracts.common import PG_INT4_MAX, Inbound, MemoryTypeName, Outbound, Principal
 from contracts.config import MemoryConfig
 
 __all__ = [
@@ -33,7 +33,7 @@ MAX_ENTRY_CHARS = 8_000
 class SaveEntry(Inbound):
     text: str = Field(min_length=1, max_length=MAX_ENTRY_CHARS)
     importance: float = Field(default=0.5, ge=0, le=1)
-    memory_type: str = Field(default="semantic", min_length=1, max_length=64)
+    memory_type: MemoryTypeName = "semantic"
     layer: Literal["memory", "observation"] = "memory"
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     #: When what the entry records happened (a conversation turn's time), if not now; a time
@@ -122,7 +122,7 @@ class ConfigReply(Outbound):
 
 class AuditQuery(Inbound):
     kind: str | None = Field(default=None, max_length=100)
-    after_seq: int = Field(default=0, ge=0)
+    after_seq: int = Field(default=0, ge=0, le=PG_INT4_MAX)
     limit: int = Field(default=100, ge=1, le=1000)
     agent_config_id: UUID | None = None
 
