@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,6 +15,7 @@ __all__ = [
     "RetentionConfig",
     "SemanticRecallConfig",
     "TypePolicy",
+    "config_patch_schema",
     "deep_merge",
     "default_type_policies",
     "merge_config",
@@ -35,7 +36,7 @@ class RetentionConfig(_Strict):
 
 class SemanticRecallConfig(_Strict):
     enabled: bool = True
-    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    embedding_model: str = Field(default=DEFAULT_EMBEDDING_MODEL, min_length=1, max_length=200)
     #: How ``hybrid`` fuses its lexical (BM25) and vector rankings: ``convex`` combines their
     #: min-max normalized scores with equal weight, ``rrf`` fuses ranks (k=60). ``convex`` is the
     #: default because it measured clearly better on our recall evaluation (docs/adr/0033-hybrid-fusion.md).
@@ -53,7 +54,7 @@ class SemanticRecallConfig(_Strict):
 
 class PolicyConfig(_Strict):
     memory_types_allowed: list[MemoryTypeName] | None = None
-    relaxable: list[str] = Field(default_factory=lambda: ["memory_types_allowed", "diagnostics_verbosity"])
+    relaxable: list[Annotated[str, Field(max_length=100)]] = Field(default_factory=lambda: ["memory_types_allowed", "diagnostics_verbosity"])
 
 
 class TypePolicy(_Strict):
@@ -83,7 +84,7 @@ class MemoryConfig(_Strict):
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     semantic_recall: SemanticRecallConfig = Field(default_factory=SemanticRecallConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    type_policies: dict[str, TypePolicy] = Field(default_factory=default_type_policies)
+    type_policies: dict[MemoryTypeName, TypePolicy] = Field(default_factory=default_type_policies)
     #: Keep each session's tool trace as ``layer="observation"`` entries (SPEC 4.1).
     keep_observations: bool = False
     #: Observations expire after this many days (short retention by design).
@@ -107,3 +108,25 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def merge_config(current: MemoryConfig, patch: dict[str, Any]) -> MemoryConfig:
     """Apply a partial config: nested objects merge key by key; the result is validated whole."""
     return MemoryConfig.model_validate(deep_merge(current.model_dump(mode="json"), patch))
+
+
+def config_patch_schema() -> dict[str, Any]:
+    """The JSON Schema of a config patch (``engram.config.put``'s ``config``): the memory config's
+    own, every key optional (each has a default) — self-contained, its nested models inlined, so
+    a document can place it in a request without the models' names."""
+    schema = MemoryConfig.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    patch: dict[str, Any] = inline(schema)
+    patch["title"] = "MemoryConfigPatch"
+    return patch
+

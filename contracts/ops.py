@@ -22,7 +22,7 @@ __all__ = [
 
 class DeadLetterQuery(Inbound):
     #: ``engram.dlq.<source>``: ingest, distill, embed …; none is every source.
-    source: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_-]{0,39}$")
+    source: str | None = Field(default=None, max_length=40, pattern=r"^[a-z][a-z0-9_-]{0,39}$")
     #: The page before this stream sequence (the previous page's ``next_before_seq``).
     before_seq: int | None = Field(default=None, ge=1, le=JSON_SAFE_INT_MAX)
     limit: int = Field(default=50, ge=1, le=500)

@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import Field, JsonValue
+from pydantic import ConfigDict, Field, JsonValue
 
-from contracts.common import Inbound, MemoryTypeName, Outbound, Principal
+from contracts.common import Inbound, MemoryTypeName, Outbound, Principal, given
 
 __all__ = [
     "MAX_EXPAND_EXAMINED",
@@ -141,6 +141,8 @@ class ExpandReply(Outbound):
 
 class FeedbackRequest(Inbound):
     """``success`` for one entry (reliability decay) or a session rating (recall labels)."""
+
+    model_config = ConfigDict(json_schema_extra={"anyOf": [given("entry_id"), given("session_id")]})
 
     agent_config_id: UUID
     principal: Principal | None = None

@@ -30,6 +30,7 @@ MAX_EXAMPLES = int(os.environ.get("ENGRAM_SCHEMATHESIS_EXAMPLES", "12"))
 #: One seed per run, printed, so a failure found in CI replays with the same cases.
 SEED = int(os.environ.get("ENGRAM_SCHEMATHESIS_SEED", "20261203"))
 _ST = Path(sys.executable).with_name("st")
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _schemathesis(gateway: str, tmp: Path, *headers: str) -> tuple[int, str]:
@@ -63,6 +64,7 @@ async def _schemathesis(gateway: str, tmp: Path, *headers: str) -> tuple[int, st
         str(_ST),
         *args,
         cwd=tmp,
+        env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.conformance.schemathesis_hooks", "PYTHONPATH": str(_ROOT)},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )

@@ -35,7 +35,9 @@ def _unbounded(schema: dict[str, Any], schemas: dict[str, Any], where: str, seen
         seen.add(name)
         return _unbounded(schemas[name], schemas, name, seen)
     found: list[str] = []
-    for key in ("anyOf", "oneOf", "allOf"):
+    # Alternatives of a value (``X | None``); beside an object's own properties they are rules
+    # between fields (``given``), which only narrow what the properties allow.
+    for key in ("anyOf", "oneOf", "allOf") if "properties" not in schema else ():
         for alternative in schema.get(key, []):
             found += _unbounded(alternative, schemas, where, seen)
     kind = schema.get("type")
