@@ -84,21 +84,30 @@ async def test_a_retention_past_the_calendar_is_a_400(
     lifetime is applied. The same bound holds for the agent config's retention."""
     saved = await http.post(
         "/v1/memories",
-        json={"agent_config_id": str(agent), "principal": {"kind": "end_user", "id": "alice"},
-              "content": "Keeps receipts.", "wait": True},
+        json={
+            "agent_config_id": str(agent),
+            "principal": {"kind": "end_user", "id": "alice"},
+            "content": "Keeps receipts.",
+            "wait": True,
+        },
         headers=bearer(service_token),
     )
     assert saved.status_code == 200, saved.text
     entry = saved.json()["ids"][0]
-    change = {"op": "change_retention", "principal": {"kind": "end_user", "id": "alice"},
-              "agent_config_id": str(agent)}
+    change = {
+        "op": "change_retention",
+        "principal": {"kind": "end_user", "id": "alice"},
+        "agent_config_id": str(agent),
+    }
     for ttl in (MAX_TTL_SECONDS + 1, 10**15, 2**63):
         body = {**change, "ttl_seconds": ttl}
         _refused(await http.patch(f"/v1/memories/{entry}", json=body, headers=bearer(service_token)), "ttl")
         over_nats = await request(nc, "engram.memory.manage", {**body, "entry_id": entry}, service_token)
         _refused(over_nats, "ttl_seconds")
     longest = await http.patch(
-        f"/v1/memories/{entry}", json={**change, "ttl_seconds": MAX_TTL_SECONDS}, headers=bearer(service_token)
+        f"/v1/memories/{entry}",
+        json={**change, "ttl_seconds": MAX_TTL_SECONDS},
+        headers=bearer(service_token),
     )
     assert longest.status_code == 200, longest.text
     expires = datetime.fromisoformat(longest.json()["entry"]["expires_at"])
