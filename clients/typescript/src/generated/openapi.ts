@@ -1941,6 +1941,16 @@ export interface operations {
                     "application/json": components["schemas"]["AuditQueryReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -1983,6 +1993,16 @@ export interface operations {
                     "application/json": components["schemas"]["AuditVerifyReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2021,6 +2041,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ConfigReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2065,6 +2095,16 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2105,6 +2145,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DeadLetterPage"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2152,6 +2202,16 @@ export interface operations {
                     "application/jsonl": components["schemas"]["EntryView"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2192,6 +2252,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["FeedbackReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2282,6 +2352,16 @@ export interface operations {
                     "application/json": components["schemas"]["Page"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2333,6 +2413,16 @@ export interface operations {
                     "application/json": components["schemas"]["Accepted"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2377,6 +2467,16 @@ export interface operations {
                     "application/json": components["schemas"]["GetReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2418,6 +2518,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PurgeReceipt"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2464,6 +2574,16 @@ export interface operations {
                     "application/json": components["schemas"]["ManageReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2504,6 +2624,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PruneReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2548,6 +2678,16 @@ export interface operations {
                     "application/json": components["schemas"]["PurgeReceipt"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2588,6 +2728,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RecallReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2632,6 +2782,16 @@ export interface operations {
                     "application/json": components["schemas"]["ExpandReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2672,6 +2832,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SessionAccepted"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's sessions budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
