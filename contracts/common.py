@@ -9,6 +9,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 __all__ = [
     "ID_CHARS",
+    "JSON_INTEGER",
     "JSON_SAFE_INT_MAX",
     "MAX_TEXT_CHARS",
     "MAX_TTL_SECONDS",
@@ -17,7 +18,6 @@ __all__ = [
     "SYSTEM_ORG",
     "ActingFor",
     "Inbound",
-    "JsonInt",
     "MemoryTypeName",
     "Outbound",
     "Principal",
@@ -72,13 +72,15 @@ def absent(name: str) -> dict[str, Any]:
 
 
 def _json_integer(value: Any) -> Any:
-    # JSON Schema counts 5.0 as an integer; pydantic's strict mode does not.
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-#: An integer field of a request: a JSON integer (``5``, ``5.0``), never ``true`` or ``"5"`` —
-#: requests are validated strictly (``shared.wire.parse_model``, docs/adr/0085-request-bounds.md).
-JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+#: The last metadata of every integer field of a request, after its bounds
+#: (``Annotated[int, Field(ge=…, le=…), JSON_INTEGER]``): JSON Schema counts ``5.0`` as an
+#: integer, pydantic's strict mode does not, and requests are validated strictly (``true`` or
+#: ``"5"`` is no integer; docs/adr/0085-request-bounds.md). After the bounds, so the documents
+#: still state them.
+JSON_INTEGER = BeforeValidator(_json_integer)
 
 
 class Inbound(BaseModel):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.common import MAX_TTL_SECONDS, JsonInt, MemoryTypeName
+from contracts.common import JSON_INTEGER, MAX_TTL_SECONDS, MemoryTypeName
 
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
@@ -29,8 +29,8 @@ class _Strict(BaseModel):
 
 
 class RetentionConfig(_Strict):
-    ttl_seconds: JsonInt | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
-    max_entries: JsonInt = Field(default=500, ge=1, le=1_000_000)
+    ttl_seconds: Annotated[int, Field(ge=1, le=MAX_TTL_SECONDS), JSON_INTEGER] | None = None
+    max_entries: Annotated[int, Field(ge=1, le=1_000_000), JSON_INTEGER] = 500
     decay_strategy: Literal["hard_delete"] = "hard_delete"
 
 
@@ -62,7 +62,7 @@ class PolicyConfig(_Strict):
 class TypePolicy(_Strict):
     decay_on_failure: float = Field(default=0.7, ge=0, le=1)
     prune_below: float = Field(default=0.1, ge=0, le=1)
-    ttl_days: JsonInt | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS // 86_400)
+    ttl_days: Annotated[int, Field(ge=1, le=MAX_TTL_SECONDS // 86_400), JSON_INTEGER] | None = None
     version_on_edit: bool = False
 
 
@@ -80,7 +80,7 @@ class MemoryConfig(_Strict):
     memory_enabled: bool = True
     memory_write_enabled: bool = True
     memory_strategy: Literal["last_k", "importance", "full", "pack", "semantic", "hybrid"] = "last_k"
-    top_k: JsonInt = Field(default=10, ge=1, le=1000)
+    top_k: Annotated[int, Field(ge=1, le=1000), JSON_INTEGER] = 10
     scope: Literal["workload", "actor", "session"] = "workload"
     pii_handling: Literal["redact", "block", "allow"] = "redact"
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
@@ -90,7 +90,7 @@ class MemoryConfig(_Strict):
     #: Keep each session's tool trace as ``layer="observation"`` entries (SPEC 4.1).
     keep_observations: bool = False
     #: Observations expire after this many days (short retention by design).
-    observation_ttl_days: JsonInt = Field(default=7, ge=1, le=365)
+    observation_ttl_days: Annotated[int, Field(ge=1, le=365), JSON_INTEGER] = 7
 
     def type_policy(self, memory_type: str) -> TypePolicy:
         return self.type_policies.get(memory_type, TypePolicy())

@@ -7,17 +7,17 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 from uuid import UUID
 
 from pydantic import ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from contracts.common import (
     ID_CHARS,
+    JSON_INTEGER,
     MAX_TTL_SECONDS,
     ActingFor,
     Inbound,
-    JsonInt,
     MemoryTypeName,
     Outbound,
     Principal,
@@ -136,7 +136,7 @@ class ListRequest(_Scoped):
         f"is equal); at most {MAX_METADATA_FILTER_BYTES} bytes as JSON, {MAX_METADATA_FILTER_DEPTH} "
         "levels deep",
     )
-    page_size: JsonInt = Field(default=20, ge=1, le=100)
+    page_size: Annotated[int, Field(ge=1, le=100), JSON_INTEGER] = 20
     page_token: str | None = Field(
         default=None, min_length=1, max_length=_MAX_PAGE_TOKEN, pattern=_PAGE_TOKEN
     )
@@ -178,7 +178,7 @@ class ExportRequest(Inbound):
     principal: ActingFor = None
     actor_ref: str = Field(max_length=_ACTOR_REF_CHARS, pattern=_ACTOR_REF)
     lifecycle: list[Lifecycle] | None = Field(default=None, min_length=1, max_length=5)
-    page_size: JsonInt = Field(default=100, ge=1, le=1000)
+    page_size: Annotated[int, Field(ge=1, le=1000), JSON_INTEGER] = 100
     page_token: str | None = Field(
         default=None, min_length=1, max_length=_MAX_PAGE_TOKEN, pattern=_PAGE_TOKEN
     )
@@ -238,7 +238,7 @@ class PurgeReceipt(Outbound):
 
 class PruneRequest(Inbound):
     agent_config_id: UUID
-    max_entries: JsonInt = Field(ge=0, le=1_000_000)
+    max_entries: Annotated[int, Field(ge=0, le=1_000_000), JSON_INTEGER]
 
 
 class PruneReply(Outbound):
@@ -284,7 +284,7 @@ class ManageRequest(_Scoped):
     #: ``rescope``: the new owner (``"none"`` = the shared pool).
     owner: str | None = Field(default=None, max_length=_ACTOR_REF_CHARS, pattern=_ACTOR_REF)
     #: ``change_retention``: a new lifetime from now, an absolute expiry, or neither (never expires).
-    ttl_seconds: JsonInt | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
+    ttl_seconds: Annotated[int, Field(ge=1, le=MAX_TTL_SECONDS), JSON_INTEGER] | None = None
     expires_at: datetime | None = None
 
     @model_validator(mode="after")

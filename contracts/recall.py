@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 from uuid import UUID
 
 from pydantic import ConfigDict, Field, JsonValue
 
-from contracts.common import ActingFor, Inbound, JsonInt, MemoryTypeName, Outbound, absent, given
+from contracts.common import JSON_INTEGER, ActingFor, Inbound, MemoryTypeName, Outbound, absent, given
 
 __all__ = [
     "MAX_EXPAND_EXAMINED",
@@ -94,7 +94,7 @@ class RecallRequest(Inbound):
     #: None uses the agent config's ``memory_strategy``.
     strategy: Strategy | None = None
     cue: str | None = Field(default=None, max_length=8_000)
-    top_k: JsonInt | None = Field(default=None, ge=1, le=1000)
+    top_k: Annotated[int, Field(ge=1, le=1000), JSON_INTEGER] | None = None
     #: A relevance floor for ``semantic`` and ``hybrid``: only entries whose cosine similarity to
     #: the cue is at least this (-1 to 1) are returned, so a cue nothing fits gets no results.
     #: Refused with any other strategy; a vector store that cannot answer is then an error, not
@@ -107,7 +107,7 @@ class RecallRequest(Inbound):
         description="semantic/hybrid only: the least cosine similarity to the cue an entry needs",
     )
     format: Format = "text"
-    token_budget: JsonInt | None = Field(default=None, ge=1, le=1_000_000)
+    token_budget: Annotated[int, Field(ge=1, le=1_000_000), JSON_INTEGER] | None = None
     target_layer: TargetLayer = "all"
     filters: RecallFilters | None = None
     diagnostics: Literal["summary", "candidates"] | None = None

@@ -9,10 +9,10 @@ from uuid import UUID
 from pydantic import ConfigDict, Field, JsonValue, WithJsonSchema, field_validator, model_validator
 
 from contracts.common import (
+    JSON_INTEGER,
     PG_INT4_MAX,
     ActingFor,
     Inbound,
-    JsonInt,
     MemoryTypeName,
     Outbound,
     given,
@@ -136,8 +136,8 @@ class ConfigReply(Outbound):
 
 class AuditQuery(Inbound):
     kind: str | None = Field(default=None, max_length=100)
-    after_seq: JsonInt = Field(default=0, ge=0, le=PG_INT4_MAX)
-    limit: JsonInt = Field(default=100, ge=1, le=1000)
+    after_seq: Annotated[int, Field(ge=0, le=PG_INT4_MAX), JSON_INTEGER] = 0
+    limit: Annotated[int, Field(ge=1, le=1000), JSON_INTEGER] = 100
     agent_config_id: UUID | None = None
 
 

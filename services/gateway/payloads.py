@@ -95,7 +95,7 @@ def _scalar(annotation: Any, value: str) -> Any:
     """A query value as the JSON its field takes (services validate strictly: ``"5"`` is not a
     number): an integer or number as written in JSON, ``true``/``false``; anything else, and a
     value that is not what its field takes, stays the string, for the service to refuse."""
-    kinds = _unwrap(annotation)
+    kinds = {get_args(a)[0] if get_origin(a) is typing.Annotated else a for a in _unwrap(annotation)}
     if int in kinds and _INTEGER.fullmatch(value):
         return int(value)
     if float in kinds and _NUMBER.fullmatch(value):

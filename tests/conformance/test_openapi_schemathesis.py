@@ -26,10 +26,10 @@ from shared.settings import EngramSettings
 pytestmark = pytest.mark.integration
 
 #: Test cases per operation and phase. 17 operations x 3 callers stay within ~3 minutes on a
-#: loaded 2-core machine; ENGRAM_SCHEMATHESIS_EXAMPLES raises it for a longer local run.
-MAX_EXAMPLES = int(os.environ.get("ENGRAM_SCHEMATHESIS_EXAMPLES", "12"))
+#: loaded 2-core machine; CONFORMANCE_EXAMPLES raises it for a longer local run.
+MAX_EXAMPLES = int(os.environ.get("CONFORMANCE_EXAMPLES", "12"))
 #: One seed per run, printed, so a failure found in CI replays with the same cases.
-SEED = int(os.environ.get("ENGRAM_SCHEMATHESIS_SEED", "20261203"))
+SEED = int(os.environ.get("CONFORMANCE_SEED", "20261203"))
 _ST = Path(sys.executable).with_name("st")
 _ROOT = Path(__file__).resolve().parents[2]
 _HOOKS = "tests.conformance.schemathesis_hooks"
