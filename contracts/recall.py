@@ -165,7 +165,9 @@ class ExpandRequest(Inbound):
     agent_config_id: UUID
     principal: ActingFor = None
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
-    ids: list[UUID] = Field(min_length=1, max_length=10_000)
+    #: As many as fit the 256 KiB body (a quoted UUID is ~40 bytes), so the document's bound is
+    #: one a request can reach.
+    ids: list[UUID] = Field(min_length=1, max_length=5_000)
 
 
 class ExpandReply(Outbound):
