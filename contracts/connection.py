@@ -1,47 +1,10 @@
-"""How a client reaches Engram: the file ``engram up`` writes (``connection.json``) and the one
-``engram credentials mint`` issues to a platform client have this shape.
+"""``engram_client.contracts.connection``, under the name the server's code has always used: the thin
+client's distribution (clients/python) holds the wire contracts, so there is one source
+(docs/adr/0090-thin-python-client.md). It is the same module object, not a copy."""
 
-    info = ConnectionInfo.load(".engram/connection.json")
-    nc = await nats.connect(info.nats_url, **info.nats_options())
-    engram = await EngramClient.connect(info.nats_url, info.token, **info.nats_options())
-"""
+import sys
 
-from __future__ import annotations
+from engram_client.contracts import connection as _moved
+from engram_client.contracts.connection import *  # noqa: F403
 
-from pathlib import Path
-from typing import Any
-from uuid import UUID
-
-from pydantic import BaseModel, ConfigDict, Field
-
-__all__ = ["ConnectionInfo"]
-
-
-class ConnectionInfo(BaseModel):
-    """Where NATS (and the HTTP API) is, which NATS identity to connect as, and the bearer token
-    to send."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    nats_url: str
-    #: The client's NATS identity: a user nkey seed (``SU…``). None on a NATS without
-    #: authentication (``engram up --nats-url`` against a server someone else configures).
-    nats_nkey_seed: str | None = Field(default=None, repr=False)
-    #: Where the client's replies arrive; its NATS identity may subscribe nowhere else.
-    nats_inbox_prefix: str = "_INBOX"
-    #: The HTTP API (``engram up``'s gateway), e.g. ``http://127.0.0.1:8080``; None without one.
-    http_url: str | None = None
-    token: str = Field(default="", repr=False)
-    org_id: UUID | None = None
-    agent_config_id: UUID | None = None
-
-    @classmethod
-    def load(cls, path: str | Path) -> ConnectionInfo:
-        return cls.model_validate_json(Path(path).read_text())
-
-    def nats_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``nats.connect`` (and ``EngramClient.connect``) besides the URL."""
-        options: dict[str, Any] = {"inbox_prefix": self.nats_inbox_prefix}
-        if self.nats_nkey_seed:
-            options["nkeys_seed_str"] = self.nats_nkey_seed
-        return options
+sys.modules[__name__] = _moved

@@ -1,30 +1,10 @@
-"""Messages between Engram's own services (not for platforms, but still a versioned wire)."""
+"""``engram_client.contracts.internal``, under the name the server's code has always used: the thin
+client's distribution (clients/python) holds the wire contracts, so there is one source
+(docs/adr/0090-thin-python-client.md). It is the same module object, not a copy."""
 
-from __future__ import annotations
+import sys
 
-from typing import Literal
-from uuid import UUID
+from engram_client.contracts import internal as _moved
+from engram_client.contracts.internal import *  # noqa: F403
 
-from pydantic import Field
-
-from contracts.common import Inbound, Principal
-from contracts.requests import SaveEntry
-
-__all__ = ["AcceptedSave"]
-
-
-class AcceptedSave(Inbound):
-    """ingest → distill on ``engram.save.accepted``: a save whose caller was verified.
-
-    ``org_id``, ``owner`` and ``requested_by`` come from the verified token, not the request.
-    """
-
-    schema_version: Literal[1] = 1
-    request_id: UUID
-    org_id: UUID
-    agent_config_id: UUID
-    owner: Principal
-    session_id: str | None = None
-    entries: list[SaveEntry] = Field(min_length=1, max_length=100)
-    wait: bool = False
-    requested_by: str
+sys.modules[__name__] = _moved

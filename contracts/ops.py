@@ -1,81 +1,10 @@
-"""Operator views of the pipeline's plumbing (``engram.ops.*``): dead letters and stream lag."""
+"""``engram_client.contracts.ops``, under the name the server's code has always used: the thin
+client's distribution (clients/python) holds the wire contracts, so there is one source
+(docs/adr/0090-thin-python-client.md). It is the same module object, not a copy."""
 
-from __future__ import annotations
+import sys
 
-from datetime import datetime
-from typing import Annotated
-from uuid import UUID
+from engram_client.contracts import ops as _moved
+from engram_client.contracts.ops import *  # noqa: F403
 
-from pydantic import Field
-
-from contracts.common import JSON_INTEGER, JSON_SAFE_INT_MAX, Inbound, Outbound
-
-__all__ = [
-    "ConsumerLag",
-    "DeadLetterPage",
-    "DeadLetterQuery",
-    "DeadLetterSummary",
-    "LagQuery",
-    "LagReply",
-    "StreamCount",
-]
-
-
-class DeadLetterQuery(Inbound):
-    #: ``engram.dlq.<source>``: ingest, distill, embed …; none is every source.
-    source: str | None = Field(default=None, max_length=40, pattern=r"^[a-z][a-z0-9_-]{0,39}$")
-    #: The page before this stream sequence (the previous page's ``next_before_seq``).
-    before_seq: Annotated[int, Field(ge=1, le=JSON_SAFE_INT_MAX), JSON_INTEGER] | None = None
-    limit: Annotated[int, Field(ge=1, le=500), JSON_INTEGER] = 50
-
-
-class DeadLetterSummary(Outbound):
-    """One dead letter without its kept payload (the redacted original stays in the stream)."""
-
-    seq: int
-    #: Whose event it was: the caller's organization, or — for the deployment's operator — any
-    #: organization's, the all-zero system organization's (no valid token named one) or none
-    #: (letters older than the field).
-    org_id: UUID | None = None
-    occurred_at: datetime
-    source_subject: str
-    original_event_id: str | None
-    code: str
-    reason: str
-    deliveries: int
-    original_sha256: str
-
-
-class DeadLetterPage(Outbound):
-    """Newest first."""
-
-    letters: list[DeadLetterSummary]
-    next_before_seq: int | None
-
-
-class LagQuery(Inbound):
-    pass
-
-
-class StreamCount(Outbound):
-    stream: str
-    messages: int
-    bytes: int
-    first_seq: int
-    last_seq: int
-
-
-class ConsumerLag(Outbound):
-    stream: str
-    durable: str
-    #: Stored messages this consumer has not been delivered yet.
-    num_pending: int
-    #: Delivered, not yet acknowledged.
-    num_ack_pending: int
-    num_redelivered: int
-
-
-class LagReply(Outbound):
-    streams: list[StreamCount]
-    #: A durable that does not exist yet (its service never started) is left out.
-    consumers: list[ConsumerLag]
+sys.modules[__name__] = _moved

@@ -3,53 +3,35 @@
     python -m services.asyncapi            # (re)write the file
     python -m services.asyncapi --check    # exit 1 if the file is missing or stale
 
-FastStream describes the brokers' subscribers (the four services' routers, built exactly as
-``services.runtime`` builds them, but never connected), the request-reply operations those
-services register on the edge (which serves them on nats-py, so they are declared here as
-documentation-only subscribers) and the events Engram publishes, declared as documentation-only
-publishers from the operation table's streams. Our handlers
-take the raw ``NatsMessage`` (so bad input can be dead-lettered), which FastStream cannot see
-through; so every message payload is then set from the operation table (:data:`PAYLOADS`), and
-request-reply operations get their reply. ``tests/unit/test_asyncapi_sync.py`` fails when the file drifts.
+Everything in it comes from the operation table (``contracts.operations``): its stream consumers
+and request-reply operations become documentation-only subscribers, the streams Engram publishes
+documentation-only publishers, on a broker FastStream's generator reads (never connected; no
+service is built). Every message payload is then set from the table (:data:`PAYLOADS`), and
+request-reply operations get their reply. ``tests/unit/test_asyncapi_sync.py`` fails when the file
+drifts; ``tests/unit/test_operations.py`` checks the services' routers against the same table.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from faststream.nats import NatsBroker
+from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.specification import AsyncAPI
-from nats.js import JetStreamContext
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel
 
 from contracts.errors import ERROR_ENVELOPE_SCHEMA
-from contracts.operations import OPERATIONS, STREAMS
+from contracts.operations import CONSUMERS, OPERATIONS, STREAMS
 from contracts.schema_export import component_schema, document_main, engram_version
-from services.distill.router import build_router as distill_router
-from services.governance_audit.erasure_api import Erasures
-from services.governance_audit.router import build_router as governance_router
-from services.ingest.router import build_router as ingest_router
-from services.recall.router import build_router as recall_router
-from services.recall.service import Recall
-from services.recall.side_effects import SideEffects
-from shared.auth import TokenService
-from shared.db.engine import Database
-from shared.distillers.builtin import BuiltinDistiller
-from shared.infra import Infra
-from shared.outbox import OutboxRelay
-from shared.provenance import MessageSigner
-from shared.settings import EngramSettings
 
 __all__ = [
     "ASYNCAPI_FILE",
     "PAYLOADS",
     "REPLIES",
     "build_document",
+    "documented_broker",
     "main",
-    "offline_broker",
-    "offline_infra",
 ]
 
 ASYNCAPI_FILE = Path(__file__).resolve().parent.parent / "contracts" / "asyncapi.json"
@@ -69,48 +51,28 @@ _ERROR_REPLY = ERROR_ENVELOPE_SCHEMA
 _SCHEMAS = "#/components/schemas/"
 
 
-def offline_infra(broker: NatsBroker) -> Infra:
-    """What the routers are built with, never connected: enough to build them, not to run them."""
-    settings = EngramSettings(
-        nats_url="nats://localhost:4222",
-        database_url="postgresql://localhost/x",
-        token_keys=SecretStr("doc=" + "x" * 40),
-        _env_file=None,
-    )
-    db = Database(settings.database_url)  # creates the engine; connects on first use only
-    signer = MessageSigner(settings.signing_keys())
-    return Infra(
-        settings=settings,
-        db=db,
-        tokens=TokenService(settings.signing_keys(), settings.token_issuer),
-        broker=broker,
-        # The relay only stores its JetStream context until started; it never is here.
-        relay=OutboxRelay(db, cast(JetStreamContext, None), signer=signer),
-        signer=signer,
-    )
-
-
-def offline_broker() -> NatsBroker:
-    """A never-connected broker carrying the routers ``services.runtime`` would run (embed's
-    consumers aside: they document nothing a platform uses)."""
+def documented_broker() -> NatsBroker:
+    """The table as FastStream's AsyncAPI generator reads it: a broker carrying one
+    documentation-only subscriber or publisher per row (never connected, nothing handled)."""
     broker = NatsBroker("nats://localhost:4222")
-    infra = offline_infra(broker)
-    broker.include_router(ingest_router(infra))
-    broker.include_router(distill_router(infra, BuiltinDistiller()))
-    broker.include_router(governance_router(infra, Erasures(infra.db)))
-    # Never started: its side effects and caches are only reached when a request arrives.
-    broker.include_router(
-        recall_router(infra, Recall(infra.db, SideEffects(infra.db), embedder=None, index=None))
-    )
-
-    # Documentation only: what the edge serves (on nats-py, not through these objects).
-    for served in infra.edge.routes:
-        op = served.op
+    # What the services consume from JetStream (shared.consumer subscribes them the same way).
+    for consumer in CONSUMERS:
+        broker.subscriber(
+            consumer.stream.subject,
+            stream=JStream(consumer.stream.jetstream, declare=False),
+            durable=consumer.durable,
+            pull_sub=PullSub(
+                batch_size=consumer.batch_size, timeout=consumer.timeout_s, batch=consumer.batched
+            ),
+            title=consumer.title,
+            description=consumer.summary,
+        )(_documentation_only)
+    # What the edge serves (on nats-py, shared/edge.py).
+    for op in OPERATIONS:
         broker.subscriber(
             op.subject, queue=op.queue_group, title=f"{op.queue_group}:{op.name}", description=op.summary
-        )(_served_by_the_edge)
-
-    # Documentation only: what Engram publishes (through the outbox relay, not these objects).
+        )(_documentation_only)
+    # What Engram publishes (through the outbox relay).
     for stream in STREAMS:
         if stream.published_by != ("platform",):
             title = f"{'engram' if stream.public else stream.published_by[0]}:{stream.name}"
@@ -118,8 +80,8 @@ def offline_broker() -> NatsBroker:
     return broker
 
 
-async def _served_by_the_edge(body: bytes) -> bytes:
-    raise RuntimeError("documentation only: the edge serves this operation (shared/edge.py)")
+async def _documentation_only(body: bytes) -> bytes:
+    raise RuntimeError("documentation only: never subscribed")
 
 
 def _schema(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:
@@ -130,7 +92,7 @@ def build_document() -> dict[str, Any]:
     """The AsyncAPI 3.0 document, as JSON-compatible data."""
     doc: dict[str, Any] = (
         AsyncAPI(
-            offline_broker(),
+            documented_broker(),
             title="Engram",
             version=engram_version(),
             description="Long-term memory for AI agents, on NATS: the events platforms publish, "

@@ -4,27 +4,32 @@ service here on one event loop; ``engram serve <name>`` runs one. Same code path
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from faststream.nats import NatsBroker
 from faststream.nats.security import NatsNKey, NatsSecurity
 
+from contracts.operations import consumers_of
 from shared.auth import TokenService
-from shared.bus import configured_streams, ensure_streams, patch_pull_timeout, record_consumer_lag
+from shared.background import Worker
+from shared.bus import configured_streams, ensure_streams, record_consumer_lag
+from shared.cache import ResultCache
+from shared.component import Build, Ports
 from shared.db.engine import Database
-from shared.distillers.builtin import BuiltinDistiller
-from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.infra import Infra
 from shared.liveness import LivenessResponder
 from shared.metrics import refreshing
-from shared.nats_auth.permissions import ALL_IN_ONE, CONSUMERS, process_name, service_inbox
+from shared.nats_auth.permissions import ALL_IN_ONE, process_name, service_inbox
 from shared.outbox import OutboxRelay
 from shared.ports import Distiller, Embedder, VectorIndex
 from shared.provenance import MessageSigner
+from shared.pull import patch_pull_loops
 from shared.settings import EngramSettings
 from shared.telemetry import broker_middleware, setup_telemetry
 from shared.tls import client_tls_context
@@ -32,7 +37,6 @@ from shared.vectors.edge_lock import exclusive_edge_store
 
 __all__ = [
     "SERVICES",
-    "build_distiller",
     "build_embedder",
     "build_vector_index",
     "edge_store_path",
@@ -45,18 +49,6 @@ log = logging.getLogger(__name__)
 
 #: How long a stopping subscriber (the edge's, the streams') may take to finish what it holds.
 GRACEFUL_S = 10.0
-
-
-def build_distiller(settings: EngramSettings) -> Distiller:
-    if settings.distill_model_url:
-        return OpenAICompatDistiller(
-            base_url=settings.distill_model_url,
-            model=settings.distill_model,
-            api_key=settings.distill_api_key.get_secret_value() or None,
-            timeout_s=settings.distill_timeout_s,
-            retries=settings.distill_retries,
-        )
-    return BuiltinDistiller()
 
 
 def build_embedder(settings: EngramSettings) -> Embedder:
@@ -106,6 +98,10 @@ def nats_security(settings: EngramSettings) -> NatsSecurity | None:
     return NatsSecurity(ssl_context=tls) if tls is not None else None
 
 
+#: Each service's ``build`` (shared/component.py), imported only when that service runs here.
+_COMPONENTS = {name: f"services.{name.replace('-', '_')}.component" for name in SERVICES}
+
+
 @asynccontextmanager
 async def running_services(
     settings: EngramSettings,
@@ -117,13 +113,62 @@ async def running_services(
 ) -> AsyncIterator[Infra]:
     """Start the named services against ``settings.nats_url`` / ``settings.database_url`` and
     yield once they consume; stops them cleanly on exit. Adapters not passed in are built from
-    the settings."""
-    # The process's NATS identity and inbox follow from what it runs (shared/nats_auth/permissions.py).
-    process = process_name(names)
+    the settings (and closed here); those passed in stay the caller's."""
     if not settings.nats_url or not settings.database_url:
         raise ValueError("set ENGRAM_NATS_URL and ENGRAM_DATABASE_URL (or use `engram up`)")
-    patch_pull_timeout()
+    async with AsyncExitStack() as stack:
+        infra, provider = await _connect(settings, process_name(names), stack)
+        ports = await _open_ports(settings, names, stack, distiller, embedder, vector_index)
+        components = [
+            cast(Build, importlib.import_module(_COMPONENTS[name]).build)(infra, ports)
+            for name in SERVICES
+            if name in names
+        ]
+        for component in components:
+            for close in component.closers:
+                stack.push_async_callback(close)
+            for router in component.routers:
+                infra.broker.include_router(router)
+        await infra.broker.start()
+        await infra.edge.start(infra.nc, tracer_provider=provider)
+        liveness = LivenessResponder([component.name for component in components])
+        await liveness.start(infra.nc)
+        # Wait until the server has our subscriptions: a client told "ready" right after this
+        # must not meet "no responders".
+        await infra.nc.flush()
+        # The relay first: the others' work may enqueue events. Stopped last, in reverse.
+        workers: list[Worker] = [infra.relay, *(w for component in components for w in component.workers)]
+        for worker in workers:
+            stack.push_async_callback(worker.stop)
+            await worker.start()
+        # /metrics reads the lag of this process's own durables (its NATS identity may read no
+        # other consumer's info) and the outbox backlog when scraped.
+        durables = [(c.stream.jetstream, c.durable) for name in names for c in consumers_of(name)]
+        stack.enter_context(
+            refreshing(partial(record_consumer_lag, infra.js, durables), infra.relay.refresh_backlog)
+        )
+        log.info("services running: %s", ", ".join(names))
+        try:
+            yield infra
+        finally:
+            # No longer counted as running (a /readyz stops routing here), then the subscribers,
+            # the edge's and the streams' (in-flight handlers finish and commit); the exit stack
+            # then stops the workers (they finish what the subscribers handed them, the relay
+            # flushes last while the connection is open), closes the ports, the connection and
+            # the database.
+            await liveness.stop()
+            await asyncio.gather(
+                infra.edge.stop(GRACEFUL_S),
+                *(sub.stop() for sub in infra.broker.subscribers),
+                return_exceptions=True,
+            )
+
+
+async def _connect(settings: EngramSettings, process: str, stack: AsyncExitStack) -> tuple[Infra, Any]:
+    """The process's broker (connected, its streams ensured), database and outbox relay."""
+    patch_pull_loops()
     service_label = ALL_IN_ONE if process == ALL_IN_ONE else f"engram-{process}"
+    # The process's NATS identity and inbox follow from what it runs (shared/nats_auth/permissions.py).
     inbox = service_inbox(process)
     provider = setup_telemetry(
         service_label, exporter=settings.otel_exporter, endpoint=settings.otel_endpoint
@@ -151,152 +196,64 @@ async def running_services(
             settings.database_tls_ca_file, settings.database_tls_cert_file, settings.database_tls_key_file
         ),
     )
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(db.close)
-        await broker.connect()
-        # Closed last but the database, also when start-up is cut short (Ctrl-C): before whoever
-        # started NATS stops it, so the connection never outlives its server.
-        stack.push_async_callback(_disconnect, broker)
-        js = broker.connection.jetstream()
-        await ensure_streams(
-            js,
-            configured_streams(
-                session_retention_s=settings.session_retention_s,
-                dead_letter_retention_s=settings.dead_letter_retention_s,
-            ),
-            replicas=settings.stream_replicas,
-        )
-        signer = MessageSigner(settings.signing_keys())
-        relay = OutboxRelay(db, js, signer=signer)
-        #: background tasks with start()/stop(): started with the subscribers, stopped after them.
-        workers: list[Any] = []
-        infra = Infra(
-            settings=settings,
-            db=db,
-            tokens=TokenService(settings.signing_keys(), settings.token_issuer),
-            broker=broker,
-            relay=relay,
-            signer=signer,
-            inbox_prefix=f"{inbox}.".encode(),
-        )
-        # Governance erases vectors itself when the vector store is reachable from this process
-        # (Edge shares the process with embed/recall, or a Qdrant server); else embed does.
-        needs_vectors = bool({"embed", "recall"} & set(names)) or (
-            "governance-audit" in names and settings.vector_store not in ("", "none")
-        )
-        if needs_vectors and embedder is None:
-            embedder = build_embedder(settings)
-            # Read and check the model's files now: a damaged install fails the start, and the
-            # first write or recall does not wait for the load.
-            load = getattr(embedder, "load", None)
-            if load is not None:
-                await asyncio.to_thread(load)
-        if needs_vectors and vector_index is None and embedder is not None:
-            if not settings.vector_store:  # Qdrant Edge: this process must be its only user
-                stack.enter_context(exclusive_edge_store(edge_store_path(settings, embedder)))
-            vector_index = build_vector_index(settings, embedder)
-            if vector_index is not None:
-                stack.push_async_callback(vector_index.close)
-        #: The services whose parts run here: they answer their liveness probes (shared/liveness.py).
-        serving: list[str] = []
-        # Imported here: each service's code is only loaded when that service runs.
-        if "ingest" in names:
-            from services.ingest.router import build_router as ingest_router
+    stack.push_async_callback(db.close)
+    await broker.connect()
+    # Closed last but the database, also when start-up is cut short (Ctrl-C): before whoever
+    # started NATS stops it, so the connection never outlives its server.
+    stack.push_async_callback(_disconnect, broker)
+    js = broker.connection.jetstream()
+    await ensure_streams(
+        js,
+        configured_streams(
+            session_retention_s=settings.session_retention_s,
+            dead_letter_retention_s=settings.dead_letter_retention_s,
+        ),
+        replicas=settings.stream_replicas,
+    )
+    signer = MessageSigner(settings.signing_keys())
+    infra = Infra(
+        settings=settings,
+        db=db,
+        tokens=TokenService(settings.signing_keys(), settings.token_issuer),
+        broker=broker,
+        relay=OutboxRelay(db, js, signer=signer),
+        signer=signer,
+        inbox_prefix=f"{inbox}.".encode(),
+    )
+    return infra, provider
 
-            broker.include_router(ingest_router(infra))
-            serving.append("ingest")
-        if "distill" in names:
-            from services.distill.router import build_router as distill_router
 
-            distiller = distiller or build_distiller(settings)
-            close = getattr(distiller, "aclose", None)
-            if close is not None:
-                stack.push_async_callback(close)
-            broker.include_router(distill_router(infra, distiller))
-            serving.append("distill")
-        if "embed" in names and vector_index is not None and embedder is not None:
-            from services.embed.router import EmbedPipeline
-            from services.embed.router import build_router as embed_router
-
-            pipeline = EmbedPipeline(infra, embedder, vector_index)
-            workers.append(pipeline)
-            broker.include_router(embed_router(infra, pipeline, vector_index))
-        if "embed" in names:
-            # Without a vector store (ENGRAM_VECTOR_STORE=none) embed runs with nothing to index;
-            # it is still there, so a gateway's /readyz may count it.
-            serving.append("embed")
-        results = None
-        if settings.redis_url and settings.result_cache_s > 0 and {"recall", "governance-audit"} & set(names):
-            from shared.cache import ResultCache
-
-            results = ResultCache(settings.redis_url, ttl_s=settings.result_cache_s)
-            stack.push_async_callback(results.close)
-        if "recall" in names:
-            from services.recall.router import build_router as recall_router
-            from services.recall.service import Recall
-            from services.recall.side_effects import SideEffects
-            from shared.cache import CueVectorCache
-
-            effects = SideEffects(db)
-            await effects.start()
-            stack.push_async_callback(effects.stop)
-            from shared.vectors.coverage import VectorCoverage
-
-            cue_vectors = CueVectorCache(embedder.name if embedder else "none", redis_url=settings.redis_url)
-            stack.push_async_callback(cue_vectors.close)
-            recall = Recall(
-                db,
-                effects,
-                embedder=embedder,
-                index=vector_index,
-                cue_vectors=cue_vectors,
-                config_cache_s=settings.config_cache_s,
-                results=results,
-                coverage=VectorCoverage(db, embedder) if embedder is not None else None,
-            )
-            broker.include_router(recall_router(infra, recall, results))
-            serving.append("recall")
-        if "governance-audit" in names:
-            from services.governance_audit.erasure_api import Erasures
-            from services.governance_audit.retention import RetentionSweeper
-            from services.governance_audit.router import build_router as governance_router
-
-            erasures = Erasures(db, index=vector_index, results=results)
-            broker.include_router(governance_router(infra, erasures, results))
-            workers.append(RetentionSweeper(db, erasures.after_commit, interval_s=settings.retention_sweep_s))
-            serving.append("governance-audit")
-        await broker.start()
-        await infra.edge.start(broker.connection, tracer_provider=provider)
-        liveness = LivenessResponder(serving)
-        await liveness.start(broker.connection)
-        # Wait until the server has our subscriptions: a client told "ready" right after this
-        # must not meet "no responders".
-        await broker.connection.flush()
-        await relay.start()
-        for worker in workers:
-            await worker.start()
-        # /metrics reads the lag of this process's own durables (its NATS identity may read no
-        # other consumer's info) and the outbox backlog when scraped.
-        durables = [(stream, durable) for name in names for stream, durable, _ in CONSUMERS[name]]
-        stack.enter_context(refreshing(lambda: record_consumer_lag(js, durables), relay.refresh_backlog))
-        log.info("services running: %s", ", ".join(names))
-        try:
-            yield infra
-        finally:
-            # No longer counted as running (a /readyz stops routing here), then the subscribers,
-            # the edge's and the streams' (in-flight handlers finish and commit), then the relay's
-            # last flush while the connection is still open; the exit stack then closes side
-            # effects and adapters, the connection, and the database.
-            await liveness.stop()
-            await asyncio.gather(
-                infra.edge.stop(GRACEFUL_S),
-                *(sub.stop() for sub in broker.subscribers),
-                return_exceptions=True,
-            )
-            # Then the background workers finish what the subscribers handed them (acks included).
-            for worker in reversed(workers):
-                await worker.stop()
-            await relay.stop()
+async def _open_ports(
+    settings: EngramSettings,
+    names: Sequence[str],
+    stack: AsyncExitStack,
+    distiller: Distiller | None,
+    embedder: Embedder | None,
+    vector_index: VectorIndex | None,
+) -> Ports:
+    """The adapters the named services share; what is built here is closed by ``stack``."""
+    # Governance erases vectors itself when the vector store is reachable from this process
+    # (Edge shares the process with embed/recall, or a Qdrant server); else embed does.
+    needs_vectors = bool({"embed", "recall"} & set(names)) or (
+        "governance-audit" in names and settings.vector_store not in ("", "none")
+    )
+    if needs_vectors and embedder is None:
+        embedder = build_embedder(settings)
+        stack.push_async_callback(embedder.aclose)
+        # Read and check the model's files now: a damaged install fails the start, and the
+        # first write or recall does not wait for the load.
+        await asyncio.to_thread(embedder.load)
+    if needs_vectors and vector_index is None and embedder is not None:
+        if not settings.vector_store:  # Qdrant Edge: this process must be its only user
+            stack.enter_context(exclusive_edge_store(edge_store_path(settings, embedder)))
+        vector_index = build_vector_index(settings, embedder)
+        if vector_index is not None:
+            stack.push_async_callback(vector_index.close)
+    results = None
+    if settings.redis_url and settings.result_cache_s > 0 and {"recall", "governance-audit"} & set(names):
+        results = ResultCache(settings.redis_url, ttl_s=settings.result_cache_s)
+        stack.push_async_callback(results.close)
+    return Ports(embedder=embedder, vector_index=vector_index, results=results, distiller=distiller)
 
 
 async def _disconnect(broker: NatsBroker) -> None:

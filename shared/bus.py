@@ -12,14 +12,13 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
-from contracts.subjects import STREAMS, StreamDef
+from contracts.operations import JETSTREAMS, StreamDef
 from shared.metrics import CONSUMER_ACK_PENDING, CONSUMER_NUM_PENDING
 
 __all__ = [
     "configured_streams",
     "durable_config",
     "ensure_streams",
-    "patch_pull_timeout",
     "record_consumer_lag",
     "stream_config",
 ]
@@ -47,11 +46,11 @@ def stream_config(definition: StreamDef, *, replicas: int = 1) -> StreamConfig:
 def configured_streams(*, session_retention_s: int, dead_letter_retention_s: int) -> list[StreamDef]:
     """The contract's streams with the deployment's retention settings applied."""
     overrides = {"ENGRAM_SESSIONS": session_retention_s, "ENGRAM_DLQ": dead_letter_retention_s}
-    return [replace(d, max_age_seconds=overrides.get(d.name, d.max_age_seconds)) for d in STREAMS]
+    return [replace(d, max_age_seconds=overrides.get(d.name, d.max_age_seconds)) for d in JETSTREAMS]
 
 
 async def ensure_streams(
-    js: JetStreamContext, definitions: Iterable[StreamDef] = STREAMS, *, replicas: int = 1
+    js: JetStreamContext, definitions: Iterable[StreamDef] = JETSTREAMS, *, replicas: int = 1
 ) -> None:
     """Create the streams, or bring an existing one's config up to date (idempotent; a stream's
     replica count follows ``replicas`` too, which JetStream changes in place on a cluster)."""
@@ -100,18 +99,3 @@ async def record_consumer_lag(js: JetStreamContext, durables: Iterable[tuple[str
             continue
         CONSUMER_NUM_PENDING.labels(stream, durable).set(info.num_pending or 0)
         CONSUMER_ACK_PENDING.labels(stream, durable).set(info.num_ack_pending or 0)
-
-
-def patch_pull_timeout() -> None:
-    """Work around a FastStream 0.7.8 / nats-py 2.16 mismatch.
-
-    FastStream's pull loop suppresses ``nats.errors.TimeoutError`` around ``fetch()``, but
-    nats-py 2.16 raises the builtin ``TimeoutError`` when an empty fetch runs out its deadline.
-    The loop's task then dies and FastStream's supervisor restarts it with an ERROR log, which
-    stalls consumption for a moment each time. Widening the name the loop suppresses to the
-    builtin (of which nats' error is a subclass) restores the intended "empty fetch → loop".
-    Remove when FastStream catches the builtin itself.
-    """
-    from faststream.nats.subscriber.usecases import stream_pull_subscriber
-
-    stream_pull_subscriber.TimeoutError = TimeoutError  # type: ignore[attr-defined,assignment]

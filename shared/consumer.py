@@ -40,7 +40,7 @@ from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
 
 from contracts.errors import Unavailable, VectorUnavailable
-from contracts.operations import stream_by_subject
+from contracts.operations import Consumer
 from shared.bus import durable_config
 from shared.deadletter import Rejection, dead_letter_all, refuse_forged
 from shared.raw_message import as_message, whole_message
@@ -315,44 +315,39 @@ def describe_failure(exc: BaseException) -> str:
 
 
 def batch_consumer(
-    router: NatsRouter,
-    infra: Infra,
-    subject: str,
-    *,
-    durable: str,
-    source: str,
-    batch_size: int,
-    timeout: float,
-    title: str,
-    signed: bool = False,
-    batched: bool = True,
+    router: NatsRouter, infra: Infra, consumer: Consumer
 ) -> Callable[[BatchHandler], BatchHandler]:
-    """Register the decorated handler as the pull consumer ``durable`` of ``subject`` (on the
-    JetStream stream the operation table names), settled by :func:`consume`.
+    """Register the decorated handler as ``consumer`` (a row of the operation table: its durable,
+    stream, batch, signing and dead-letter source), settled by :func:`consume`.
 
-    ``batch_size`` messages are pulled at once, waiting at most ``timeout`` for company (latency
+    ``batch_size`` messages are pulled at once, waiting at most ``timeout_s`` for company (latency
     at low load); ``batched=False`` hands them to the handler one at a time. ``signed``: the
     subject is internal, and messages without a producer signature are dead-lettered first.
-    ``title`` and the handler's docstring document it (AsyncAPI). Manual acks, redelivered ``ack_wait``
-    after a crash, outages retried without limit (``shared.bus.durable_config``)."""
+    Manual acks, redelivered ``ack_wait`` after a crash, outages retried without limit
+    (``shared.bus.durable_config``)."""
+    durable, source = consumer.durable, consumer.dead_letter_source
 
     def register(handler: BatchHandler) -> BatchHandler:
         subscriber = router.subscriber(
-            subject,
-            stream=JStream(stream_by_subject(subject).jetstream, declare=False),
+            consumer.stream.subject,
+            stream=JStream(consumer.stream.jetstream, declare=False),
             durable=durable,
             inbox_prefix=infra.inbox_prefix,
-            pull_sub=PullSub(batch_size=batch_size, timeout=timeout, batch=batched),
+            pull_sub=PullSub(
+                batch_size=consumer.batch_size, timeout=consumer.timeout_s, batch=consumer.batched
+            ),
             ack_policy=AckPolicy.MANUAL,
             config=durable_config(infra.settings.ack_wait_s),
-            title=title,
-            description=handler.__doc__,
+            title=consumer.title,
+            description=consumer.summary,
         )
 
         def run(raw: Sequence[Msg]) -> Awaitable[None]:
-            return consume(Batch(infra, raw, consumer=durable, source=source), handler, signed=signed)
+            return consume(
+                Batch(infra, raw, consumer=durable, source=source), handler, signed=consumer.signed
+            )
 
-        if batched:
+        if consumer.batched:
 
             async def on_batch(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
                 await run(msg.raw_message)

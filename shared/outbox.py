@@ -9,7 +9,6 @@ in ``inbox`` in the same transaction as its effect, so a redelivered event takes
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
@@ -22,7 +21,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from shared.background import cancel
+from shared.background import PeriodicWorker
 from shared.db.engine import Database
 from shared.db.models import INBOX, OUTBOX, OutboxMessage
 from shared.metrics import OUTBOX_BACKLOG, OUTBOX_PUBLISHED
@@ -143,13 +142,15 @@ async def processed_of(session: AsyncSession, consumer: str, event_ids: Sequence
     return {str(row[0]) for row in result}
 
 
-class OutboxRelay:
+class OutboxRelay(PeriodicWorker):
     """Publishes committed outbox rows, signed as a service's (``shared.provenance``). Runs
     beside every writer; several may run at once (rows are claimed with ``FOR UPDATE SKIP LOCKED``).
 
     A commit of ``db`` that enqueued rows wakes it (a commit hook), so they go out at once rather
     than at the next poll; the poll only catches rows other processes committed, or a relay that
-    was down."""
+    was down, so it is slow (an idle process does not wake for it twice a second)."""
+
+    name = "outbox-relay"
 
     def __init__(
         self,
@@ -158,15 +159,13 @@ class OutboxRelay:
         *,
         signer: MessageSigner,
         batch: int = 200,
-        poll_interval_s: float = 0.5,
+        poll_interval_s: float = 5.0,
     ) -> None:
+        super().__init__(poll_interval_s)
         self._db = db
         self._js = js
         self._signer = signer
         self._batch = batch
-        self._poll = poll_interval_s
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self.published = 0
         #: Commits that woke it (they had enqueued rows).
         self.wakes = 0
@@ -175,14 +174,13 @@ class OutboxRelay:
     def _committed(self, info: Mapping[str, object]) -> None:
         if info.get(_WROTE_OUTBOX):
             self.wakes += 1
-            self._wake.set()
+            self.wake()
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="outbox-relay")
+    async def tick(self) -> None:
+        # NATS or Postgres away: the rows stay and are retried; nothing is lost.
+        await self.flush()
 
-    async def stop(self) -> None:
-        await cancel(self._task)
-        self._task = None
+    async def finished(self) -> None:
         # One last pass so a clean shutdown leaves nothing behind that a poll would have sent.
         try:
             await self.flush()
@@ -197,20 +195,6 @@ class OutboxRelay:
             total += sent
             if sent < self._batch:
                 return total
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.flush()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # NATS or Postgres away: the rows stay and are retried; nothing is lost.
-                log.warning("outbox relay pass failed; retrying", exc_info=True)
-                await asyncio.sleep(1.0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._poll)
-            self._wake.clear()
 
     async def _publish_batch(self) -> int:
         async with self._db.transaction() as session:

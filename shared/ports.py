@@ -61,6 +61,10 @@ class Distiller(Protocol):
 
     async def distill(self, session: SessionEnded, summary: TraceSummary) -> list[Lesson]: ...
 
+    async def aclose(self) -> None:
+        """Release what it holds (a model endpoint's connections); a no-op for in-process ones."""
+        ...
+
 
 # -- recall ---------------------------------------------------------------------------------
 
@@ -140,3 +144,12 @@ class Embedder(Protocol):
     dimension: int
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    def load(self) -> None:
+        """Read and check the model now (blocking; a no-op for a remote model), so a damaged
+        install fails the start and the first embedding does not wait for it."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what it holds (a model endpoint's connections); a no-op for in-process ones."""
+        ...

@@ -8,21 +8,19 @@ replies) and a token for its organization, in one file (mode 0600) that
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 import typer
 
-from contracts.common import Principal
-from contracts.connection import ConnectionInfo
-from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
-from shared.embedded.nats_server import reload_nats_server
-from shared.embedded.stack import connection_file, load_dev_identity
-from shared.nats_auth.keys import new_user_seed, public_key_of
-from shared.nats_auth.store import Identity, NatsIdentities, write_private
-from shared.settings import EngramSettings
+if TYPE_CHECKING:
+    from engram_client.contracts.connection import ConnectionInfo
+
+    from shared.nats_auth.store import Identity
+
+# Each command imports what it needs when it runs (services/cli/main.py says why).
 
 __all__ = ["credentials_app", "signing_keys"]
 
@@ -44,6 +42,9 @@ AGENT_CONFIG = typer.Option(
 
 def signing_keys(data_dir: Path) -> dict[str, str]:
     """``ENGRAM_TOKEN_KEYS``, else the data dir's development key."""
+    from shared.embedded.stack import load_dev_identity
+    from shared.settings import EngramSettings
+
     keys = EngramSettings().signing_keys()
     if not keys:
         identity = load_dev_identity(data_dir)
@@ -53,6 +54,11 @@ def signing_keys(data_dir: Path) -> dict[str, str]:
 
 def _apply(data_dir: Path) -> None:
     """Make a running ``engram up`` of ``data_dir`` take the registry's users now."""
+    import asyncio
+
+    from shared.embedded.nats_server import reload_nats_server
+    from shared.nats_auth.store import NatsIdentities
+
     if NatsIdentities(data_dir).running() and asyncio.run(reload_nats_server(data_dir / "nats")):
         typer.echo("applied: the running nats-server reloaded its users", err=True)
     else:
@@ -64,6 +70,10 @@ def _write_client_file(
 ) -> None:
     """The client's file: every field of ``ConnectionInfo`` (what ``connection.json`` gives the
     development client), those the deployment does not tell null, plus the client's name."""
+    from engram_client.contracts.connection import ConnectionInfo
+
+    from shared.nats_auth.store import write_private
+
     if out.exists() and not replace:
         raise typer.BadParameter(f"{out} exists; choose another --out")
     info = ConnectionInfo(
@@ -86,6 +96,8 @@ def _where(
     """Where the client is to work: the URLs and agent config given, else the running ``engram
     up``'s (its HTTP API only when the NATS URL is its own; its development agent config only for
     its development organization)."""
+    from engram_client.contracts.connection import ConnectionInfo, connection_file
+
     path = connection_file(data_dir)
     running = ConnectionInfo.load(path) if path.exists() else None
     same_stack = running is not None and nats_url in ("", running.nats_url)
@@ -98,6 +110,11 @@ def _where(
 
 
 def _client_token(data_dir: Path, org: UUID, name: str, perms: list[str], ttl: int) -> str:
+    from engram_client.contracts.common import Principal
+
+    from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
+    from shared.settings import EngramSettings
+
     if OPERATOR in perms:
         raise typer.BadParameter(
             f"a platform client works for one organization and never holds {OPERATOR}; "
@@ -132,6 +149,8 @@ def mint(
 ) -> None:
     """Issue a platform client: its own NATS identity and a service token for ORG, in one file
     with the fields of connection.json."""
+    from shared.nats_auth.store import NatsIdentities
+
     target = out or Path(f"{name}.json")
     if target.exists():
         raise typer.BadParameter(f"{target} exists; choose another --out")
@@ -157,6 +176,8 @@ def rotate(
     data_dir: Path = DATA_DIR,
 ) -> None:
     """A new key (and token) for a client, same organization and inbox; the old key stops working."""
+    from shared.nats_auth.store import NatsIdentities
+
     try:
         identity, record = NatsIdentities(data_dir).rotate(name)
     except KeyError as exc:
@@ -171,6 +192,8 @@ def rotate(
 @credentials_app.command("revoke")
 def revoke(name: str = typer.Option(..., help="The client to refuse."), data_dir: Path = DATA_DIR) -> None:
     """Refuse a client from now on; its open connections are closed."""
+    from shared.nats_auth.store import NatsIdentities
+
     try:
         record = NatsIdentities(data_dir).revoke(name)
     except KeyError as exc:
@@ -184,6 +207,8 @@ def list_clients(
     all_: bool = typer.Option(False, "--all", help="Revoked clients too."), data_dir: Path = DATA_DIR
 ) -> None:
     """The platform clients of this data dir (public keys only), one JSON object per line."""
+    from shared.nats_auth.store import NatsIdentities
+
     for record in NatsIdentities(data_dir).clients(include_revoked=all_):
         typer.echo(json.dumps(record.__dict__, sort_keys=True))
 
@@ -192,6 +217,9 @@ def list_clients(
 def keygen(out: Path = typer.Option(..., help="Where to write the seed (mode 0600).")) -> None:
     """A new NATS user nkey for a production server (infra/nats/engram-auth.conf): the seed goes
     to OUT, the public key (for ENGRAM_NATS_NKEY_<USER> on the server) is printed."""
+    from shared.nats_auth.keys import new_user_seed, public_key_of
+    from shared.nats_auth.store import write_private
+
     if out.exists():
         raise typer.BadParameter(f"{out} exists; choose another --out")
     seed = new_user_seed()
@@ -211,6 +239,8 @@ def deployment_env(
     from datetime import UTC, datetime
 
     from shared.nats_auth.infra import INFRA_USERS, nkey_variable, seed_variable
+    from shared.nats_auth.keys import new_user_seed, public_key_of
+    from shared.nats_auth.store import write_private
 
     if out.exists():
         raise typer.BadParameter(f"{out} exists; move it away first (it holds the running deployment's keys)")

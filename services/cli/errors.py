@@ -11,15 +11,8 @@ import json
 from typing import Any
 
 import typer
-from nats.errors import Error as NatsError
-from nats.errors import NoRespondersError, NoServersError
-from nats.errors import TimeoutError as NatsTimeout
-from pydantic import ValidationError
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
-
-from contracts.errors import EngramError
-from shared.wire import validation_details
 
 __all__ = ["DEBUG_HELP", "ErrorReportingGroup", "describe"]
 
@@ -44,6 +37,15 @@ def _details_line(details: dict[str, Any]) -> str:
 
 def describe(exc: BaseException) -> tuple[str, str]:
     """The first line (``CODE: message``) and the details line ('' when there are none)."""
+    # Imported on the way out only: a command that succeeds never pays for them.
+    from engram_client.contracts.errors import EngramError
+    from nats.errors import Error as NatsError
+    from nats.errors import NoRespondersError, NoServersError
+    from nats.errors import TimeoutError as NatsTimeout
+    from pydantic import ValidationError
+
+    from shared.wire import validation_details
+
     if isinstance(exc, EngramError):
         return f"{exc.code.value}: {exc.message}", _details_line(exc.details)
     if isinstance(exc, ValidationError):  # refused by the client before it was sent

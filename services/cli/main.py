@@ -2,39 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from contracts.client import EngramClient
-from contracts.common import SYSTEM_ORG, Principal
-from contracts.connection import ConnectionInfo
-from contracts.errors import Unavailable
-from contracts.events import DeadLetter
-from services.cli.credentials import credentials_app, signing_keys
+from services.cli.backup import apply_ledger, backup, restore
+from services.cli.credentials import credentials_app
 from services.cli.errors import DEBUG_HELP, ErrorReportingGroup
-from services.cli.output import print_recall
-from services.cli.streams import read_stream, wait_for_signal
-from shared.auth import KNOWN_PERMISSIONS, TokenService
-from shared.embedded.postgres import PostgresWontStart
-from shared.embedded.stack import (
-    connection_file,
-    connection_info,
-    embedded_stack,
-    load_dev_identity,
-    write_connection_file,
-)
-from shared.logging import setup_logging
-from shared.process_memory import limit_malloc_arenas, settle_heap
-from shared.settings import EngramSettings
+from services.cli.output import console
+
+if TYPE_CHECKING:
+    from engram_client import EngramClient
+
+# Each command imports what it needs when it runs: `engram --help` and the commands that only
+# talk to a running deployment start in a fraction of a second, instead of loading the whole
+# server (Postgres, the embedder, the MCP SDK) first (docs/adr/0092-commands-that-start-fast.md).
 
 app = typer.Typer(
     cls=ErrorReportingGroup,
@@ -49,7 +34,9 @@ app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")
 app.add_typer(config_app, name="config")
 app.add_typer(credentials_app, name="credentials")
-console = Console()
+app.command()(backup)
+app.command()(restore)
+app.command("apply-ledger")(apply_ledger)
 
 DATA_DIR = typer.Option(Path(".engram"), "--data-dir", help="Where the embedded stack keeps its data.")
 
@@ -85,6 +72,23 @@ def up(
     ),
 ) -> None:
     """Start NATS, Postgres, every service and the HTTP gateway in one process, until Ctrl-C."""
+    import asyncio
+    import signal
+
+    from engram_client.contracts.connection import ConnectionInfo
+
+    from services.cli.streams import wait_for_signal
+    from shared.embedded.postgres import PostgresWontStart
+    from shared.embedded.stack import (
+        connection_info,
+        embedded_stack,
+        load_dev_identity,
+        write_connection_file,
+    )
+    from shared.logging import setup_logging
+    from shared.process_memory import limit_malloc_arenas, settle_heap
+    from shared.settings import EngramSettings
+
     limit_malloc_arenas()  # first, before any thread allocates (shared/process_memory.py says why)
     from services.gateway.server import running_gateway
     from services.runtime import running_services
@@ -140,6 +144,7 @@ def up(
             console.print(
                 f"web console at [bold]{http.url}/console[/] (`engram console` prints a sign-in link)"
             )
+            console.print(f"HTTP API docs at [bold]{http.url}/docs[/] (OpenAPI: {http.url}/openapi.json)")
             console.print(f"Prometheus metrics: {metrics_url} (health: /healthz, /readyz)")
             console.print(f"connection details (URL, NATS identity, dev token, org, agent config): {path}")
             if demo:
@@ -203,9 +208,14 @@ def serve(
 ) -> None:
     """Run services in this process against external NATS and Postgres (ENGRAM_NATS_URL,
     ENGRAM_DATABASE_URL), with health probes on ENGRAM_HEALTH_PORT and a graceful drain on SIGTERM."""
+    import asyncio
+
     from services.runtime import SERVICES
     from services.serve import serve as serve_process
+    from shared.logging import setup_logging
     from shared.nats_auth.permissions import GATEWAY
+    from shared.process_memory import limit_malloc_arenas
+    from shared.settings import EngramSettings
 
     unknown = sorted(set(services) - {*SERVICES, GATEWAY})
     if unknown:
@@ -230,7 +240,11 @@ def serve(
 def migrate() -> None:
     """Bring the database at ENGRAM_DATABASE_URL to the newest schema (idempotent). An upgrade runs
     this first, then restarts the services one by one."""
+    import asyncio
+
     from shared.db.engine import migrate as upgrade
+    from shared.logging import setup_logging
+    from shared.settings import EngramSettings
 
     settings = EngramSettings()
     setup_logging(settings.log_level, json=settings.log_json)
@@ -243,7 +257,12 @@ def migrate() -> None:
 @app.command()
 def demo(data_dir: Path = DATA_DIR) -> None:
     """Publish the bundled demo sessions to a running `engram up` and show the outcome."""
+    import asyncio
+
+    from engram_client.contracts.connection import ConnectionInfo
+
     from services.cli.demo import run_demo
+    from shared.embedded.stack import load_dev_identity
 
     info = _connection(data_dir)
     options = ConnectionInfo.model_validate(info).nats_options()
@@ -255,6 +274,8 @@ def demo(data_dir: Path = DATA_DIR) -> None:
 
 
 def _connection(data_dir: Path) -> dict[str, Any]:
+    from engram_client.contracts.connection import connection_file
+
     path = connection_file(data_dir)
     if not path.exists():
         raise typer.BadParameter(f"{path} not found: start Engram with `engram up` (or `make run`) first")
@@ -264,6 +285,8 @@ def _connection(data_dir: Path) -> dict[str, Any]:
 
 def _nats_options(data_dir: Path, url: str) -> dict[str, Any]:
     """The development client's NATS identity (connection.json) when ``url`` is its NATS."""
+    from engram_client.contracts.connection import ConnectionInfo, connection_file
+
     path = connection_file(data_dir)
     if not path.exists():
         return {}
@@ -281,6 +304,8 @@ _CLI_RECONNECT: dict[str, Any] = {
 
 
 async def _engram(data_dir: Path, url: str, token: str) -> EngramClient:
+    from engram_client import EngramClient
+
     return await EngramClient.connect(url, token, **_CLI_RECONNECT, **_nats_options(data_dir, url))
 
 
@@ -316,6 +341,12 @@ def recall(
 ) -> None:
     """Ask Engram what an agent should remember right now: a table for the text and full formats,
     the context block a prompt would get for compact and narrative."""
+    import asyncio
+
+    from engram_client.contracts.common import Principal
+
+    from services.cli.output import print_recall
+
     url, tok = _client_args(data_dir, nats_url, token)
     target = agent_config or UUID(_connection(data_dir)["agent_config_id"])
     fields: dict[str, Any] = {
@@ -369,8 +400,13 @@ def mcp(
 
     The agent is who ENGRAM_TOKEN says, and nobody else: the connection file's own token (engram
     up's, with every permission) is never used for it."""
+    import asyncio
+
+    from engram_client.contracts.connection import ConnectionInfo, connection_file
+
     from services.mcp.caller import Caller
     from services.mcp.stdio import serve_stdio
+    from shared.logging import setup_logging
 
     if not token:
         raise typer.BadParameter(
@@ -404,10 +440,16 @@ def reindex(
     """Rebuild every vector from Postgres (after changing the embedder, or to repair the index).
 
     Run it with the services stopped when the vector store is Qdrant Edge (in-process)."""
+    import asyncio
+    import contextlib
+
+    from engram_client.contracts.connection import connection_file
+    from engram_client.contracts.errors import Unavailable
     from rich.progress import Progress
 
     from services.reindex import reindex_all
     from services.runtime import build_embedder, build_vector_index, edge_store_path
+    from shared.settings import EngramSettings
     from shared.vectors.edge_lock import EdgeStoreInUse, exclusive_edge_store
 
     settings = EngramSettings()
@@ -420,8 +462,9 @@ def reindex(
         raise typer.BadParameter("set ENGRAM_DATABASE_URL, or run `engram up` once so the data dir knows it")
 
     async def main() -> None:
-        embedder = build_embedder(settings)
-        with contextlib.ExitStack() as held:
+        async with contextlib.AsyncExitStack() as held:
+            embedder = build_embedder(settings)
+            held.push_async_callback(embedder.aclose)
             if not settings.vector_store:  # Qdrant Edge: refused while a running service holds it
                 try:
                     held.enter_context(exclusive_edge_store(edge_store_path(settings, embedder)))
@@ -465,6 +508,13 @@ def token_mint(
     data_dir: Path = DATA_DIR,
 ) -> None:
     """Print a signed token (keys from ENGRAM_TOKEN_KEYS, else the data dir's development key)."""
+    from engram_client.contracts.common import Principal
+    from engram_client.contracts.connection import ConnectionInfo, connection_file
+
+    from services.cli.credentials import signing_keys
+    from shared.auth import KNOWN_PERMISSIONS, TokenService
+    from shared.settings import EngramSettings
+
     settings = EngramSettings()
     keys = signing_keys(data_dir)
     if org is None:
@@ -509,8 +559,10 @@ def export(
     """Write an owner's memory to stdout as JSON Lines (one entry per line); progress on stderr.
 
     engram export --actor end_user:alice > alice.jsonl"""
+    import asyncio
     import sys
 
+    from rich.console import Console
     from rich.progress import Progress
 
     url, tok = _client_args(data_dir, nats_url, token)
@@ -550,6 +602,8 @@ def purge(
     token: str = "",
 ) -> None:
     """Erase an owner's memory everywhere (rows, vectors, caches, recall history); prints the receipt."""
+    import asyncio
+
     if not yes:
         typer.confirm(
             f"Erase all memory of {actor}{f' in session {session}' if session else ''}?", abort=True
@@ -580,6 +634,15 @@ def audit_tail(
     organization's, and the system chain's (marked ``system``: records about input that named no
     verified organization, such as a tokenless session's ``session.rejected``). Reading the stream
     takes an audit reader's NATS identity, which is the deployment operator's."""
+    import asyncio
+
+    from engram_client.contracts.common import SYSTEM_ORG
+    from engram_client.contracts.connection import connection_file
+    from rich.markup import escape
+
+    from services.cli.streams import read_stream
+    from shared.settings import EngramSettings
+
     url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
     if org is None and connection_file(data_dir).exists():
         org = UUID(_connection(data_dir)["org_id"])
@@ -629,6 +692,15 @@ def dlq(
     it came on, the error code and reason, and the original's sha256. Every organization's: reading
     the stream takes a dead-letter reader's NATS identity, the deployment operator's. The kept copy
     of the original (PII replaced) is never printed."""
+    import asyncio
+
+    from engram_client.contracts.events import DeadLetter
+    from rich.console import Console
+    from rich.markup import escape
+
+    from services.cli.streams import read_stream
+    from shared.settings import EngramSettings
+
     url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
 
     def show(msg: Any) -> bool:
@@ -662,6 +734,8 @@ def dlq(
 
 
 def _org_label(org_id: UUID | None) -> str:
+    from engram_client.contracts.common import SYSTEM_ORG
+
     if org_id is None:
         return "org=-"
     return "org=system" if org_id == SYSTEM_ORG else f"org={org_id}"
@@ -670,6 +744,8 @@ def _org_label(org_id: UUID | None) -> str:
 @audit_app.command("verify")
 def audit_verify(data_dir: Path = DATA_DIR, nats_url: str = "", token: str = "") -> None:
     """Check the organization's audit chain; exits 1 and names the first broken record if any."""
+    import asyncio
+
     url, tok = _client_args(data_dir, nats_url, token)
 
     async def main() -> bool:
@@ -694,6 +770,8 @@ def config_get(
     agent_config: UUID = typer.Option(None), data_dir: Path = DATA_DIR, nats_url: str = "", token: str = ""
 ) -> None:
     """Print an agent config's memory config (default: the development agent config)."""
+    import asyncio
+
     url, tok = _client_args(data_dir, nats_url, token)
     target = agent_config or UUID(_connection(data_dir)["agent_config_id"])
 
@@ -716,6 +794,8 @@ def config_set(
     token: str = "",
 ) -> None:
     """Change part of an agent config's memory config; values are JSON (true, 5, "x")."""
+    import asyncio
+
     url, tok = _client_args(data_dir, nats_url, token)
     target = agent_config or UUID(_connection(data_dir)["agent_config_id"])
     patch: dict[str, Any] = {}

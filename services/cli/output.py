@@ -1,18 +1,36 @@
-"""How the ``engram`` command prints replies (kept apart from argument parsing)."""
+"""How the ``engram`` command prints replies (kept apart from argument parsing), and ``console``:
+rich's console for stdout, made when a command first prints with it (importing rich costs a
+command that prints nothing with it, ``engram --help`` included, time it need not spend)."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, cast
 
-from contracts.recall import RecallReply
+if TYPE_CHECKING:
+    from engram_client.contracts.recall import RecallReply
+    from rich.console import Console
 
-__all__ = ["print_recall"]
+__all__ = ["console", "print_recall"]
 
 #: Formats whose results carry only id, text and score (and type, for compact): what the caller
 #: wants from them is the rendered context, so that is what is printed.
 _CONTEXT_FORMATS = {"compact", "narrative"}
+
+
+class _FirstUse:
+    """Stands in for a ``Console`` until an attribute is asked for; then it is the console."""
+
+    _console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console()
+        return getattr(self._console, name)
+
+
+console = cast("Console", _FirstUse())
 
 
 def _number(value: float | None, spec: str) -> str:
@@ -21,6 +39,9 @@ def _number(value: float | None, spec: str) -> str:
 
 def print_recall(console: Console, reply: RecallReply, fmt: str) -> None:
     """A recall reply: its summary line, then a table (text, full) or the context block."""
+    from rich.table import Table
+    from rich.text import Text
+
     title = f"{reply.strategy}: {reply.count} of {reply.matched_count} matches, {reply.tokens_used} tokens"
     if fmt in _CONTEXT_FORMATS:
         console.print(f"[bold]{title}[/]", highlight=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from faststream.nats import NatsRouter
 
-from contracts.subjects import MEMORY_SAVE_ACCEPTED, SESSION_VALIDATED
+from contracts.operations import DISTILL_SAVES, DISTILL_SESSIONS
 from services.distill import saves, sessions
 from shared.consumer import Batch, batch_consumer
 from shared.infra import Infra
@@ -21,35 +21,12 @@ def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
 
     # Batches amortize the transaction, inbox, audit and outbox work across sessions. The
     # timeout bounds what a lone session waits for company (latency at low load).
-    @batch_consumer(
-        router,
-        infra,
-        SESSION_VALIDATED,
-        durable=sessions.CONSUMER,
-        source="distill",
-        batch_size=100,
-        timeout=0.02,
-        title="distill:session.validated",
-        signed=True,
-    )
+    @batch_consumer(router, infra, DISTILL_SESSIONS)
     async def on_sessions(batch: Batch) -> None:
-        """Distill lessons from verified sessions and save them, a batch per transaction."""
         await sessions.handle_validated_sessions(infra, distiller, batch)
 
-    @batch_consumer(
-        router,
-        infra,
-        MEMORY_SAVE_ACCEPTED,
-        durable=saves.CONSUMER,
-        source="save",
-        batch_size=32,
-        timeout=1.0,
-        title="distill:save.accepted",
-        signed=True,
-        batched=False,
-    )
+    @batch_consumer(router, infra, DISTILL_SAVES)
     async def on_save(batch: Batch) -> None:
-        """Run an accepted elective save through the save path."""
         await saves.handle_accepted_saves(infra, batch)
 
     return router

@@ -8,6 +8,7 @@ from nats.aio.msg import Msg
 
 from contracts.errors import EngramError
 from contracts.internal import AcceptedSave
+from contracts.operations import DISTILL_SAVES
 from contracts.requests import SaveOutcome
 from contracts.subjects import save_result_subject
 from services.distill.save_path import Draft, SaveContext, save_entries
@@ -20,7 +21,8 @@ from shared.outbox import claim_inbox
 
 __all__ = ["CONSUMER", "handle_accepted_saves"]
 
-CONSUMER = "distill-saves"
+#: Its inbox rows are named after its durable consumer.
+CONSUMER = DISTILL_SAVES.durable
 
 
 async def handle_accepted_saves(infra: Infra, batch: Batch) -> None:

@@ -20,6 +20,7 @@ from opentelemetry.trace import Span
 from contracts.config import MemoryConfig
 from contracts.errors import EngramError, Forbidden
 from contracts.events import SessionEnded
+from contracts.operations import DISTILL_SESSIONS
 from services.distill.gate import distill_gate
 from services.distill.observations import observation_drafts
 from services.distill.save_path import Draft, SaveContext, SaveItem, save_batch
@@ -41,7 +42,8 @@ from shared.telemetry import (
 
 __all__ = ["CONSUMER", "handle_validated_sessions"]
 
-CONSUMER = "distill"
+#: Its inbox rows are named after its durable consumer.
+CONSUMER = DISTILL_SESSIONS.durable
 MAX_LESSONS = 5
 _tracer = tracer(__name__)
 #: Skips for which not even raw activity may be kept.

@@ -12,15 +12,15 @@ embedding can outlast the short ack_wait.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
 from faststream.nats import NatsRouter
 
 from contracts.events import MemoryPurged, MemoryWritten
-from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
+from contracts.operations import EMBED_PURGED, EMBED_WRITTEN
 from services.embed.indexer import index_rows, load_pending
+from shared.background import Worker
 from shared.consumer import Batch, batch_consumer
 from shared.infra import Infra
 from shared.metrics import EMBED_BACKLOG, EMBEDDED
@@ -32,13 +32,15 @@ __all__ = ["EmbedPipeline", "build_router"]
 log = logging.getLogger(__name__)
 
 
-class EmbedPipeline:
+class EmbedPipeline(Worker):
+    name = "embed-pipeline"
+
     def __init__(self, infra: Infra, embedder: Embedder, index: VectorIndex) -> None:
+        super().__init__()
         self._infra = infra
         self._embedder = embedder
         self._index = index
         self._queue: asyncio.Queue[tuple[Batch, dict[int, Any]] | None] = asyncio.Queue(maxsize=1)
-        self._task: asyncio.Task[None] | None = None
 
     async def submit(self, batch: Batch) -> None:
         """Load the batch's rows and queue it; waits while one is queued. A failure to load is
@@ -55,7 +57,7 @@ class EmbedPipeline:
 
     async def start(self) -> None:
         await self._warn_about_foreign_vectors()
-        self._task = asyncio.create_task(self._run(), name="embed-pipeline")
+        await super().start()
 
     async def _warn_about_foreign_vectors(self) -> None:
         """Say so when entries were indexed by another embedder: recall's semantic legs miss them
@@ -81,16 +83,11 @@ class EmbedPipeline:
             made_by,
         )
 
-    async def stop(self) -> None:
+    async def request_stop(self) -> None:
         """Finish what was handed over (the subscriber has stopped), then end the worker."""
-        if self._task is None:
-            return
         await self._queue.put(None)
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         while (item := await self._queue.get()) is not None:
             batch, by_message = item
             rows = len({row.id for row in by_message.values()})
@@ -113,34 +110,12 @@ def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> N
     # a message no service signed is dead-lettered, and so is one that does not parse.
 
     # Embedding models are fastest in batches; the timeout bounds a lone entry's wait.
-    @batch_consumer(
-        router,
-        infra,
-        MEMORY_WRITTEN,
-        durable="embed",
-        source="embed",
-        batch_size=256,
-        timeout=0.02,
-        title="embed:memory.written",
-        signed=True,
-    )
+    @batch_consumer(router, infra, EMBED_WRITTEN)
     async def on_written(batch: Batch) -> None:
-        """Embed and index written entries (a reinforcement of an indexed entry changes nothing)."""
         await pipeline.submit(batch)
 
-    @batch_consumer(
-        router,
-        infra,
-        MEMORY_PURGED,
-        durable="embed-purge",
-        source="embed",
-        batch_size=256,
-        timeout=0.02,
-        title="embed:memory.purged",
-        signed=True,
-    )
+    @batch_consumer(router, infra, EMBED_PURGED)
     async def on_purged(batch: Batch) -> None:
-        """Delete the vectors of purged and pruned entries."""
         # Only an erasure a service announced deletes vectors (a forged one is dead-lettered).
         purged = await batch.parse(MemoryPurged, what="memory.purged event")
         await index.delete([entry_id for _, event in purged for entry_id in event.entry_ids])

@@ -26,6 +26,7 @@ from contracts.errors import EngramError, InvalidRequest, NotFound, Unauthentica
 from contracts.operations import MEMORY_EXPORT, OPERATIONS, Operation
 from services.gateway.bridge import Bridge
 from services.gateway.console import console_mount
+from services.gateway.docs import docs_routes
 from services.gateway.payloads import Shape, decode_object, read_limited
 from shared.metrics import HTTP_REQUESTS, HTTP_SECONDS, exposition
 from shared.wire import error_reply
@@ -250,7 +251,7 @@ def build_app(bridge: Bridge, mcp_app: Starlette, *, cors_origins: list[str] | N
             yield
 
     return Starlette(
-        routes=[*routes(bridge), Route("/mcp", endpoint=mcp_app), console_mount(bridge)],
+        routes=[*routes(bridge), Route("/mcp", endpoint=mcp_app), console_mount(bridge), *docs_routes()],
         middleware=middleware,
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,

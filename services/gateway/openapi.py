@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import sys
-from pathlib import Path
 from typing import Any
 
 from contracts.common import PRINCIPAL_REF_PATTERN
@@ -22,12 +21,12 @@ from contracts.governance import EntryView
 from contracts.operations import MEMORY_EXPORT, OPERATIONS, Operation
 from contracts.schema_export import component_schema, document_main, engram_version
 from services.gateway.app import JSONL
+from services.gateway.docs import OPENAPI_FILE
 from services.gateway.payloads import Shape
 from shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 __all__ = ["OPENAPI_FILE", "build_document", "main"]
 
-OPENAPI_FILE = Path(__file__).resolve().parents[2] / "contracts" / "openapi.json"
 _SCHEMAS = "#/components/schemas/"
 _ERROR = {"$ref": _SCHEMAS + "ErrorReply"}
 _JSON = "application/json"

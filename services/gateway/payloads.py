@@ -6,54 +6,23 @@ validates them against the model, exactly as on NATS."""
 from __future__ import annotations
 
 import re
-import types
 import typing
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
 
+from engram_client.http_shape import HttpShape, _unwrap
 from pydantic import BaseModel
 
-from contracts.common import Principal
 from contracts.errors import InvalidRequest, PayloadTooLarge
 from contracts.json_rules import decode_json
-from contracts.operations import Operation
 
 __all__ = ["Shape", "decode_object", "read_limited"]
 
 
-def _unwrap(annotation: Any) -> tuple[Any, ...]:
-    """The alternatives of ``X | Y | None`` (or just ``X``)."""
-    if get_origin(annotation) in (typing.Union, types.UnionType):
-        return tuple(a for a in get_args(annotation) if a is not type(None))
-    return (annotation,)
-
-
 @dataclass(frozen=True)
-class Shape:
-    """How one operation's request is spread over the HTTP request."""
-
-    op: Operation[Any, Any]
-    #: Fields that take several values: repeated query parameters (``?lifecycle=a&lifecycle=b``).
-    list_fields: frozenset[str]
-    #: Fields holding a principal: ``?principal=end_user:alice`` in a query.
-    principal_fields: frozenset[str]
-    #: Fields holding a JSON object: in a query, the object as JSON (``?metadata={"k":"v"}``).
-    object_fields: frozenset[str]
-    #: Whether the request travels in the JSON body (else in the query).
-    in_body: bool
-
-    @classmethod
-    def of(cls, op: Operation[Any, Any]) -> Shape:
-        fields = op.request.model_fields
-        lists = {n for n, f in fields.items() if any(get_origin(a) is list for a in _unwrap(f.annotation))}
-        principals = {
-            n
-            for n, f in fields.items()
-            if any(isinstance(a, type) and issubclass(a, Principal) for a in _unwrap(f.annotation))
-        }
-        objects = {n for n, f in fields.items() if any(get_origin(a) is dict for a in _unwrap(f.annotation))}
-        in_body = op.http_method in ("POST", "PUT", "PATCH")
-        return cls(op, frozenset(lists), frozenset(principals), frozenset(objects), in_body)
+class Shape(HttpShape):
+    """How one operation's request is spread over the HTTP request (``engram_client.http_shape``,
+    the same shape the client builds requests with), read back into the NATS payload."""
 
     @property
     def query_fields(self) -> dict[str, Any]:

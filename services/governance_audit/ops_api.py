@@ -17,6 +17,7 @@ from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
 from contracts.events import DeadLetter
+from contracts.operations import CONSUMERS, JETSTREAMS
 from contracts.ops import (
     ConsumerLag,
     DeadLetterPage,
@@ -26,10 +27,9 @@ from contracts.ops import (
     LagReply,
     StreamCount,
 )
-from contracts.subjects import STREAMS, dead_letter_subject
+from contracts.subjects import dead_letter_subject
 from shared.access import Caller
 from shared.infra import Infra
-from shared.nats_auth.permissions import CONSUMERS
 
 __all__ = ["DLQ_STREAM", "dead_letters", "lag"]
 
@@ -114,7 +114,7 @@ def _visible_letter(data: bytes, only: UUID | None, seq: int) -> DeadLetterSumma
 async def lag(infra: Infra, caller: Caller, request: LagQuery) -> LagReply:
     """Every stream's counts and every durable's backlog (the edge checked ``deployment.operator``)."""
     streams = []
-    for definition in STREAMS:
+    for definition in JETSTREAMS:
         state = (await infra.js.stream_info(definition.name)).state
         streams.append(
             StreamCount(
@@ -126,7 +126,7 @@ async def lag(infra: Infra, caller: Caller, request: LagQuery) -> LagReply:
             )
         )
     consumers = []
-    for stream, durable, _filter in (c for group in CONSUMERS.values() for c in group):
+    for stream, durable in ((c.stream.jetstream, c.durable) for c in CONSUMERS):
         try:
             info = await infra.js.consumer_info(stream, durable)
         except NotFoundError:

@@ -8,14 +8,13 @@ instances may sweep at once: ``FOR UPDATE SKIP LOCKED`` hands each a disjoint ba
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
 from sqlalchemy import select
 
-from shared.background import cancel
+from shared.background import PeriodicWorker
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.erasure import Erased, erase
@@ -29,15 +28,17 @@ log = logging.getLogger(__name__)
 AfterErase = Callable[[UUID, Erased], Awaitable[object]]
 
 
-class RetentionSweeper:
+class RetentionSweeper(PeriodicWorker):
+    name = "retention-sweeper"
+
     def __init__(
         self, db: Database, after_erase: AfterErase, *, interval_s: float = 30.0, batch: int = 500
     ) -> None:
+        super().__init__(interval_s)
+        self.retry_s = interval_s  # nothing is waiting for a sweep: Postgres away, try next round
         self._db = db
         self._after = after_erase
-        self._interval = interval_s
         self._batch = batch
-        self._task: asyncio.Task[None] | None = None
         self.swept = 0
 
     async def sweep_once(self) -> int:
@@ -79,19 +80,7 @@ class RetentionSweeper:
         RETENTION_SWEPT.inc(total)
         return total
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="retention-sweeper")
-
-    async def stop(self) -> None:
-        await cancel(self._task)
-        self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                swept = await self.sweep_once()
-                if swept:
-                    log.info("retention sweeper erased %d expired entries", swept)
-            except Exception:  # Postgres away: try again next round
-                log.warning("retention sweep failed; retrying", exc_info=True)
-            await asyncio.sleep(self._interval)
+    async def tick(self) -> None:
+        swept = await self.sweep_once()
+        if swept:
+            log.info("retention sweeper erased %d expired entries", swept)

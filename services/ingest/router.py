@@ -5,11 +5,10 @@ from __future__ import annotations
 from faststream.nats import NatsRouter
 
 from contracts.events import SessionEnded
-from contracts.operations import MEMORY_SAVE, SESSION_SUBMIT
+from contracts.operations import INGEST_SESSIONS, MEMORY_SAVE, SESSION_SUBMIT
 from contracts.requests import Accepted, SaveOutcome, SaveRequest, SessionAccepted
-from contracts.subjects import SESSION_ENDED
 from services.ingest.saves import handle_save
-from services.ingest.sessions import CONSUMER, handle_sessions_ended, submit_session
+from services.ingest.sessions import handle_sessions_ended, submit_session
 from shared.access import Caller
 from shared.consumer import Batch, batch_consumer
 from shared.edge import route
@@ -24,18 +23,8 @@ def build_router(infra: Infra) -> NatsRouter:
     # Batches amortize the inbox transaction; the timeout bounds a lone session's wait. Bad input
     # is dead-lettered on its first delivery; what is redelivered failed on an outage (NATS,
     # Postgres), so it is retried until the outage ends rather than dropped.
-    @batch_consumer(
-        router,
-        infra,
-        SESSION_ENDED,
-        durable=CONSUMER,
-        source="session",
-        batch_size=100,
-        timeout=0.02,
-        title="ingest:session.ended",
-    )
+    @batch_consumer(router, infra, INGEST_SESSIONS)
     async def on_sessions_ended(batch: Batch) -> None:
-        """Verify, validate and dedupe platforms' sessions, then hand them to distill."""
         await handle_sessions_ended(infra, batch)
 
     async def save(caller: Caller, request: SaveRequest) -> Accepted | SaveOutcome:

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.errors import EngramError, Forbidden, InvalidRequest, RateLimited
 from contracts.events import MAX_SESSION_BYTES, SessionEnded
+from contracts.operations import INGEST_SESSIONS
 from contracts.requests import SessionAccepted
 from contracts.subjects import SESSION_VALIDATED
 from shared import audit
@@ -40,7 +41,8 @@ from shared.wire import parse_model
 
 __all__ = ["CONSUMER", "handle_sessions_ended", "inbox_key", "submit_session"]
 
-CONSUMER = "ingest"
+#: Its inbox rows are named after its durable consumer.
+CONSUMER = INGEST_SESSIONS.durable
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
 

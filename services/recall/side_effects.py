@@ -1,16 +1,15 @@
 """Recall's side effects (SPEC 5.6), off the hot path: recall records, access counts and the
 audit record of each disclosure, written in batches by one background task.
 
-A recall answers before its record is written; records queue in memory and are flushed every
-``interval_s`` or ``max_batch`` recalls, in one transaction per flush (and at shutdown). A crash
+A recall answers before its record is written; records queue in memory and are flushed
+``interval_s`` after the first of them or at ``max_batch`` recalls, in one transaction per flush
+(and at shutdown); nothing runs while nobody recalls. A crash
 can lose at most the unflushed interval — a deliberate trade for a recall path without a
 synchronous write (docs/adr/0039-recall-side-effects.md).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from uuid import UUID
 from sqlalchemy import bindparam, insert, update
 
 from shared import audit
-from shared.background import cancel
+from shared.background import PeriodicWorker
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, RECALLS
 from shared.time import utcnow
@@ -50,39 +49,32 @@ class Disclosure:
     kind: str = "memory.recalled"
 
 
-class SideEffects:
+class SideEffects(PeriodicWorker):
+    name = "recall-side-effects"
+
     def __init__(self, db: Database, *, interval_s: float = 0.1, max_batch: int = 500) -> None:
+        # Idle until a recall records something: nothing wakes while nobody recalls.
+        super().__init__(None)
+        #: How long the first record waits for company before its flush.
+        self._window = interval_s
         self._db = db
-        self._interval = interval_s
         self._max = max_batch
         self._queue: list[Disclosure] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self.flushed = 0
 
     def record(self, disclosure: Disclosure) -> None:
         self._queue.append(disclosure)
-        if len(self._queue) >= self._max:
-            self._wake.set()
+        if len(self._queue) == 1 or len(self._queue) >= self._max:
+            self.wake()
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="recall-side-effects")
-
-    async def stop(self) -> None:
-        await cancel(self._task)
-        self._task = None
+    async def tick(self) -> None:
+        if 0 < len(self._queue) < self._max:
+            await self._pause(self._window)  # company for the first record; cut short at max_batch
+        # Postgres away: the records stay queued and are written by a later tick.
         await self.flush()
 
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
-            self._wake.clear()
-            try:
-                await self.flush()
-            except Exception:
-                log.warning("recall side effects not written yet; retrying", exc_info=True)
-                await asyncio.sleep(1.0)
+    async def finished(self) -> None:
+        await self.flush()
 
     async def flush(self) -> int:
         batch, self._queue = self._queue, []

@@ -47,6 +47,9 @@ class BuiltinDistiller:
 
     name: str = "builtin"
 
+    async def aclose(self) -> None:
+        """Nothing held."""
+
     async def distill(self, session: SessionEnded, summary: TraceSummary) -> list[Lesson]:
         # The rules are cheap, so they read the whole trace rather than the summary's selection.
         return distill_session(session)

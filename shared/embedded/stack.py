@@ -21,8 +21,8 @@ from uuid import UUID, uuid4
 from pydantic import SecretStr
 
 from contracts.common import Principal
+from contracts.connection import connection_file
 from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
-from shared.db.engine import migrate
 from shared.embedded.nats_server import NatsServerProcess
 from shared.embedded.postgres import EmbeddedPostgres
 from shared.nats_auth.store import NatsIdentities, write_private
@@ -84,10 +84,6 @@ def load_dev_identity(data_dir: Path) -> DevIdentity:
     return DevIdentity(UUID(raw["org_id"]), UUID(raw["agent_config_id"]), raw["kid"], raw["secret"])
 
 
-def connection_file(data_dir: Path) -> Path:
-    return data_dir / "connection.json"
-
-
 def write_connection_file(data_dir: Path, info: dict[str, Any]) -> Path:
     path = connection_file(data_dir)
     write_private(path, json.dumps(info, indent=2))  # 0600, atomic: a reader never sees half a file
@@ -122,6 +118,10 @@ async def embedded_stack(
     base: EngramSettings | None = None,
 ) -> AsyncIterator[EngramSettings]:
     """Start what is not given externally, migrate, and yield settings pointing at it all."""
+    # Imported here: the commands that read this module's files (connection.json, the development
+    # identity) never touch the database, and SQLAlchemy with Alembic is most of their start-up.
+    from shared.db.engine import migrate
+
     data_dir = data_dir.resolve()  # noqa: ASYNC240 (once, at start-up)
     data_dir.mkdir(parents=True, exist_ok=True)
     connection_file(data_dir).unlink(missing_ok=True)

@@ -62,6 +62,12 @@ class HashingEmbedder:
         """:meth:`embed` without the event loop, for benchmarks and synchronous callers."""
         return [self._vector(text) for text in texts]
 
+    def load(self) -> None:
+        """Nothing to load: the hashing embedder has no model."""
+
+    async def aclose(self) -> None:
+        """Nothing held."""
+
     def _vector(self, text: str) -> list[float]:
         dimension = self.dimension
         buckets: dict[int, float] = {}

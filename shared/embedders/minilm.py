@@ -106,6 +106,9 @@ class MiniLMEmbedder:
         """Read and check the model's files now (the first :meth:`embed` would otherwise)."""
         self._model()
 
+    async def aclose(self) -> None:
+        """Nothing held beyond memory (the loaded model is shared by the process)."""
+
     def _model(self) -> _Model:
         return _load(self._directory or model_dir())
 

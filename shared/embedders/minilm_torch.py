@@ -86,6 +86,13 @@ class SentenceTransformerEmbedder:
         vectors: list[list[float]] = matrix.tolist()
         return vectors
 
+    def load(self) -> None:
+        """Load the model now (the first :meth:`embed` would otherwise)."""
+        self.model()
+
+    async def aclose(self) -> None:
+        """Nothing held beyond memory."""
+
     def model(self) -> Any:
         """The loaded ``SentenceTransformer`` (loaded on first use, once, from the packaged files)."""
         with self._load_lock:  # two first calls in two worker threads must not load it twice

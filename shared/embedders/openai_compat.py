@@ -61,6 +61,9 @@ class OpenAICompatEmbedder:
             vectors.extend(await self._embed_batch(list(texts[start : start + self.batch_size])))
         return vectors
 
+    def load(self) -> None:
+        """Nothing to load: the model runs behind the endpoint."""
+
     async def aclose(self) -> None:
         """Close the HTTP client if this embedder created it."""
         await self.endpoint.aclose()

@@ -17,12 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from contracts import subjects as s
-from contracts.operations import OPERATIONS
-from contracts.subjects import STREAMS
+from contracts.operations import CONSUMERS, JETSTREAMS, OPERATIONS, Consumer, consumers_of
 
 __all__ = [
     "ALL_IN_ONE",
-    "CONSUMERS",
     "EDGE_VECTOR_PROCESS",
     "GATEWAY",
     "PUBLIC_REQUESTS",
@@ -52,22 +50,6 @@ EDGE_VECTOR_PROCESS = ("embed", "recall")
 #: The request-reply subjects platforms may call (SPEC 4.2, 5, 7): the public API besides
 #: publishing ``engram.session.ended`` — every operation of the table.
 PUBLIC_REQUESTS: tuple[str, ...] = tuple(op.subject for op in OPERATIONS)
-
-#: Each service's durable pull consumers, ``(stream, durable, filter subject)``, as
-#: ``services/*/router.py`` declare them.
-CONSUMERS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "ingest": (("ENGRAM_SESSIONS", "ingest", s.SESSION_ENDED),),
-    "distill": (
-        ("ENGRAM_SESSIONS", "distill", s.SESSION_VALIDATED),
-        ("ENGRAM_SESSIONS", "distill-saves", s.MEMORY_SAVE_ACCEPTED),
-    ),
-    "embed": (
-        ("ENGRAM_MEMORY", "embed", s.MEMORY_WRITTEN),
-        ("ENGRAM_MEMORY", "embed-purge", s.MEMORY_PURGED),
-    ),
-    "recall": (),
-    "governance-audit": (),
-}
 
 
 @dataclass(frozen=True)
@@ -148,14 +130,15 @@ _RELAY = Grant(
 #: nothing else of the stream API (no DELETE, PURGE, MSG.DELETE, SNAPSHOT ...).
 _ENSURE_STREAMS = Grant(
     "ensure_streams",
-    tuple(f"$JS.API.STREAM.{op}.{d.name}" for d in STREAMS for op in ("INFO", "CREATE", "UPDATE")),
+    tuple(f"$JS.API.STREAM.{op}.{d.name}" for d in JETSTREAMS for op in ("INFO", "CREATE", "UPDATE")),
 )
 
 
-def _consumer(stream: str, durable: str, filter_subject: str) -> Grant:
+def _consumer(consumer: Consumer) -> Grant:
     """A durable pull consumer: looked up, created with exactly this filter (the filter is part of
     the subject), fetched from, acked. No DELETE or UPDATE: a service cannot remove or rewire
     another's consumer."""
+    stream, durable, filter_subject = consumer.stream.jetstream, consumer.durable, consumer.stream.subject
     return Grant(
         f"consumer {stream}/{durable} on {filter_subject}",
         (
@@ -213,14 +196,10 @@ def _service_rights(name: str) -> Permissions:
         publish.append(
             Grant(
                 "consumer lag (engram.ops.lag)",
-                tuple(
-                    f"$JS.API.CONSUMER.INFO.{stream}.{durable}"
-                    for group in CONSUMERS.values()
-                    for stream, durable, _ in group
-                ),
+                tuple(f"$JS.API.CONSUMER.INFO.{c.stream.jetstream}.{c.durable}" for c in CONSUMERS),
             )
         )
-    publish += [_RELAY, _ENSURE_STREAMS, *(_consumer(*c) for c in CONSUMERS[name])]
+    publish += [_RELAY, _ENSURE_STREAMS, *(_consumer(c) for c in consumers_of(name))]
     return Permissions(tuple(publish), tuple(subscribe), allow_responses=True)
 
 

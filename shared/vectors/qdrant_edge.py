@@ -34,13 +34,12 @@ Searches ask every shard with the same tenant filter and merge by score.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from uuid import UUID
@@ -48,6 +47,7 @@ from uuid import UUID
 from qdrant_edge import EdgeShard, Point, Query, QueryRequest, ScoredPoint, UpdateOperation
 
 from contracts.errors import EmbeddingDimensionMismatch
+from shared.background import PeriodicWorker
 from shared.lexical import LEXICAL_VECTOR
 from shared.ports import TenantFilter, VectorHit, VectorPoint
 from shared.vectors._edge_build import SHARD_DIR
@@ -156,9 +156,8 @@ class QdrantEdgeIndex:
         self._write_lock = asyncio.Lock()
         #: One build at a time (the background one, or :meth:`build_index`).
         self._build_lock = asyncio.Lock()
-        self._wake = asyncio.Event()
         self._closed = asyncio.Event()
-        self._maintainer: asyncio.Task[None] | None = None
+        self._maintainer: _Maintainer | None = None
         self._builder: asyncio.subprocess.Process | None = None
         #: Ids written or deleted while a build runs: its result must not bring them back.
         self._changed_during_build: set[UUID] | None = None
@@ -177,8 +176,8 @@ class QdrantEdgeIndex:
         await self._open()
         async with self._write_lock:
             await asyncio.to_thread(self._write, points)
-        if self._live_full():
-            self._wake.set()
+        if self._live_full() and self._maintainer is not None:
+            self._maintainer.wake()
 
     async def delete(self, ids: Sequence[UUID]) -> None:
         if not ids:
@@ -232,12 +231,11 @@ class QdrantEdgeIndex:
     async def close(self) -> None:
         """Stop building (a build in progress is abandoned), flush and close every shard."""
         self._closed.set()
-        self._wake.set()
         builder = self._builder
         if builder is not None and builder.returncode is None:
             builder.kill()
         if self._maintainer is not None:
-            await self._maintainer
+            await self._maintainer.stop()
         async with self._build_lock, self._write_lock:
             shards = self._shards() if self._live is not None else []
             self._live, self._sealed = None, []
@@ -316,9 +314,11 @@ class QdrantEdgeIndex:
         async with self._write_lock:
             if self._live is None:
                 await asyncio.to_thread(self._load_or_create)
-                self._maintainer = asyncio.create_task(self._maintain(), name=f"qdrant-edge:{self._path}")
-                if any(not entry.generation.built for entry in self._sealed):
-                    self._wake.set()  # a crash interrupted a build: do it again
+                # Its first pass rebuilds a sealed shard whose build a crash interrupted.
+                self._maintainer = _Maintainer(
+                    self._maintain, self._check_interval_s, f"qdrant-edge:{self._path}"
+                )
+                await self._maintainer.start()
 
     def _load_or_create(self) -> None:
         root = self._path
@@ -357,26 +357,20 @@ class QdrantEdgeIndex:
 
     async def _maintain(self) -> None:
         """Build when the live shard is full, or when a sealed shard awaits (re)building;
-        checkpoint the shards every ``check_interval_s``."""
-        while not self._closed.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._check_interval_s)
-            self._wake.clear()
-            if self._closed.is_set():
-                return
-            try:
-                full = self._live_full()
-                if full or self._pick_inputs():
-                    await self._build(seal=full, absorb=True)
-                else:
-                    async with self._build_lock:  # a build may be closing shards
-                        await asyncio.to_thread(_flush, self._shards())
-            except BuildInterrupted:
-                return
-            except Exception:
-                log.exception("building the vector index under %s failed; trying again later", self._path)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closed.wait(), self._check_interval_s)
+        otherwise checkpoint the shards (the maintainer runs this every ``check_interval_s``)."""
+        if self._closed.is_set():
+            return
+        try:
+            full = self._live_full()
+            if full or self._pick_inputs():
+                await self._build(seal=full, absorb=True)
+            else:
+                async with self._build_lock:  # a build may be closing shards
+                    await asyncio.to_thread(_flush, self._shards())
+        except BuildInterrupted:
+            return
+        except Exception:
+            log.exception("building the vector index under %s failed; trying again later", self._path)
 
     async def _build(self, *, seal: bool, absorb: bool) -> None:
         """Seal the live shard (if ``seal``) and build what awaits; with ``absorb``, a build of
@@ -617,3 +611,16 @@ def _close_and_remove(entries: Iterable[_Sealed], root: Path) -> None:
     for entry in entries:
         entry.shard.close()
         shutil.rmtree(root / entry.generation.name, ignore_errors=True)
+
+
+class _Maintainer(PeriodicWorker):
+    """The index's background task: runs ``maintain`` every ``interval_s``, at once when woken
+    (the live shard filled up). ``maintain`` logs its own failures and waits for the next round."""
+
+    def __init__(self, maintain: Callable[[], Awaitable[None]], interval_s: float, name: str) -> None:
+        super().__init__(interval_s)
+        self.name = name
+        self._maintain = maintain
+
+    async def tick(self) -> None:
+        await self._maintain()

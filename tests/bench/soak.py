@@ -9,6 +9,11 @@ embed) and recalls at ``--recall-rate`` per second (a mix of ``last_k``, ``seman
 ``/proc`` every ``--sample-s`` seconds. The first ``--warmup-s`` seconds fill caches, pools and
 the embedder, so the drift is measured from the end of warm-up to the end of the run.
 
+Before the load, an idle phase (``--idle-s``, record 0089): with nothing sent, the CPU that
+``engram up`` and its nats-server use (``/proc/<pid>/stat``) and their context switches (every
+thread's, ``/proc/<pid>/task/*/status``: about the wake-ups) over that time, then the latency of
+the first recall after it (``--idle-only`` stops there).
+
 Results go to ``bench-results/soak.json`` and a markdown table on stdout.
 """
 
@@ -58,6 +63,55 @@ def memory_mib(pid: int) -> dict[str, float]:
     if "rss" not in out:
         raise RuntimeError(f"no VmRSS for {pid}")
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU the process used so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def context_switches(pid: int) -> int:
+    """Voluntary + involuntary context switches of all the process's threads so far."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        for line in text.splitlines():
+            if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                total += int(line.split()[1])
+    return total
+
+
+async def idle_usage(pids: dict[str, int], seconds: float) -> dict[str, dict[str, float]]:
+    """Each process's share of one core (%) and context switches per second over ``seconds``
+    with nothing sent to it."""
+    before = {name: (cpu_seconds(pid), context_switches(pid)) for name, pid in pids.items()}
+    started = time.perf_counter()
+    await asyncio.sleep(seconds)
+    elapsed = time.perf_counter() - started
+    out: dict[str, dict[str, float]] = {}
+    for name, pid in pids.items():
+        cpu, switches = cpu_seconds(pid) - before[name][0], context_switches(pid) - before[name][1]
+        out[name] = {
+            "cpu_pct": round(cpu / elapsed * 100, 2),
+            "switches_per_s": round(switches / elapsed, 1),
+        }
+    return out
+
+
+async def first_recall_ms(nc: Client, info: dict[str, Any]) -> float:
+    """The latency of one ``last_k`` recall (the first request after the idle phase)."""
+    body = {"agent_config_id": info["agent_config_id"], "strategy": "last_k", "top_k": 10}
+    headers = {"Authorization": f"Bearer {info['token']}"}
+    t0 = time.perf_counter()
+    reply = await nc.request("engram.recall", json.dumps(body).encode(), headers=headers, timeout=5)
+    ms = (time.perf_counter() - t0) * 1000
+    if "error" in json.loads(reply.data):
+        raise RuntimeError(f"the first recall after idle failed: {reply.data[:200]!r}")
+    return round(ms, 2)
 
 
 def rss_mib(pid: int) -> float:
@@ -164,8 +218,21 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 info = await _connection(data_dir, proc)
                 nc = await nats.connect(server.url)
-                stop = asyncio.Event()
                 out: dict[str, Any] = {}
+                # Start-up's own work (the model's load, the first checkpoints) is not idling; one
+                # recall before the idle phase warms what a first recall would (its queries).
+                await asyncio.sleep(args.settle_s)
+                warm_ms = await first_recall_ms(nc, info)
+                assert server.pid is not None
+                pids = {"engram": proc.pid, "nats": server.pid}
+                out["idle"] = {"seconds": args.idle_s, **await idle_usage(pids, args.idle_s)}
+                out["idle"]["recall_before_ms"] = warm_ms
+                out["idle"]["first_recall_ms"] = await first_recall_ms(nc, info)
+                print(f"[soak] idle: {out['idle']}", file=sys.stderr, flush=True)
+                if args.idle_only:
+                    await nc.drain()
+                    return out
+                stop = asyncio.Event()
                 task = asyncio.create_task(load(nc, info, args, stop, out))
                 samples: list[dict[str, float]] = []
                 builds: list[tuple[float, str]] = []
@@ -228,6 +295,23 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def render_idle(idle: dict[str, Any]) -> str:
+    engram, server = idle["engram"], idle["nats"]
+    total = round(engram["cpu_pct"] + server["cpu_pct"], 2)
+    return "\n".join(
+        [
+            "| idle (nothing sent) | value |",
+            "|---|---|",
+            f"| engram up / nats-server CPU over {idle['seconds']:.0f} s (target together ≤ 1% of a core) "
+            f"| {engram['cpu_pct']}% / {server['cpu_pct']}% ({total}%) |",
+            f"| engram up / nats-server context switches per second | {engram['switches_per_s']} / "
+            f"{server['switches_per_s']} |",
+            f"| a recall before the idle phase / the first after it | {idle['recall_before_ms']} / "
+            f"{idle['first_recall_ms']} ms |",
+        ]
+    )
+
+
 def render(r: dict[str, Any]) -> str:
     rss, anon, file = r["rss_mib"], r["anon_mib"], r["file_mib"]
     verdict = "met" if abs(rss["drift_pct"]) <= 10 else "MISSED"
@@ -260,6 +344,9 @@ if __name__ == "__main__":
     parser.add_argument("--sample-s", type=float, default=10)
     parser.add_argument("--session-rate", type=float, default=10)
     parser.add_argument("--recall-rate", type=float, default=30)
+    parser.add_argument("--idle-s", type=float, default=30, help="the idle phase before the load")
+    parser.add_argument("--settle-s", type=float, default=10, help="after start-up, before the idle phase")
+    parser.add_argument("--idle-only", action="store_true", help="measure the idle phase only")
     parser.add_argument("--out", type=Path, default=Path("bench-results/soak.json"))
     parser.add_argument(
         "--strategies", nargs="+", default=["last_k", "last_k", "semantic", "hybrid"], help="recall mix"
@@ -271,5 +358,8 @@ if __name__ == "__main__":
     results = asyncio.run(main(arguments))
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
     arguments.out.write_text(json.dumps(results, indent=2))
-    print(render(results))
+    print(render_idle(results["idle"]))
+    if not arguments.idle_only:
+        print()
+        print(render(results))
     print(f"\n(full results: {arguments.out})")

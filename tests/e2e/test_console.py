@@ -166,6 +166,37 @@ def test_engram_up_prints_the_console_url(stack: tuple[EngramUp, dict[str, Any]]
     assert f"web console at {info['http_url']}/console" in up.output()
 
 
+def test_api_docs_render_offline_from_the_gateway(
+    browser: WebDriver, stack: tuple[EngramUp, dict[str, Any]]
+) -> None:
+    """`engram up` prints the docs' URL; /docs renders Swagger UI from the gateway's own files (no
+    CDN) with every route of /openapi.json; the console's top bar links to it."""
+    up, info = stack
+    asyncio.run(up.wait_for_output(f"HTTP API docs at {info['http_url']}/docs", WAIT_S))
+    document = httpx.get(f"{info['http_url']}/openapi.json", timeout=WAIT_S).json()
+    browser.get(f"{info['http_url']}/docs")
+    _wait(browser).until(
+        ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".swagger-ui .info .title"), "Engram")
+    )
+    _wait(browser).until(
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock")) >= len(document["paths"])
+    )
+    shown = {
+        el.get_attribute("data-path")
+        for el in browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")
+    }
+    assert shown == set(document["paths"])
+    origin = info["http_url"]
+    loaded = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert loaded, "the page loaded nothing"
+    assert [url for url in loaded if not url.startswith(origin)] == []
+    _shot(browser, "api-docs")
+
+    browser.get(f"{origin}/console/signin")
+    link = _wait(browser).until(ec.presence_of_element_located((By.ID, "api-docs")))
+    assert link.get_attribute("href") == f"{origin}/docs"
+
+
 def test_sign_in_with_a_one_time_link(
     browser: WebDriver, stack: tuple[EngramUp, dict[str, Any]], info: dict[str, Any]
 ) -> None:

@@ -37,7 +37,7 @@ from pydantic import SecretStr
 from sqlalchemy import func, select
 
 from contracts import subjects
-from contracts.subjects import STREAMS
+from contracts.operations import JETSTREAMS as STREAMS
 from services.runtime import SERVICES, build_embedder, build_vector_index, running_services
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, OUTBOX

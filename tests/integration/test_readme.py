@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from sqlalchemy import select, text
@@ -131,3 +131,73 @@ async def test_readme_curl_examples_run_against_the_gateway(
     assert printed.count("Alice prefers store credit to card refunds.") >= 3  # recall, list, export
     receipt = json.loads(printed.strip().splitlines()[-1])
     assert receipt["entries"] == 1  # the delete
+
+
+def _connection_file(path: Path, **fields: Any) -> str:
+    path.write_text(json.dumps({k: str(v) if isinstance(v, UUID) else v for k, v in fields.items()}))
+    return str(path)
+
+
+async def test_readme_python_client_submits_saves_and_recalls(
+    engram: Infra,
+    settings: EngramSettings,
+    nats_proc: SecuredNatsServer,
+    org: UUID,
+    agent: UUID,
+    service_token: str,
+    tmp_path: Path,
+) -> None:
+    """The README's thin-client snippet (engram_client over NATS, as the connection file's nkey
+    identity): the session is accepted once, the save waited for, and recall answers a context."""
+    namespace: dict[str, Any] = {}
+    exec(compile(python_block("async def publish_with_client"), str(README), "exec"), namespace)  # noqa: S102
+    connection = _connection_file(
+        tmp_path / "connection.json",
+        nats_url=settings.nats_url,
+        nats_nkey_seed=nats_proc.client.seed,
+        nats_inbox_prefix=nats_proc.client.inbox_prefix,
+        token=service_token,
+        org_id=org,
+        agent_config_id=agent,
+    )
+    seen = await namespace["publish_with_client"](connection)
+    assert seen["duplicate"] is False
+    assert (seen["saved"]["status"], seen["saved"]["saved"]) == (200, 1)
+    assert "Alice prefers store credit to card refunds." in (seen["context"] or "")
+
+
+async def test_readme_python_client_over_http(
+    gateway: str, org: UUID, agent: UUID, service_token: str, tmp_path: Path
+) -> None:
+    """The README's blocking HTTP snippet (SyncEngramClient, transport="http"): a memory saved for
+    Alice is listed and exported, deleted, and then NOT_FOUND as a typed error."""
+    from engram_client import SyncEngramClient
+
+    namespace: dict[str, Any] = {}
+    exec(compile(python_block("def list_export_forget"), str(README), "exec"), namespace)  # noqa: S102
+    connection = _connection_file(
+        tmp_path / "connection.json",
+        nats_url="nats://unused:4222",
+        http_url=gateway,
+        token=service_token,
+        org_id=org,
+        agent_config_id=agent,
+    )
+    text = f"Alice keeps her receipts in a shoebox ({uuid4().hex[:8]})."
+
+    def run() -> dict[str, Any]:
+        with SyncEngramClient.connect_http(gateway, service_token) as engram:
+            engram.save(
+                agent,
+                [{"text": text, "importance": 0.9}],
+                principal={"kind": "end_user", "id": "alice"},
+                wait=True,
+            )
+        result: dict[str, Any] = namespace["list_export_forget"](connection)
+        return result
+
+    # Blocking code, off this test's event loop (the gateway under test runs on it).
+    seen = await asyncio.to_thread(run)
+    assert text in seen["listed"]
+    assert text in seen["exported"]
+    assert seen["deleted"] == 1

@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 from sqlalchemy import func, select
 
 from contracts.connection import ConnectionInfo
-from contracts.subjects import STREAMS
+from contracts.operations import JETSTREAMS as STREAMS
 from shared import audit
 from shared.db.engine import Database
 from shared.db.models import AUDIT_LOG, ENTRIES

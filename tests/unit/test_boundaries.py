@@ -5,6 +5,9 @@ Read from the source's import statements (every one, also those inside functions
 from __future__ import annotations
 
 import ast
+import re
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -77,6 +80,28 @@ def test_contracts_stay_plain_wire_models() -> None:
         for path in _python_files(ROOT / "contracts")
         for module in _imported(path)
         if module == "shared" or module.startswith("shared.")
+    ]
+    assert offending == []
+
+
+CLIENT = ROOT / "clients" / "python"
+#: What the thin client may import besides the standard library: its declared dependencies.
+CLIENT_DEPENDENCIES = {"engram_client", "nats", "nkeys", "httpx", "pydantic"}
+
+
+def test_the_thin_client_imports_only_its_own_dependencies() -> None:
+    """``clients/python`` (engram-client) is installed alone by agent runners: nothing of the
+    server (``services``, ``shared``, ``contracts``), only the standard library and what its
+    pyproject.toml declares."""
+    declared = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {
+        re.split(r"[<>=\[ ]", d)[0].replace("nats-py", "nats") for d in declared
+    } == CLIENT_DEPENDENCIES - {"engram_client"}
+    offending = [
+        f"{path.relative_to(ROOT).as_posix()} imports {module}"
+        for path in _python_files(CLIENT / "engram_client")
+        for module in _imported(path)
+        if module.split(".")[0] not in CLIENT_DEPENDENCIES | sys.stdlib_module_names
     ]
     assert offending == []
 

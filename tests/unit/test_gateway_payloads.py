@@ -6,8 +6,10 @@ real stack in tests/integration/test_gateway.py)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from uuid import uuid4
 
 import pytest
+from engram_client.http_shape import HttpShape
 
 from contracts.errors import InvalidRequest, PayloadTooLarge
 from contracts.operations import MEMORY_EXPORT, MEMORY_GET, MEMORY_LIST, MEMORY_MANAGE, RECALL
@@ -76,3 +78,26 @@ async def test_body_limits_by_declared_length_and_while_streaming() -> None:
         await read_limited(_chunks(b"ab", b"cde"), None, 4)
     with pytest.raises(InvalidRequest, match="Content-Length"):
         await read_limited(_chunks(b"a"), "many", 4)
+
+
+def test_what_the_client_writes_the_gateway_reads_back() -> None:
+    """The thin client's HTTP request (``engram_client.http_shape``: path, repeated list
+    parameters, a principal as its ref) is read back by the gateway as the same request."""
+    agent, entry = uuid4(), uuid4()
+    request = MEMORY_LIST.request.model_validate(
+        {
+            "agent_config_id": agent,
+            "principal": {"kind": "end_user", "id": "alice"},
+            "lifecycle": ["active", "disabled"],
+            "page_size": 5,
+            "min_importance": 0.25,
+        }
+    )
+    sent = request.model_dump(mode="json", exclude_none=True)
+    path, rest = HttpShape.of(MEMORY_LIST).path(sent)
+    assert path == "/v1/memories"
+    read = Shape.of(MEMORY_LIST).from_query(HttpShape.of(MEMORY_LIST).to_query(rest), {})
+    assert MEMORY_LIST.request.model_validate(read) == request
+
+    path, rest = HttpShape.of(MEMORY_GET).path({"agent_config_id": str(agent), "entry_id": str(entry)})
+    assert (path, rest) == (f"/v1/memories/{entry}", {"agent_config_id": str(agent)})

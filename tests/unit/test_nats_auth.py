@@ -12,7 +12,7 @@ from uuid import uuid4
 import pytest
 
 from contracts import subjects
-from contracts.subjects import STREAMS
+from contracts.operations import JETSTREAMS as STREAMS
 from shared.nats_auth.infra import INFRA_AUTH_FILE, render_infra
 from shared.nats_auth.keys import new_user_seed, public_key_of
 from shared.nats_auth.permissions import (

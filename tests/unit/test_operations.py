@@ -9,17 +9,21 @@ import inspect
 import json
 import types
 import typing
+from pathlib import Path
 from typing import Any, cast, get_args, get_origin
 from uuid import UUID
 
 import pytest
+from engram_client import generate
 from faststream.nats import NatsBroker
-from pydantic import BaseModel
+from nats.js import JetStreamContext
+from pydantic import BaseModel, SecretStr
 
 from contracts import operations, subjects
-from contracts.client import EngramClient
+from contracts.client import EngramClient, SyncEngramClient
 from contracts.governance import EntryView
 from contracts.operations import (
+    JETSTREAMS,
     OPERATIONS,
     STREAMS,
     Operation,
@@ -30,13 +34,24 @@ from contracts.operations import (
     stream_by_subject,
 )
 from contracts.recall import RecallResult
-from contracts.subjects import STREAMS as JETSTREAMS
-from services.asyncapi import build_document, offline_broker, offline_infra
+from services.asyncapi import build_document
+from services.distill.component import build as distill
 from services.embed.router import EmbedPipeline
 from services.embed.router import build_router as embed_router
+from services.governance_audit.component import build as governance
+from services.ingest.component import build as ingest
+from services.recall.component import build as recall
 from services.runtime import SERVICES
+from shared.auth import TokenService
+from shared.component import Ports
+from shared.db.engine import Database
+from shared.distillers.builtin import BuiltinDistiller
+from shared.infra import Infra
 from shared.nats_auth import permissions
+from shared.outbox import OutboxRelay
 from shared.ports import VectorIndex
+from shared.provenance import MessageSigner
+from shared.settings import EngramSettings
 
 #: The MCP tools issue 9 asks for, by the operation each calls.
 REQUIRED_TOOLS = {
@@ -49,14 +64,47 @@ REQUIRED_TOOLS = {
 }
 
 
+def _offline_infra(broker: NatsBroker, data_dir: Path) -> Infra:
+    """What the routers are built with, never connected: enough to build them, not to run them."""
+    settings = EngramSettings(
+        nats_url="nats://localhost:4222",
+        database_url="postgresql://localhost/x",
+        data_dir=data_dir,  # governance creates its purge ledger here
+        token_keys=SecretStr("doc=" + "x" * 40),
+        _env_file=None,
+    )
+    db = Database(settings.database_url)  # creates the engine; connects on first use only
+    signer = MessageSigner(settings.signing_keys())
+    return Infra(
+        settings=settings,
+        db=db,
+        tokens=TokenService(settings.signing_keys(), settings.token_issuer),
+        broker=broker,
+        # The relay only stores its JetStream context until started; it never is here.
+        relay=OutboxRelay(db, cast(JetStreamContext, None), signer=signer),
+        signer=signer,
+    )
+
+
 @pytest.fixture(scope="module")
-def broker() -> NatsBroker:
-    """Every service's router on one never-connected broker: the AsyncAPI document's, plus embed's
-    (whose handlers reach the pipeline and index only when a message arrives; none does here)."""
-    broker = offline_broker()
-    infra = offline_infra(broker)
+def broker(tmp_path_factory: pytest.TempPathFactory) -> NatsBroker:
+    """Every service's router as its component builds it, on one never-connected broker (embed's
+    handlers reach the pipeline and index only when a message arrives; none does here)."""
+    broker = NatsBroker("nats://localhost:4222")
+    infra = _offline_infra(broker, tmp_path_factory.mktemp("data"))
+    ports = Ports(distiller=BuiltinDistiller())
+    for build in (ingest, distill, recall, governance):
+        for router in build(infra, ports).routers:
+            broker.include_router(router)
     broker.include_router(embed_router(infra, cast(EmbedPipeline, None), cast(VectorIndex, None)))
+    # What the edge serves is documented as queue-group subscribers (as the AsyncAPI document does).
+    for served in infra.edge.routes:
+        broker.subscriber(served.op.subject, queue=served.op.queue_group)(_never_called)
     return broker
+
+
+async def _never_called(body: bytes) -> None:
+    raise AssertionError("never subscribed")
 
 
 def _subject(subscriber: Any) -> str:
@@ -86,10 +134,19 @@ def test_every_stream_consumer_is_declared(broker: NatsBroker) -> None:
 
 
 def test_permissions_consumers_match_the_table() -> None:
-    """The NATS table's durable consumers are the streams' consumers of the operation table."""
-    declared = {(service, subject) for service, cs in permissions.CONSUMERS.items() for _, _, subject in cs}
-    expected = {(service, stream.subject) for stream in STREAMS for service in stream.consumed_by}
-    assert declared == expected
+    """Each service may create exactly the durable consumers the table gives it, with their filter."""
+    for service in SERVICES:
+        creates = {
+            subject
+            for subject in permissions.service_permissions(service).publish_subjects()
+            # governance-audit's ephemeral dead-letter readers (``ENGRAM_DLQ.>``) are no durables
+            if subject.startswith("$JS.API.CONSUMER.CREATE.") and not subject.endswith(">")
+        }
+        expected = {
+            f"$JS.API.CONSUMER.CREATE.{c.stream.jetstream}.{c.durable}.{c.stream.subject}"
+            for c in operations.consumers_of(service)
+        }
+        assert creates == expected, service
 
 
 def test_the_cli_services_are_the_services_of_the_table() -> None:
@@ -129,13 +186,32 @@ def test_engram_client_has_a_method_per_operation_returning_its_replies(op: Oper
     assert f"ops.{constant}" in inspect.getsource(method), f"{op.client_method} does not call {constant}"
 
 
-def test_every_client_method_is_in_the_table() -> None:
-    """No EngramClient method talks to a subject the table does not declare."""
-    public = {
-        name for name, value in vars(EngramClient).items() if callable(value) and not name.startswith("_")
-    }
-    plumbing = {"connect", "close", "request", "publish_session"}
-    assert public - plumbing == {op.client_method for op in OPERATIONS}
+def _public_methods(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
+
+
+@pytest.mark.parametrize("client", [EngramClient, SyncEngramClient], ids=lambda c: c.__name__)
+def test_every_client_method_is_in_the_table(client: type) -> None:
+    """No client method (async or blocking) talks to a subject the table does not declare."""
+    plumbing = {"connect", "connect_http", "from_connection", "close", "request", "publish_session"}
+    assert _public_methods(client) - plumbing == {op.client_method for op in OPERATIONS}
+
+
+def test_the_generated_client_methods_are_current() -> None:
+    """The client's methods are generated from the table (``make schema``); a table changed
+    without regenerating them fails here."""
+    assert generate.render() == generate.METHODS_FILE.read_text(), "run `make schema`"
+
+
+def test_the_generated_methods_take_the_tables_positional_fields() -> None:
+    """Each method takes its operation's ``client_args`` in order (or its whole request), then
+    any request field by keyword; each is a request field, so the call validates as the request."""
+    for op in OPERATIONS:
+        params = list(inspect.signature(getattr(EngramClient, op.client_method)).parameters.values())[1:]
+        named = [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        assert named == ([op.client_body] if op.client_body else list(op.client_args)), op.name
+        assert params[-1].kind is inspect.Parameter.VAR_KEYWORD
+        assert set(op.client_args) <= set(op.request.model_fields), op.name
 
 
 def test_the_asyncapi_document_names_every_subject_of_the_table() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from typer.main import get_command
 
-from contracts.subjects import STREAMS
+from contracts.operations import JETSTREAMS as STREAMS
 from services import config_reference
 from services.cli.main import app
 from shared.settings import EngramSettings

@@ -1,0 +1,102 @@
+"""Subject names (SPEC section 6).
+
+The streams that keep them, and their consumers, are rows of the operation table
+(``contracts.operations``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AUDIT",
+    "AUDIT_QUERY",
+    "AUDIT_VERIFY",
+    "CONFIG_GET",
+    "CONFIG_PUT",
+    "DEAD_LETTER_PREFIX",
+    "HEALTH_PREFIX",
+    "MEMORY_DELETE",
+    "MEMORY_EXPORT",
+    "MEMORY_FEEDBACK",
+    "MEMORY_GET",
+    "MEMORY_LIST",
+    "MEMORY_MANAGE",
+    "MEMORY_PRUNE",
+    "MEMORY_PURGE",
+    "MEMORY_PURGED",
+    "MEMORY_SAVE",
+    "MEMORY_SAVE_ACCEPTED",
+    "MEMORY_WRITTEN",
+    "OPS_DEAD_LETTERS",
+    "OPS_LAG",
+    "RECALL",
+    "RECALL_EXPAND",
+    "SAVE_RESULT_PREFIX",
+    "SESSION_ENDED",
+    "SESSION_SUBMIT",
+    "SESSION_VALIDATED",
+    "audit_subject",
+    "dead_letter_subject",
+    "health_subject",
+    "save_result_subject",
+]
+
+# -- events platforms publish -------------------------------------------------------------
+SESSION_ENDED = "engram.session.ended"
+
+#: The same session over request-reply (``POST /v1/sessions``): checked before anything is stored.
+SESSION_SUBMIT = "engram.session.submit"
+
+# -- internal hand-offs (JetStream, so a crash between services loses nothing) --------------
+#: ingest → distill: a session whose token, schema and size were verified.
+SESSION_VALIDATED = "engram.session.validated"
+#: ingest → distill: an elective save, durably accepted before ingest answers 202.
+MEMORY_SAVE_ACCEPTED = "engram.save.accepted"
+#: distill → ingest (core NATS): the outcome of a ``wait: true`` save, per request id.
+SAVE_RESULT_PREFIX = "engram.save.result"
+
+# -- events Engram publishes --------------------------------------------------------------
+MEMORY_WRITTEN = "engram.memory.written"
+MEMORY_PURGED = "engram.memory.purged"
+AUDIT = "engram.audit"
+DEAD_LETTER_PREFIX = "engram.dlq"
+
+# -- request-reply (core NATS, queue groups) ----------------------------------------------
+MEMORY_SAVE = "engram.memory.save"
+RECALL = "engram.recall"
+RECALL_EXPAND = "engram.recall.expand"
+MEMORY_FEEDBACK = "engram.memory.feedback"
+MEMORY_LIST = "engram.memory.list"
+MEMORY_GET = "engram.memory.get"
+MEMORY_DELETE = "engram.memory.delete"
+MEMORY_PURGE = "engram.memory.purge"
+MEMORY_PRUNE = "engram.memory.prune"
+MEMORY_MANAGE = "engram.memory.manage"
+MEMORY_EXPORT = "engram.memory.export"
+CONFIG_GET = "engram.config.get"
+CONFIG_PUT = "engram.config.put"
+AUDIT_QUERY = "engram.audit.query"
+AUDIT_VERIFY = "engram.audit.verify"
+OPS_DEAD_LETTERS = "engram.ops.dead_letters"
+OPS_LAG = "engram.ops.lag"
+
+# -- liveness (core NATS request-reply, internal) ------------------------------------------
+#: ``engram.health.<service>``: any running instance of the service answers, in the service's
+#: queue group, ``{"service": "<service>"}`` (the gateway's ``/readyz``; docs/adr/0057-readiness.md).
+HEALTH_PREFIX = "engram.health"
+
+
+def audit_subject(kind: str) -> str:
+    """``engram.audit.<kind>`` with the dots of a kind like ``memory.saved`` kept as tokens."""
+    return f"{AUDIT}.{kind}"
+
+
+def dead_letter_subject(source: str) -> str:
+    return f"{DEAD_LETTER_PREFIX}.{source}"
+
+
+def health_subject(service: str) -> str:
+    return f"{HEALTH_PREFIX}.{service}"
+
+
+def save_result_subject(request_id: str) -> str:
+    return f"{SAVE_RESULT_PREFIX}.{request_id}"

@@ -1,0 +1,34 @@
+"""distill's part of a process: its router and the distiller (built here unless one was given)."""
+
+from __future__ import annotations
+
+from services.distill.router import build_router
+from shared.component import Component, Ports
+from shared.distillers.builtin import BuiltinDistiller
+from shared.distillers.openai_compat import OpenAICompatDistiller
+from shared.infra import Infra
+from shared.ports import Distiller
+from shared.settings import EngramSettings
+
+__all__ = ["build", "build_distiller"]
+
+
+def build_distiller(settings: EngramSettings) -> Distiller:
+    if settings.distill_model_url:
+        return OpenAICompatDistiller(
+            base_url=settings.distill_model_url,
+            model=settings.distill_model,
+            api_key=settings.distill_api_key.get_secret_value() or None,
+            timeout_s=settings.distill_timeout_s,
+            retries=settings.distill_retries,
+        )
+    return BuiltinDistiller()
+
+
+def build(infra: Infra, ports: Ports) -> Component:
+    # A distiller the caller brought is the caller's to close.
+    distiller = ports.distiller or build_distiller(infra.settings)
+    component = Component("distill", routers=[build_router(infra, distiller)])
+    if ports.distiller is None:
+        component.closers.append(distiller.aclose)
+    return component

@@ -1,0 +1,144 @@
+"""Start-up benchmark (``make bench``): how long the ``engram`` commands take as whole processes,
+as a user meets them — ``engram --help``, every command that only talks to a running deployment
+(against a live ``engram up`` on a scratch data dir), and ``engram mcp`` from launch to its answer
+to ``initialize`` on stdio (what a desktop MCP client waits for on every launch). Each is run
+``--runs`` times (default 7), interleaved command by command, so all see the same load; the table
+gives the median and the max against the targets (issue 24: 0.5 s, and 1 s for ``engram mcp``).
+
+Results go to ``bench-results/startup.json`` and a markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.bench import measure
+from tests.engram_up import ENGRAM, EngramUp, clean_env, cli, stack_dir
+
+#: Seconds: a command that only talks to a running deployment, and ``engram mcp``'s first answer.
+TARGET_S = 0.5
+TARGET_MCP_S = 1.0
+
+#: The commands timed against the live stack; ``{dir}`` is its data dir.
+COMMANDS: dict[str, list[str]] = {
+    "engram --help": ["--help"],
+    "engram recall": ["recall", "--data-dir", "{dir}"],
+    "engram config get": ["config", "get", "--data-dir", "{dir}"],
+    "engram audit verify": ["audit", "verify", "--data-dir", "{dir}"],
+    "engram export": ["export", "--actor", "none", "--data-dir", "{dir}"],
+    "engram dlq": ["dlq", "--data-dir", "{dir}"],
+    "engram token mint": ["token", "mint", "--kind", "none", "--data-dir", "{dir}"],
+    "engram console": ["console", "--data-dir", "{dir}"],
+}
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "startup-bench", "version": "0"},
+    },
+}
+
+
+def time_command(args: list[str]) -> float:
+    """Seconds from launch to exit (a failing command fails the benchmark: it measured nothing)."""
+    started = time.perf_counter()
+    done = subprocess.run([str(ENGRAM), *args], capture_output=True, timeout=60, env=clean_env(), check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"engram {' '.join(args)} exited {done.returncode}: {done.stderr[-1000:]!r}")
+    return elapsed
+
+
+def time_mcp_initialize(data_dir: Path, token: str) -> float:
+    """Seconds from launching ``engram mcp`` to its reply to ``initialize`` (one JSON-RPC line)."""
+    env = {**clean_env(), "ENGRAM_TOKEN": token}
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [str(ENGRAM), "mcp", "--data-dir", str(data_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write((json.dumps(INITIALIZE) + "\n").encode())
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        elapsed = time.perf_counter() - started
+        reply = json.loads(line)
+        if reply.get("id") != 1 or "result" not in reply:
+            raise RuntimeError(f"engram mcp answered initialize with {line[:500]!r}")
+        return elapsed
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def _summary(seconds: list[float], target: float) -> dict[str, Any]:
+    return {
+        "n": len(seconds),
+        "median_s": round(statistics.median(seconds), 3),
+        "max_s": round(max(seconds), 3),
+        "target_s": target,
+        "runs_s": [round(s, 3) for s in seconds],
+    }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    times: dict[str, list[float]] = {name: [] for name in [*COMMANDS, "engram mcp (initialize)"]}
+    with stack_dir() as root:
+        data_dir = root / "data"
+        with EngramUp(data_dir, root / "up.log") as up:
+            await up.connection()
+            await up.wait_for_output("Engram is up", timeout=120)
+            token = cli(
+                "token", "mint", "--kind", "end_user", "--id", "bench", "--data-dir", str(data_dir)
+            ).stdout.strip()
+            machine: dict[str, Any] = {**measure.machine(), "load_avg_before": measure.load_average()}
+            for _ in range(args.runs):
+                for name, argv in COMMANDS.items():
+                    times[name].append(time_command([a.replace("{dir}", str(data_dir)) for a in argv]))
+                times["engram mcp (initialize)"].append(time_mcp_initialize(data_dir, token))
+            machine["load_avg_after"] = measure.load_average()
+    return {
+        "machine": machine,
+        "commands": {
+            name: _summary(seconds, TARGET_MCP_S if "mcp" in name else TARGET_S)
+            for name, seconds in times.items()
+        },
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "| command | median s | max s | target s | within |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, row in results["commands"].items():
+        ok = "yes" if row["median_s"] <= row["target_s"] else "**no**"
+        lines.append(f"| `{name}` | {row['median_s']} | {row['max_s']} | {row['target_s']} | {ok} |")
+    lines.append("")
+    lines.append(measure.machine_note(results["machine"]))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = measure.bench_parser(__doc__, "bench-results/startup.json")
+    parser.add_argument("--runs", type=int, default=7, help="runs of each command")
+    measure.run_bench(parser, run, render)
+
+
+if __name__ == "__main__":
+    main()
