@@ -22,6 +22,7 @@ from engram_client.contracts.common import (
 __all__ = [
     "MAX_EXPAND_EXAMINED",
     "MAX_EXPAND_RETURNED",
+    "SEMANTIC_MAX_TOP_K",
     "ExcludedResult",
     "ExpandReply",
     "ExpandRequest",
