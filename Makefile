@@ -1,6 +1,7 @@
 # Two commands on a fresh machine (only Python 3.11+ needed): `make run` and `make test`.
 # Everything installs into ./.venv (and, where npm exists, the TypeScript SDK's packages into
-# clients/typescript/node_modules); nothing is installed system-wide.
+# clients/typescript/node_modules and the tests' OpenID provider into tests/oidc/node_modules);
+# nothing is installed system-wide.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -29,8 +30,16 @@ $(TS_STAMP): $(TS)/package.json $(TS)/package-lock.json
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $(TS_STAMP)
 
+# The OpenID provider (oidc-provider) the OIDC and attacker tests start, from its lockfile.
+OIDC       := tests/oidc
+OIDC_STAMP := $(OIDC)/node_modules/.installed-$(shell cat $(OIDC)/package-lock.json | cksum | cut -d' ' -f1)
+
+$(OIDC_STAMP): $(OIDC)/package.json $(OIDC)/package-lock.json
+	cd $(OIDC) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(OIDC_STAMP)
+
 ifneq ($(NPM),)
-install: $(STAMP) $(TS_STAMP)
+install: $(STAMP) $(TS_STAMP) $(OIDC_STAMP)
 else
 install: $(STAMP)
 endif
@@ -62,6 +71,7 @@ cluster-test: install
 cluster-bench: install
 	$(BIN)/python -m tests.cluster.scenario --long --out bench-results/cluster.json
 	$(BIN)/python -m tests.bench.cluster
+	$(BIN)/pytest -m partition tests/cluster/test_partition.py -s
 
 ## Benchmarks: write-path throughput and latency, recall latency per strategy at 10k/100k
 ## entries plus embed throughput, each with the bare NATS round trip as yardstick; the default
@@ -87,9 +97,12 @@ soak: install
 overload: install
 	$(BIN)/python -m tests.bench.overload
 
-## Recall quality on LoCoMo (evidence recall@5/@10, latency); skipped when ../shared/eval is absent.
+## Recall quality on LoCoMo (evidence recall@5/@10 per category, session-level any-hit@5, latency;
+## skipped when ../shared/eval is absent), then what an agent is handed for the demo's failure
+## cues (near-duplicate pairs in the top 10, rank of the resolving lesson).
 eval: install
 	$(BIN)/python -m tests.eval.locomo
+	$(BIN)/python -m tests.eval.handed
 
 ## torch and sentence-transformers (CPU) as the default embedder's reference, for bench and the
 ## live parity test; not needed to run or test.
@@ -114,4 +127,5 @@ ifneq ($(NPM),)
 endif
 
 clean:
-	rm -rf $(VENV) .engram .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist $(TS)/readme-example
+	rm -rf $(VENV) .engram .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist $(TS)/readme-example \
+		$(OIDC)/node_modules

@@ -465,6 +465,8 @@ class EngramStore(BaseStore):
                     top_k=1000,
                     token_budget=1_000_000,
                     filters={"memory_types": [MEMORY_TYPE]},
+                    # Every matching item is ranked, near-duplicate values too: a store, not a context.
+                    collapse_similar=False,
                 ),
             )
             for r in reply.results:

@@ -55,6 +55,7 @@ README_SETTINGS = (
     "database_tls_ca_file",
     "nats_nkey_seed",
     "token_keys",
+    "oidc_issuers",
     "http_port",
     "http_host",
     "http_cors_origins",

@@ -6,11 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from uuid import UUID
 
-from sqlalchemy import func, select
-
 from services.embed.indexer import index_entries
 from shared.db.engine import Database
-from shared.db.models import ENTRIES
+from shared.entries import indexing
 from shared.ports import Embedder, VectorIndex
 
 __all__ = ["reindex_all"]
@@ -27,15 +25,12 @@ async def reindex_all(
     db = Database(database_url, pool_size=2)
     try:
         async with db.read() as session:
-            total = int((await session.execute(select(func.count()).select_from(ENTRIES))).scalar_one())
+            total = await indexing.count_all(session)
         done = 0
         after: UUID | None = None
         while True:
-            stmt = select(ENTRIES.c.id).order_by(ENTRIES.c.id).limit(batch)
-            if after is not None:
-                stmt = stmt.where(ENTRIES.c.id > after)
             async with db.read() as session:
-                ids = [row[0] for row in (await session.execute(stmt)).all()]
+                ids = await indexing.ids_after(session, after, batch)
             if not ids:
                 return done
             await index_entries(db, embedder, index, ids, force=True)

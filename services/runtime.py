@@ -16,7 +16,6 @@ from faststream.nats import NatsBroker
 from faststream.nats.security import NatsNKey, NatsSecurity
 
 from contracts.operations import consumers_of
-from shared.auth import TokenService
 from shared.background import Worker
 from shared.bus import configured_streams, ensure_streams, record_consumer_lag
 from shared.cache import ResultCache
@@ -26,6 +25,7 @@ from shared.infra import Infra
 from shared.liveness import LivenessResponder
 from shared.metrics import refreshing
 from shared.nats_auth.permissions import ALL_IN_ONE, process_name, service_inbox
+from shared.oidc import build_verifier
 from shared.outbox import OutboxRelay
 from shared.ports import Distiller, Embedder, VectorIndex
 from shared.provenance import MessageSigner
@@ -197,6 +197,8 @@ async def _connect(settings: EngramSettings, process: str, stack: AsyncExitStack
         ),
     )
     stack.push_async_callback(db.close)
+    tokens = build_verifier(settings)  # a bad issuer list stops the start here
+    stack.push_async_callback(tokens.aclose)
     await broker.connect()
     # Closed last but the database, also when start-up is cut short (Ctrl-C): before whoever
     # started NATS stops it, so the connection never outlives its server.
@@ -214,7 +216,7 @@ async def _connect(settings: EngramSettings, process: str, stack: AsyncExitStack
     infra = Infra(
         settings=settings,
         db=db,
-        tokens=TokenService(settings.signing_keys(), settings.token_issuer),
+        tokens=tokens,
         broker=broker,
         relay=OutboxRelay(db, js, signer=signer),
         signer=signer,

@@ -9,6 +9,11 @@ token and a parsed request into the :class:`Caller` the handler acts as.
    be the token's (``FORBIDDEN`` otherwise); one it leaves out is the token's.
 3. Whom the request acts for: a service token names the principal (``principal``; the shared
    pool when it names none); any other token acts only for itself (:func:`shared.auth.act_as`).
+4. The agent config the request names belongs to the caller's organization, where the
+   operation says so (``Operation.agent_config``): ``FORBIDDEN`` if it is another's, and for a
+   ``known`` one ``NOT_FOUND`` if the organization never configured nor wrote to it (on a first
+   page: a page token was issued for a known one, and refusing a bad one is the token's check). Handlers
+   that read the memory config anyway (recall, feedback, config) make the same check there.
 
 What depends on the data — whose entry it is — handlers ask the caller (:meth:`Caller.may`,
 :meth:`Caller.require`, :meth:`Caller.require_sees`). Owners are compared by owner key
@@ -29,21 +34,42 @@ an operator's permission, and an end-user token carrying it is refused rather th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel
 
 from contracts.common import Principal
 from contracts.errors import Forbidden, InvalidRequest, NotFound
+from contracts.operations import Operation
 from shared.auth import ADMIN, OPERATOR, PURGE, READ, WRITE, Credential, act_as
 from shared.tenancy import SHARED_POOL, owner_key
 
-__all__ = ["Action", "Caller", "authorize", "target_key"]
+__all__ = ["Action", "AgentConfigs", "Caller", "authorize", "target_key"]
 
 Action = Literal["read", "write", "purge"]
 _PERMISSION = {"read": READ, "write": WRITE, "purge": PURGE}
 M = TypeVar("M", bound=BaseModel)
+
+
+class _Owned(Protocol):
+    """An entry as far as visibility goes."""
+
+    @property
+    def owner_key(self) -> str: ...
+    @property
+    def session_id(self) -> str | None: ...
+
+
+E = TypeVar("E", bound=_Owned)
+
+
+class AgentConfigs(Protocol):
+    """Which organization an agent config belongs to (``shared.config_store.AgentConfigOwners``)."""
+
+    async def check(self, org_id: UUID, agent_config_id: UUID, *, known: bool) -> None:
+        """``FORBIDDEN`` when the agent config is another organization's; with ``known``,
+        ``NOT_FOUND`` when ``org_id`` never configured nor wrote to it."""
 
 
 def target_key(actor_ref: str) -> str:
@@ -111,7 +137,7 @@ class Caller:
         if self.credential.agent_config_id is not None or self.credential.session_id is not None:
             raise Forbidden(f"{what} needs a token not restricted to an agent config or session")
 
-    def require_sees(self, row: Any) -> Any:
+    def require_sees(self, row: E | None) -> E:
         """``row`` (an entry with ``owner_key`` and ``session_id``, or None) if this caller may
         read it; else ``NOT_FOUND``, exactly as for a missing entry — ids of other people's memory
         are never confirmed."""
@@ -144,10 +170,14 @@ class Caller:
         return self.credential.session_id
 
 
-def authorize(credential: Credential, permission: str, request: M) -> tuple[Caller, M]:
-    """The caller ``request`` acts as, and the request within the token's restrictions (what it
-    left out filled in from them); ``FORBIDDEN`` when the token does not allow it. See the module
-    docstring for the rules."""
+async def authorize(
+    credential: Credential, op: Operation[Any, Any], request: M, agent_configs: AgentConfigs | None = None
+) -> tuple[Caller, M]:
+    """The caller ``request`` to ``op`` acts as, and the request within the token's restrictions
+    (what it left out filled in from them); ``FORBIDDEN`` when the token does not allow it. See
+    the module docstring for the rules; ``agent_configs`` answers rule 4 (an edge serving an
+    operation that needs it has one: ``shared.edge.Edge.serve``)."""
+    permission = op.permission
     credential.require(permission)
     fill: dict[str, Any] = {}
     fields = type(request).model_fields
@@ -169,4 +199,15 @@ def authorize(credential: Credential, permission: str, request: M) -> tuple[Call
     elif permission == OPERATOR:
         credential.require_deployment_operator()
     # Rare (a restricted token leaving its restriction out): the common path copies nothing.
-    return caller, request.model_copy(update=fill) if fill else request
+    if fill:
+        request = request.model_copy(update=fill)
+    if op.agent_config is not None:
+        agent_config_id = getattr(request, "agent_config_id", None)
+        if agent_config_id is not None:  # None: every agent config of the organization (export, purge)
+            if agent_configs is None:
+                raise RuntimeError(f"{op.name}: nothing to check the agent config's organization with")
+            # A later page's token was issued for a known one: what it says is its own to refuse.
+            first_page = getattr(request, "page_token", None) is None
+            known = op.agent_config == "known" and first_page
+            await agent_configs.check(credential.org_id, agent_config_id, known=known)
+    return caller, request

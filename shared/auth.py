@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, Protocol
 from uuid import UUID, uuid4
 
 import jwt
@@ -26,7 +26,9 @@ __all__ = [
     "KNOWN_PERMISSIONS",
     "OPERATOR",
     "Credential",
+    "Issuer",
     "TokenService",
+    "TokenVerifier",
     "act_as",
     "bearer_from_headers",
     "generate_secret",
@@ -179,13 +181,18 @@ class TokenService:
         known = self._verified.get(token)
         if known is not None:
             return known[0]
-        credential, expires = self._check(token)
+        credential, expires = self.check(token)
         if self._clock() >= expires:  # PyJWT reads its own clock; the memory expires on this one
             raise Unauthenticated("token expired")
         self._verified[token] = (credential, expires)
         return credential
 
-    def _check(self, token: str) -> tuple[Credential, float]:
+    @property
+    def issuer(self) -> str:
+        return self._issuer
+
+    def check(self, token: str) -> tuple[Credential, float]:
+        """What ``token`` proves and its ``exp``, checked now (nothing remembered)."""
         try:
             kid = jwt.get_unverified_header(token).get("kid")
             secret = self._keys.get(kid) if isinstance(kid, str) else None
@@ -226,6 +233,107 @@ class TokenService:
             return credential, float(claims["exp"])
         except (ValueError, TypeError, KeyError) as exc:
             raise Unauthenticated("invalid token claims") from exc
+
+
+class Issuer(Protocol):
+    """Another issuer's tokens (``shared.oidc.issuer.OidcIssuer``: an OpenID Connect issuer)."""
+
+    @property
+    def name(self) -> str:
+        """The ``iss`` its tokens carry."""
+        ...
+
+    @property
+    def epoch(self) -> int:
+        """Grows when a key it verified with is withdrawn."""
+        ...
+
+    async def verify(self, token: str, header: Mapping[str, Any]) -> tuple[Credential, float]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class TokenVerifier:
+    """The one way a token becomes a credential (docs/adr/0093-oidc-tokens.md): Engram's own
+    tokens through :class:`TokenService`, an OpenID Connect issuer's through its :class:`Issuer`
+    (``shared.oidc.issuer.OidcIssuer``), chosen by the token's unverified ``iss`` — which
+    only picks who checks it, never a key.
+
+    A verified token is remembered until it expires (0042), tagged with its issuer's key epoch:
+    when the issuer's key set drops a key, what was remembered under the older epoch is checked
+    again (and refused if its key is gone).
+    """
+
+    def __init__(
+        self,
+        own: TokenService,
+        issuers: Sequence[Issuer] = (),
+        *,
+        remember: int = 4096,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.own = own
+        self._issuers = {issuer.name: issuer for issuer in issuers}
+        self._clock = clock
+        # token → (credential, expiry, issuer or None for Engram's own, that issuer's epoch)
+        self._verified: TLRUCache[str, tuple[Credential, float, Issuer | None, int], float] = TLRUCache(
+            maxsize=remember, ttu=lambda _token, known, _now: known[1], timer=clock
+        )
+
+    @classmethod
+    def of(cls, tokens: TokenService | TokenVerifier) -> TokenVerifier:
+        """A verifier for ``tokens`` (Engram's own tokens only, when given a TokenService)."""
+        return tokens if isinstance(tokens, TokenVerifier) else cls(tokens)
+
+    @property
+    def issuers(self) -> list[Issuer]:
+        return list(self._issuers.values())
+
+    async def verify(self, token: str | None) -> Credential:
+        """What ``token`` proves, or ``UNAUTHENTICATED`` (with the same terse messages whoever
+        issued it)."""
+        return (await self.check(token))[0]
+
+    async def check(self, token: str | None) -> tuple[Credential, float]:
+        """:meth:`verify`, with the token's expiry (what a console session may last)."""
+        if not token:
+            raise Unauthenticated("missing bearer token")
+        if len(token) > _MAX_TOKEN_CHARS:
+            raise Unauthenticated("invalid token")
+        known = self._verified.get(token)
+        if known is not None:
+            credential, expires, issuer, epoch = known
+            if issuer is None or issuer.epoch == epoch:
+                return credential, expires
+            del self._verified[token]
+        issuer, header = self._route(token)
+        if issuer is None:
+            credential, expires = self.own.check(token)
+            epoch = 0
+        else:
+            epoch = issuer.epoch  # before the check: a rotation during it is not missed
+            credential, expires = await issuer.verify(token, header)
+        if self._clock() >= expires:  # PyJWT reads its own clock; the memory expires on this one
+            raise Unauthenticated("token expired")
+        self._verified[token] = (credential, expires, issuer, epoch)
+        return credential, expires
+
+    def _route(self, token: str) -> tuple[Issuer | None, dict[str, Any]]:
+        """The issuer whose token this claims to be (None: Engram's own), and its header."""
+        if not self._issuers:
+            return None, {}
+        try:
+            unverified = jwt.decode_complete(token, options={"verify_signature": False})
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated("invalid token") from exc
+        payload = unverified["payload"]
+        iss = payload.get("iss") if isinstance(payload, dict) else None
+        issuer = self._issuers.get(iss) if isinstance(iss, str) else None
+        return issuer, dict(unverified["header"])
+
+    async def aclose(self) -> None:
+        for issuer in self._issuers.values():
+            await issuer.aclose()
 
 
 def bearer_from_headers(headers: Mapping[str, str] | None) -> str | None:

@@ -17,11 +17,13 @@ from sqlmodel import col
 
 from contracts.config import MemoryConfig, deep_merge, merge_config
 from contracts.errors import Forbidden, InvalidRequest, NotFound
+from shared.db.engine import Database
 from shared.db.models import MemoryConfigRow, MemoryConfigVersion, OrgSettings
 from shared.time import utcnow
 from shared.wire import validation_details
 
 __all__ = [
+    "AgentConfigOwners",
     "claim_agent_config",
     "load_config",
     "org_memory_enabled",
@@ -67,6 +69,21 @@ async def claim_agent_config(
         )
     config, _ = await load_config(session, org_id, agent_config_id)
     return config, created
+
+
+class AgentConfigOwners:
+    """Whose each agent config is, for ``shared.access.authorize`` (``shared.access.AgentConfigs``):
+    one primary-key read per request of an operation that checks it."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def check(self, org_id: UUID, agent_config_id: UUID, *, known: bool) -> None:
+        async with self._db.read() as session:
+            if known:
+                await require_known_agent_config(session, org_id, agent_config_id)
+            else:
+                await load_config(session, org_id, agent_config_id)
 
 
 async def require_known_agent_config(session: AsyncSession, org_id: UUID, agent_config_id: UUID) -> None:

@@ -50,8 +50,8 @@ from opentelemetry.trace import SpanKind, Tracer
 from pydantic import BaseModel
 
 from contracts.operations import OPERATIONS, Operation
-from shared.access import Caller, authorize
-from shared.auth import TokenService, bearer_from_headers
+from shared.access import AgentConfigs, Caller, authorize
+from shared.auth import TokenService, TokenVerifier, bearer_from_headers
 from shared.background import cancel
 from shared.metrics import REQUEST_SECONDS, REQUESTS, REQUESTS_LEFT
 from shared.quotas import Quotas
@@ -97,16 +97,20 @@ class Edge:
 
     def __init__(
         self,
-        tokens: TokenService,
+        tokens: TokenService | TokenVerifier,
         *,
+        agent_configs: AgentConfigs | None = None,
         default_wait_s: float = DEFAULT_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
         quotas: Quotas | None = None,
     ) -> None:
-        """``default_wait_s``: how long callers wait for an operation that names no timeout (what
-        a request may wait here before it is left); ``clock``: seconds, monotonic (tests);
-        ``quotas``: the budgets a request spends once authorized (none: not limited)."""
-        self._tokens = tokens
+        """``agent_configs``: whose each agent config is, for the operations that check it
+        (``Operation.agent_config``); ``default_wait_s``: how long callers wait for an operation
+        that names no timeout (what a request may wait here before it is left); ``clock``:
+        seconds, monotonic (tests); ``quotas``: the budgets a request spends once authorized
+        (none: not limited)."""
+        self._tokens = TokenVerifier.of(tokens)
+        self._agent_configs = agent_configs
         self._quotas = quotas
         self._default_wait_s = default_wait_s
         self._clock = clock
@@ -147,6 +151,10 @@ class Edge:
             raise RuntimeError(f"{op.name} is served twice")
         if self._subscriptions:
             raise RuntimeError(f"{op.name} added after the edge started")
+        if op.agent_config is not None and self._agent_configs is None:
+            raise RuntimeError(
+                f"{op.name} checks its agent config's organization: give the edge agent_configs"
+            )
         self._routes[op.subject] = Route(op, handler, observe)
 
     async def start(self, nc: Client, *, tracer_provider: TracerProvider | None = None) -> None:
@@ -287,7 +295,14 @@ class Edge:
         parent = extract_context(headers) if headers and _TRACEPARENT in headers else None
         # Made here, run (and so traced) only when awaited below.
         answered = answer(
-            self._tokens, r.op, r.handler, headers, body, observe=r.observe, quotas=self._quotas
+            self._tokens,
+            r.op,
+            r.handler,
+            headers,
+            body,
+            observe=r.observe,
+            agent_configs=self._agent_configs,
+            quotas=self._quotas,
         )
         if self._tracer is not None:
             # A request without a traceparent starts a trace of its own (an empty context).
@@ -305,13 +320,14 @@ class Edge:
 
 
 async def answer(
-    tokens: TokenService,
+    tokens: TokenVerifier,
     op: Operation[Req, Rep],
     handler: Handler[Req, Rep],
     headers: Mapping[str, str] | None,
     body: bytes,
     *,
     observe: Observer[Rep] | None = None,
+    agent_configs: AgentConfigs | None = None,
     quotas: Quotas | None = None,
 ) -> bytes:
     """The reply to one request of ``op``: its JSON, or the SPEC 9 envelope's."""
@@ -319,13 +335,13 @@ async def answer(
     span = trace.get_current_span()
     annotate_consumer(span, op.subject, op.queue_group)
     try:
-        credential = tokens.verify(bearer_from_headers(headers))
+        credential = await tokens.verify(bearer_from_headers(headers))
         # Before any other work: a flood over its budget costs a token check and a bucket each.
         if quotas is not None:
             await quotas.charge(op.quota_class, credential.org_id, credential.token_id)
         request = parse_model(op.request, body, max_bytes=op.max_request_bytes)
         annotate_memory_operation(span, op.subject, request)
-        caller, request = authorize(credential, op.permission, request)
+        caller, request = await authorize(credential, op, request, agent_configs)
         reply = await handler(caller, request)
         # A reply omits what it did not set when the operation says so (recall's formats).
         data = reply.model_dump_json(exclude_unset=op.sparse_reply).encode()

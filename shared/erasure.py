@@ -19,15 +19,15 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import ColumnElement, delete, func, insert, or_, select, update
-from sqlalchemy.dialects.postgresql import array
+from sqlalchemy import ColumnElement, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.config import TypePolicy
 from contracts.events import MemoryPurged
 from contracts.subjects import MEMORY_PURGED
 from shared import audit
-from shared.db.models import ENTRIES, ERASURES, RECALLS
+from shared.db.models import ERASURES, RECALLS
+from shared.entries.store import Entry, EntryRef, EntryStore, with_ids
 from shared.outbox import enqueue
 from shared.time import utcnow
 
@@ -94,7 +94,8 @@ async def erase(
     agent_config_id: UUID | None = None,
     append_audit: bool = True,
 ) -> Erased:
-    """Erase the organization's entries matching ``where`` and all their lineage.
+    """Erase the organization's entries matching ``where`` (``shared.entries``: ``in_scope``,
+    ``with_ids``) and all their lineage.
 
     ``recall_history_of`` (an ``actor_ref``) also deletes that caller's recall records (of
     ``session_id`` when given): they say what the owner asked about and was shown.
@@ -103,14 +104,8 @@ async def erase(
     ``Erased.audit`` itself at its end, so the chain lock stays the last lock it takes.
     """
     now = utcnow()
-    rows = (
-        await session.execute(
-            select(ENTRIES.c.id, ENTRIES.c.agent_config_id, ENTRIES.c.layer)
-            .where(ENTRIES.c.org_id == org_id, where)
-            .with_for_update()
-        )
-    ).all()
-    found = {r.id: r for r in rows}
+    entries = EntryStore(session)
+    found = {r.id: r for r in await entries.lock(org_id, where)}
     derived = await lineage(session, org_id, set(found))
     found.update(derived)
     out = Erased(
@@ -120,7 +115,7 @@ async def erase(
         agent_config_ids=sorted({r.agent_config_id for r in found.values()}, key=str),
     )
     for chunk in _chunks(out.ids):
-        await session.execute(delete(ENTRIES).where(ENTRIES.c.id.in_(chunk)))
+        await entries.delete(chunk)
     if recall_history_of is not None:
         conditions = [RECALLS.c.org_id == org_id, RECALLS.c.caller_ref == recall_history_of]
         if agent_config_id is not None:
@@ -186,33 +181,17 @@ async def erase(
     return out
 
 
-async def lineage(session: AsyncSession, org_id: UUID, seeds: set[UUID]) -> dict[UUID, Any]:
+async def lineage(session: AsyncSession, org_id: UUID, seeds: set[UUID]) -> dict[UUID, EntryRef]:
     """Entries linked to ``seeds`` by edit versions (``supersedes``/``superseded_by``) or merges
     (``derived_from``), transitively, locked for the delete."""
-    found: dict[UUID, Any] = {}
+    found: dict[UUID, EntryRef] = {}
+    entries = EntryStore(session)
     frontier = set(seeds)
     known = set(seeds)
     for _ in range(_MAX_LINEAGE_ROUNDS):
         if not frontier:
             break
-        ids = list(frontier)
-        as_text = [str(i) for i in ids]
-        rows = (
-            await session.execute(
-                select(ENTRIES.c.id, ENTRIES.c.agent_config_id, ENTRIES.c.layer)
-                .where(
-                    ENTRIES.c.org_id == org_id,
-                    or_(
-                        # versions of an edited entry (both directions)
-                        ENTRIES.c.supersedes.in_(ids),
-                        ENTRIES.c.superseded_by.in_(ids),
-                        # merges that folded one in (a merge's sources point to it by superseded_by)
-                        ENTRIES.c.derived_from.has_any(array(as_text)),
-                    ),
-                )
-                .with_for_update()
-            )
-        ).all()
+        rows = await entries.linked(org_id, list(frontier))
         frontier = {r.id for r in rows} - known
         known |= frontier
         found.update({r.id: r for r in rows if r.id in frontier})
@@ -262,29 +241,18 @@ async def prune_over_cap(
 ) -> tuple[Erased, int]:
     """Drop lowest importance, then oldest, until the agent config holds at most ``max_entries``
     (pinned entries exempt and never counted out). Returns what was erased and what remains."""
-    scope = (ENTRIES.c.org_id == org_id) & (ENTRIES.c.agent_config_id == agent_config_id)
-    total = (await session.execute(select(func.count()).select_from(ENTRIES).where(scope))).scalar_one()
+    entries = EntryStore(session)
+    total = await entries.count(org_id, agent_config_id)
     excess = total - max_entries
     if excess <= 0:
         return Erased(), total
-    victims = (
-        (
-            await session.execute(
-                select(ENTRIES.c.id)
-                .where(scope, ENTRIES.c.pinned.is_(False))
-                .order_by(ENTRIES.c.importance.asc(), ENTRIES.c.created_at.asc(), ENTRIES.c.id)
-                .limit(excess)
-            )
-        )
-        .scalars()
-        .all()
-    )
+    victims = await entries.least_important(org_id, agent_config_id, excess)
     if not victims:
         return Erased(), total
     erased = await erase(
         session,
         org_id=org_id,
-        where=ENTRIES.c.id.in_(list(victims)),
+        where=with_ids(victims),
         reason="prune",
         requested_by=requested_by,
         audit_kind=audit_kind,
@@ -300,7 +268,7 @@ async def decay_or_erase(
     *,
     org_id: UUID,
     agent_config_id: UUID,
-    entry: Any,
+    entry: Entry,
     policy: TypePolicy,
     requested_by: str,
     also_set: dict[str, Any] | None = None,
@@ -308,14 +276,14 @@ async def decay_or_erase(
     """A memory that turned out wrong (SPEC 5.6, 7.2): its reliability times the type's
     ``decay_on_failure``; below ``prune_below`` (pinned entries excepted) it is erased — Engram's
     own judgement, so no tombstone — else the new reliability is stored with ``also_set``.
-    ``entry`` has ``id``, ``reliability`` and ``pinned``. The erasure's audit records are left
+    The erasure's audit records are left
     in ``Erased.audit`` for the caller to append last."""
     reliability = entry.reliability * policy.decay_on_failure
     if reliability < policy.prune_below and not entry.pinned:
         erased = await erase(
             session,
             org_id=org_id,
-            where=ENTRIES.c.id == entry.id,
+            where=with_ids([entry.id]),
             reason="reliability",
             requested_by=requested_by,
             audit_kind="memory.pruned",
@@ -323,7 +291,5 @@ async def decay_or_erase(
             append_audit=False,
         )
         return reliability, erased
-    await session.execute(
-        update(ENTRIES).where(ENTRIES.c.id == entry.id).values(reliability=reliability, **(also_set or {}))
-    )
+    await EntryStore(session).update(entry.id, reliability=reliability, **(also_set or {}))
     return reliability, None

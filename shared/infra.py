@@ -10,7 +10,8 @@ from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from shared.auth import TokenService
+from shared.auth import TokenVerifier
+from shared.config_store import AgentConfigOwners
 from shared.db.engine import Database
 from shared.edge import Edge
 from shared.outbox import OutboxRelay
@@ -25,7 +26,8 @@ __all__ = ["Infra"]
 class Infra:
     settings: EngramSettings
     db: Database
-    tokens: TokenService
+    #: Every token's one way to a credential: Engram's own and any OpenID Connect issuer's.
+    tokens: TokenVerifier
     broker: NatsBroker
     relay: OutboxRelay
     #: Signs what this process publishes for other services; checks what it consumes from them.
@@ -41,7 +43,12 @@ class Infra:
     def __post_init__(self) -> None:
         self.quotas = Quotas(self.settings.quotas, redis_url=self.settings.redis_url)
         # A request that waited longer than the gateway would wait for it has no caller left.
-        self.edge = Edge(self.tokens, default_wait_s=self.settings.http_request_timeout_s, quotas=self.quotas)
+        self.edge = Edge(
+            self.tokens,
+            agent_configs=AgentConfigOwners(self.db),
+            default_wait_s=self.settings.http_request_timeout_s,
+            quotas=self.quotas,
+        )
 
     @property
     def nc(self) -> Client:

@@ -10,7 +10,7 @@ of the cue's terms inside the store, not a scan of every entry sharing a word in
 Terms are Postgres's own lexemes (``to_tsvector('english', text)``: the same parser, stemming
 and stop words as the ``search`` column), term frequency is a lexeme's position count and
 ``|d|`` its number of distinct lexemes — exactly what the Postgres reference leg
-(``services.recall.queries.lexical_scores``) uses. Document frequencies, N and avgdl come from the
+(``shared.entries.recall.lexical_scores``) uses. Document frequencies, N and avgdl come from the
 per-owner statistics Postgres keeps in step with the entries (migration 0006), summed over the
 owner scopes the caller may see.
 

@@ -28,8 +28,8 @@ from uuid import UUID
 from sqlalchemy import select
 
 from shared.db.engine import Database
-from shared.db.models import ENTRIES, ERASURES
-from shared.entries import in_scope
+from shared.db.models import ERASURES
+from shared.entries import covered
 from shared.erasure import Tombstone, erase
 
 __all__ = ["LedgerRecord", "PurgeLedger", "Reapplied", "reapply"]
@@ -173,11 +173,14 @@ async def reapply(db: Database, records: Iterable[LedgerRecord]) -> Reapplied:
             present = (await session.execute(select(ERASURES.c.id).where(ERASURES.c.id == record.id))).first()
             if present is not None:
                 continue
-            where = in_scope(
-                record.org_id, record.agent_config_id, (record.owner_key,), session_id=record.session_id
-            ) & (ENTRIES.c.created_at <= record.erased_at)
-            if record.fingerprints is not None:
-                where = where & ENTRIES.c.fingerprint.in_(record.fingerprints)
+            where = covered(
+                record.org_id,
+                record.agent_config_id,
+                record.owner_key,
+                session_id=record.session_id,
+                fingerprints=record.fingerprints,
+                until=record.erased_at,
+            )
             erased = await erase(
                 session,
                 org_id=record.org_id,

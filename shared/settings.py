@@ -3,14 +3,44 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated, Any, Literal
+from uuid import UUID
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.quotas import QuotaSettings
 
-__all__ = ["EngramSettings"]
+__all__ = ["EngramSettings", "OidcIssuerSettings"]
+
+
+class OidcIssuerSettings(BaseModel):
+    """One OpenID Connect issuer whose tokens Engram accepts (docs/adr/0093-oidc-tokens.md):
+    an element of ``ENGRAM_OIDC_ISSUERS``, or the ``ENGRAM_OIDC_*`` variables of one more."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The ``iss`` its tokens carry; its keys come by discovery under it unless ``jwks_url``.
+    issuer: str = Field(min_length=1)
+    #: The ``aud`` of its tokens meant for Engram: required, or any token it issues would do.
+    audience: str = Field(min_length=1)
+    #: The organizations it may name, or ``"*"`` (written out: an operator's decision).
+    orgs: Literal["*"] | tuple[UUID, ...]
+    jwks_url: str = ""
+    org_claim: str = Field(default="org_id", min_length=1)
+    principal_claim: str = Field(default="sub", min_length=1)
+    principal_kind_claim: str = Field(default="principal_kind", min_length=1)
+    permissions_claim: str = Field(default="scope", min_length=1)
+    agent_config_claim: str = Field(default="agent_config_id", min_length=1)
+    leeway_s: float = Field(default=30.0, ge=0, le=300)
+    keys_ttl_s: float = Field(default=300.0, gt=0)
+    refresh_min_s: float = Field(default=10.0, ge=0)
+    fetch_timeout_s: float = Field(default=3.0, gt=0, le=30)
+
+    def may_name(self, org_id: UUID) -> bool:
+        return self.orgs == "*" or org_id in self.orgs
 
 
 class EngramSettings(BaseSettings):
@@ -93,6 +123,48 @@ class EngramSettings(BaseSettings):
     token_issuer: str = Field(
         default="engram",
         description="The issuer (`iss`) tokens are minted with and must carry.",
+    )
+    # Tokens from OpenID Connect issuers (docs/adr/0093-oidc-tokens.md); read by oidc_issuer_list().
+    oidc_issuers: Annotated[tuple[OidcIssuerSettings, ...], NoDecode] = Field(
+        default=(),
+        description="Tokens from OpenID Connect issuers beside Engram's own (SPEC 8): a JSON list of "
+        '`{"issuer", "audience", "orgs": [...] or "*"}` with optional `jwks_url`, claim names, '
+        "`leeway_s`, `keys_ttl_s`, `refresh_min_s`, `fetch_timeout_s` (`shared/settings.py: "
+        'OidcIssuerSettings`; README, "Tokens from your identity provider"). Empty: none.',
+    )
+    oidc_issuer: str = Field(
+        default="",
+        description="One more OpenID Connect issuer without JSON: its `iss`; its keys come through "
+        "`<issuer>/.well-known/openid-configuration` (or `ENGRAM_OIDC_JWKS_URL`). Needs "
+        "`ENGRAM_OIDC_AUDIENCE` and `ENGRAM_OIDC_ORGS`.",
+    )
+    oidc_audience: str = Field(
+        default="", description="The `aud` of `ENGRAM_OIDC_ISSUER`'s tokens meant for Engram."
+    )
+    oidc_orgs: str = Field(
+        default="",
+        description="The organizations `ENGRAM_OIDC_ISSUER` may name: `*`, or their ids separated by "
+        "commas; a token naming another is refused.",
+    )
+    oidc_jwks_url: str = Field(
+        default="",
+        description="Where `ENGRAM_OIDC_ISSUER` publishes its keys (empty: by discovery).",
+    )
+    oidc_org_claim: str = Field(
+        default="", description="The claim naming the organization (empty: `org_id`)."
+    )
+    oidc_principal_claim: str = Field(
+        default="", description="The claim naming the principal's id (empty: `sub`)."
+    )
+    oidc_principal_kind_claim: str = Field(
+        default="",
+        description="The claim naming the principal's kind (empty: `principal_kind`; `service` when a "
+        "token has none).",
+    )
+    oidc_permissions_claim: str = Field(
+        default="",
+        description="The claim listing the permissions, space-separated or a list (empty: `scope`, "
+        "then `scp`); only Engram's permission names count.",
     )
 
     # -- Fair share between tenants -------------------------------------------------------------
@@ -277,6 +349,56 @@ class EngramSettings(BaseSettings):
         if value not in {"console", "otlp", "none"}:
             raise ValueError("ENGRAM_OTEL_EXPORTER must be one of console, otlp, none")
         return value
+
+    @field_validator("oidc_issuers", mode="before")
+    @classmethod
+    def _issuers_json(cls, value: Any) -> Any:
+        # Compose passes the variable through empty when unset: empty is "none", not bad JSON.
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else ()
+        return value
+
+    def oidc_issuer_list(self) -> list[OidcIssuerSettings]:
+        """Every configured issuer: ``ENGRAM_OIDC_ISSUERS`` and then ``ENGRAM_OIDC_ISSUER``'s.
+        Raises ValueError (the process does not start) on one configured twice, one named like
+        Engram's own tokens, or an ``ENGRAM_OIDC_ISSUER`` without its audience and orgs."""
+        issuers = list(self.oidc_issuers)
+        if self.oidc_issuer:
+            if not self.oidc_audience or not self.oidc_orgs.strip():
+                raise ValueError(
+                    "ENGRAM_OIDC_ISSUER needs ENGRAM_OIDC_AUDIENCE and ENGRAM_OIDC_ORGS ('*' or ids)"
+                )
+            orgs = self.oidc_orgs.strip()
+            claims = {
+                name: value
+                for name, value in (
+                    ("org_claim", self.oidc_org_claim),
+                    ("principal_claim", self.oidc_principal_claim),
+                    ("principal_kind_claim", self.oidc_principal_kind_claim),
+                    ("permissions_claim", self.oidc_permissions_claim),
+                )
+                if value
+            }
+            issuers.append(
+                OidcIssuerSettings.model_validate(
+                    {
+                        "issuer": self.oidc_issuer,
+                        "audience": self.oidc_audience,
+                        "orgs": "*" if orgs == "*" else [o.strip() for o in orgs.split(",") if o.strip()],
+                        "jwks_url": self.oidc_jwks_url,
+                        **claims,
+                    }
+                )
+            )
+        seen = {self.token_issuer}
+        for issuer in issuers:
+            if issuer.issuer in seen:
+                raise ValueError(
+                    f"OIDC issuer {issuer.issuer!r} is configured twice or is Engram's own "
+                    "(ENGRAM_TOKEN_ISSUER)"
+                )
+            seen.add(issuer.issuer)
+        return issuers
 
     def nats_servers(self) -> list[str]:
         """``nats_url`` as the list of servers to try (one, or a cluster's seed list)."""

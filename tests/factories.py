@@ -6,12 +6,29 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
+from contracts.errors import Forbidden, NotFound
 from contracts.events import SessionEnded, ToolCall, TranscriptTurn
 
-__all__ = ["make_call", "make_session", "make_turn"]
+__all__ = ["AgentConfigsOf", "make_call", "make_session", "make_turn"]
 
 ORG_ID = UUID("00000000-0000-4000-8000-000000000001")
 AGENT_CONFIG_ID = UUID("00000000-0000-4000-8000-000000000002")
+
+
+class AgentConfigsOf:
+    """Whose each agent config is, in memory (``shared.access.AgentConfigs``) for an edge under
+    test without Postgres: ``owners`` maps an agent config to its organization; one not in it is
+    unknown (any organization may claim it, none has it ``known``)."""
+
+    def __init__(self, owners: dict[UUID, UUID] | None = None) -> None:
+        self.owners = dict(owners or {})
+
+    async def check(self, org_id: UUID, agent_config_id: UUID, *, known: bool) -> None:
+        owner = self.owners.get(agent_config_id)
+        if owner is not None and owner != org_id:
+            raise Forbidden("agent config belongs to another organization")
+        if owner is None and known:
+            raise NotFound("agent config not found")
 
 
 def make_call(

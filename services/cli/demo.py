@@ -14,8 +14,6 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy import select
-from sqlmodel import col
 
 from contracts.client import EngramClient
 from contracts.common import Principal
@@ -23,8 +21,8 @@ from contracts.errors import VectorUnavailable
 from services.cli.demo_data import DEMO_AGENT_B, DEMO_ORG_B, DEMO_RECALL_HINTS, demo_sessions
 from shared.auth import ALL_PERMISSIONS
 from shared.db.engine import Database
-from shared.db.models import MemoryEntry
 from shared.embedded.stack import DevIdentity
+from shared.entries import Entry, listing
 
 __all__ = ["DemoReport", "run_demo"]
 
@@ -189,25 +187,17 @@ def _tally(report: DemoReport, records: list[dict[str, Any]], events: set[str]) 
             report.skipped[str(details.get("reason"))] += 1
 
 
-async def _stored(database_url: str, orgs: dict[UUID, UUID], session_ids: set[str]) -> list[MemoryEntry]:
+async def _stored(database_url: str, orgs: dict[UUID, UUID], session_ids: set[str]) -> list[Entry]:
     """What the demo's sessions left (not what other clients saved in these organizations)."""
     db = Database(database_url, pool_size=1)
     try:
         async with db.read() as session:
-            result = await session.execute(
-                select(MemoryEntry)
-                .where(
-                    col(MemoryEntry.org_id).in_(list(orgs)),
-                    col(MemoryEntry.session_id).in_(sorted(session_ids)),
-                )
-                .order_by(col(MemoryEntry.org_id), col(MemoryEntry.created_at))
-            )
-            return list(result.scalars().all())
+            return await listing.of_sessions(session, orgs, session_ids)
     finally:
         await db.close()
 
 
-def _lessons_table(lessons: list[MemoryEntry]) -> Table:
+def _lessons_table(lessons: list[Entry]) -> Table:
     """Each lesson as stored, and what redaction replaced in it in a column of its own: appended to
     the text, the kinds read as a stray placeholder that is not in the memory. Stored text is
     printed as :class:`Text`: memory text is data, never rich markup (``[bold]`` stays as written)."""
@@ -230,7 +220,7 @@ def _lessons_table(lessons: list[MemoryEntry]) -> Table:
     return table
 
 
-def _observations_table(observations: list[MemoryEntry]) -> Table:
+def _observations_table(observations: list[Entry]) -> Table:
     """The observations the write policy redacted or quarantined, stored text as :class:`Text`."""
     flagged = [r for r in observations if r.quarantined or r.redaction]
     title = f"Observations kept: {len(observations)}; the ones the write policy touched"

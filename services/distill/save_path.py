@@ -313,7 +313,7 @@ def _row_params(item: SaveItem, draft: Draft, decision: PolicyDecision, now: dat
         "provenance": ctx.provenance if decision.quarantined else {},
         "expires_at": _expires_at(item.config, draft, now),
         "occurred_at": draft.occurred_at,
-        "session_position": None,  # numbered by EntryStore.upsert (shared/entries.py)
+        "session_position": None,  # numbered by EntryStore.upsert (shared/entries/store.py)
         "created_at": now,
         "updated_at": now,
         "last_accessed_at": None,

@@ -7,58 +7,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
 from uuid import UUID
-
-from sqlalchemy import JSON, Float, and_, func, literal_column, select, update
 
 from contracts.errors import EmbeddingDimensionMismatch
 from shared.db.engine import Database
-from shared.db.models import ENTRIES, LEXICAL_SCOPES
+from shared.entries import indexing
+from shared.entries.indexing import IndexRow
 from shared.lexical import document_weights
 from shared.ports import Embedder, VectorIndex, VectorPoint
 
 __all__ = ["IndexOutcome", "index_entries", "index_rows", "load_pending"]
 
 log = logging.getLogger(__name__)
-
-#: Each entry's lexemes and their frequencies, as the Postgres BM25 leg counts them.
-_TERMS = literal_column(
-    "(SELECT json_object_agg(u.lexeme, coalesce(cardinality(u.positions), 1)) "
-    "FROM unnest(memory_entries.search) u)",
-    JSON,
-).label("terms")
-#: The average entry length (distinct lexemes) in the entry's owner scope, now.
-_AVG_LEN = (
-    select(func.cast(LEXICAL_SCOPES.c.lexemes, Float) / func.greatest(LEXICAL_SCOPES.c.docs, 1))
-    .where(
-        and_(
-            LEXICAL_SCOPES.c.org_id == ENTRIES.c.org_id,
-            LEXICAL_SCOPES.c.agent_config_id == ENTRIES.c.agent_config_id,
-            LEXICAL_SCOPES.c.owner_key == ENTRIES.c.owner_key,
-        )
-    )
-    .scalar_subquery()
-    .label("avg_len")
-)
-
-_LOAD = select(
-    ENTRIES.c.id,
-    ENTRIES.c.text,
-    ENTRIES.c.org_id,
-    ENTRIES.c.agent_config_id,
-    ENTRIES.c.owner_key,
-    ENTRIES.c.layer,
-    ENTRIES.c.memory_type,
-    ENTRIES.c.session_id,
-    ENTRIES.c.created_at,
-    ENTRIES.c.embedding_status,
-    ENTRIES.c.embedding_model,
-    ENTRIES.c.embedding_dimension,
-    _TERMS,
-    _AVG_LEN,
-)
 
 
 class IndexOutcome:
@@ -89,7 +49,7 @@ async def index_entries(
 
 async def load_pending(
     db: Database, embedder: Embedder, ids: Sequence[UUID], *, force: bool = False
-) -> tuple[list[Any], int]:
+) -> tuple[list[IndexRow], int]:
     """The rows of ``ids`` still to embed (all existing ones with ``force``), and how many were
     skipped (gone, or already indexed by this embedder). An entry another embedder indexed is
     embedded again: its vector is in that embedder's collection, not in this one."""
@@ -97,7 +57,7 @@ async def load_pending(
     if not unique:
         return [], 0
     async with db.read() as session:
-        rows = (await session.execute(_LOAD.where(ENTRIES.c.id.in_(unique)))).all()
+        rows = await indexing.load_for_index(session, unique)
     made_by = (embedder.name, embedder.dimension)
     todo = [
         r
@@ -108,7 +68,7 @@ async def load_pending(
 
 
 async def index_rows(
-    db: Database, embedder: Embedder, index: VectorIndex, todo: Sequence[Any]
+    db: Database, embedder: Embedder, index: VectorIndex, todo: Sequence[IndexRow]
 ) -> IndexOutcome:
     """Embed ``todo`` (rows from :func:`load_pending`), upsert their vectors, mark them indexed."""
     outcome = IndexOutcome()
@@ -133,22 +93,21 @@ async def index_rows(
     return outcome
 
 
-def _point(row: object, vector: list[float]) -> VectorPoint:
-    created: datetime = row.created_at  # type: ignore[attr-defined]
+def _point(row: IndexRow, vector: list[float]) -> VectorPoint:
     return VectorPoint(
-        id=row.id,  # type: ignore[attr-defined]
+        id=row.id,
         vector=vector,
-        org_id=row.org_id,  # type: ignore[attr-defined]
-        agent_config_id=row.agent_config_id,  # type: ignore[attr-defined]
-        owner_key=row.owner_key,  # type: ignore[attr-defined]
-        layer=row.layer,  # type: ignore[attr-defined]
-        memory_type=row.memory_type,  # type: ignore[attr-defined]
-        session_id=row.session_id,  # type: ignore[attr-defined]
-        created_at=created.timestamp(),
+        org_id=row.org_id,
+        agent_config_id=row.agent_config_id,
+        owner_key=row.owner_key,
+        layer=row.layer,
+        memory_type=row.memory_type,
+        session_id=row.session_id,
+        created_at=row.created_at.timestamp(),
         lexical=document_weights(
-            row.terms or {},  # type: ignore[attr-defined]
+            row.terms or {},
             # an inactive entry is not counted in its scope: its own length then
-            row.avg_len or len(row.terms or {}) or 1.0,  # type: ignore[attr-defined]
+            row.avg_len or len(row.terms or {}) or 1.0,
         ),
     )
 
@@ -156,11 +115,7 @@ def _point(row: object, vector: list[float]) -> VectorPoint:
 async def _mark(db: Database, ids: list[UUID], status: str, *, made_by: Embedder | None = None) -> set[UUID]:
     """Set ``embedding_status`` (and which embedder made the vector); returns the ids whose rows
     still exist."""
-    values: dict[str, Any] = {"embedding_status": status}
-    if made_by is not None:
-        values.update(embedding_model=made_by.name, embedding_dimension=made_by.dimension)
     async with db.transaction() as session:
-        result = await session.execute(
-            update(ENTRIES).where(ENTRIES.c.id.in_(ids)).values(**values).returning(ENTRIES.c.id)
-        )
-        return {row[0] for row in result}
+        if made_by is None:
+            return await indexing.mark(session, ids, status)
+        return await indexing.mark(session, ids, status, model=made_by.name, dimension=made_by.dimension)

@@ -28,6 +28,7 @@ from services.gateway.bridge import Bridge
 from services.gateway.console import console_mount
 from services.gateway.docs import docs_routes
 from services.gateway.payloads import Shape, decode_object, read_limited
+from shared.auth import TokenVerifier
 from shared.metrics import HTTP_REQUESTS, HTTP_SECONDS, exposition
 from shared.wire import error_reply
 
@@ -228,7 +229,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(envelope, status_code=exc.status_code, headers=exc.headers)
 
 
-def build_app(bridge: Bridge, mcp_app: Starlette, *, cors_origins: list[str] | None = None) -> Starlette:
+def build_app(
+    bridge: Bridge, mcp_app: Starlette, tokens: TokenVerifier, *, cors_origins: list[str] | None = None
+) -> Starlette:
     """The ASGI application, with ``mcp_app`` (the MCP server's streamable HTTP transport, built
     by the gateway process on ``bridge``'s connection) at ``/mcp``. CORS is off unless origins are
     given (``ENGRAM_HTTP_CORS_ORIGINS``)."""
@@ -251,7 +254,12 @@ def build_app(bridge: Bridge, mcp_app: Starlette, *, cors_origins: list[str] | N
             yield
 
     return Starlette(
-        routes=[*routes(bridge), Route("/mcp", endpoint=mcp_app), console_mount(bridge), *docs_routes()],
+        routes=[
+            *routes(bridge),
+            Route("/mcp", endpoint=mcp_app),
+            console_mount(bridge, tokens),
+            *docs_routes(),
+        ],
         middleware=middleware,
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,

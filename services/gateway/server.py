@@ -20,7 +20,7 @@ from services.gateway.app import build_app
 from services.gateway.bridge import Bridge
 from services.gateway.http_protocol import EnvelopeHttpToolsProtocol
 from services.mcp import streamable_http_app
-from shared.auth import TokenService
+from shared.oidc import build_verifier
 from shared.process_memory import settle_heap
 from shared.settings import EngramSettings
 
@@ -100,11 +100,11 @@ async def running_gateway(
     """Serve the gateway on ``settings.http_host:http_port`` until the block ends: connected to
     NATS as ``nkey_seed`` (the gateway's identity) first, listening after. Its token keys
     (``ENGRAM_TOKEN_KEYS``, as the services') verify MCP clients' bearer tokens at the door."""
-    tokens = TokenService(settings.signing_keys(), settings.token_issuer)  # no keys: fails here
+    tokens = build_verifier(settings)  # no keys, or a bad issuer list: fails here
     bridge = await Bridge.connect(settings, nkey_seed)
     origins = [o.strip() for o in settings.http_cors_origins.split(",") if o.strip()]
     config = uvicorn.Config(
-        build_app(bridge, streamable_http_app(bridge.nats, tokens), cors_origins=origins),
+        build_app(bridge, streamable_http_app(bridge.nats, tokens), tokens, cors_origins=origins),
         lifespan="on",  # the MCP session manager at /mcp (services/mcp) runs in it
         http=EnvelopeHttpToolsProtocol,  # what its parser refuses, in the SPEC 9 envelope too
         access_log=False,
@@ -132,6 +132,7 @@ async def running_gateway(
             await task
         sock.close()
         await bridge.close()
+        await tokens.aclose()
 
 
 async def serve_gateway(settings: EngramSettings) -> int:

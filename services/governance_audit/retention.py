@@ -12,11 +12,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
-from sqlalchemy import select
-
 from shared.background import PeriodicWorker
 from shared.db.engine import Database
-from shared.db.models import ENTRIES
+from shared.entries import EntryStore, with_ids
 from shared.erasure import Erased, erase
 from shared.metrics import RETENTION_SWEEPS, RETENTION_SWEPT
 from shared.time import utcnow
@@ -47,24 +45,16 @@ class RetentionSweeper(PeriodicWorker):
         while True:
             done: list[tuple[UUID, Erased]] = []
             async with self._db.transaction() as session:
-                rows = (
-                    await session.execute(
-                        select(ENTRIES.c.id, ENTRIES.c.org_id)
-                        .where(ENTRIES.c.expires_at.is_not(None), ENTRIES.c.expires_at <= utcnow())
-                        .order_by(ENTRIES.c.expires_at)
-                        .limit(self._batch)
-                        .with_for_update(skip_locked=True)
-                    )
-                ).all()
+                rows = await EntryStore(session).expired(utcnow(), self._batch)
                 by_org: dict[UUID, list[UUID]] = {}
-                for r in rows:
-                    by_org.setdefault(r.org_id, []).append(r.id)
+                for entry_id, org_id in rows:
+                    by_org.setdefault(org_id, []).append(entry_id)
                 # Organizations in a fixed order: their chain locks are taken in that order.
                 for org_id in sorted(by_org, key=str):
                     erased = await erase(
                         session,
                         org_id=org_id,
-                        where=ENTRIES.c.id.in_(by_org[org_id]),
+                        where=with_ids(by_org[org_id]),
                         reason="expired",
                         requested_by="engram:retention",
                         audit_kind="memory.expired",

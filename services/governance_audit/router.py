@@ -3,11 +3,7 @@ operation of the table, served by the edge (``shared.edge``)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
 from faststream.nats import NatsRouter
-from pydantic import BaseModel
 
 from contracts import operations as ops
 from contracts.governance import ManageReply, ManageRequest
@@ -21,8 +17,6 @@ from services.governance_audit.manage import manage_entry
 from services.governance_audit.ops_api import dead_letters, lag
 from shared.access import Caller
 from shared.cache import ResultCache
-from shared.config_store import load_config
-from shared.db.engine import Database
 from shared.edge import route
 from shared.infra import Infra
 from shared.page_tokens import PageTokens
@@ -30,24 +24,6 @@ from shared.page_tokens import PageTokens
 __all__ = ["build_router"]
 
 QUEUE = "governance-audit"
-M = TypeVar("M", bound=BaseModel)
-R = TypeVar("R", bound=BaseModel)
-
-
-def _own_agent_config(
-    db: Database, handler: Callable[[Caller, M], Awaitable[R]]
-) -> Callable[[Caller, M], Awaitable[R]]:
-    """An agent config of another organization is refused as such (``FORBIDDEN``), before the
-    handler — the same answer recall, save and config give, instead of an empty page."""
-
-    async def run(caller: Caller, request: M) -> R:
-        agent_config_id = getattr(request, "agent_config_id", None)
-        if agent_config_id is not None:
-            async with db.read() as session:
-                await load_config(session, caller.org_id, agent_config_id)
-        return await handler(caller, request)
-
-    return run
 
 
 def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None = None) -> NatsRouter:
@@ -68,10 +44,6 @@ def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None =
             await results.invalidate(caller.org_id, [request.agent_config_id])
         return reply
 
-    def memory(handler: Callable[[Caller, M], Awaitable[R]]) -> Callable[[Caller, M], Awaitable[R]]:
-        """A management request: the agent config's organization first, then the handler."""
-        return _own_agent_config(db, handler)
-
     infra.edge.serve_group(
         QUEUE,
         [
@@ -81,13 +53,14 @@ def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None =
             route(ops.AUDIT_VERIFY, lambda c, r: verify_audit(infra, c, r)),
             route(ops.OPS_DEAD_LETTERS, lambda c, r: dead_letters(infra, c, r)),
             route(ops.OPS_LAG, lambda c, r: lag(infra, c, r)),
-            route(ops.MEMORY_LIST, memory(lambda c, r: list_entries(db, pages, c, r))),
-            route(ops.MEMORY_GET, memory(lambda c, r: get_entry(db, c, r))),
-            route(ops.MEMORY_EXPORT, memory(lambda c, r: export_page(db, pages, c, r))),
-            route(ops.MEMORY_MANAGE, memory(manage)),
-            route(ops.MEMORY_DELETE, memory(erasures.delete)),
-            route(ops.MEMORY_PURGE, memory(erasures.purge)),
-            route(ops.MEMORY_PRUNE, memory(erasures.prune)),
+            # Each checks the agent config's organization before its handler (authorize).
+            route(ops.MEMORY_LIST, lambda c, r: list_entries(db, pages, c, r)),
+            route(ops.MEMORY_GET, lambda c, r: get_entry(db, c, r)),
+            route(ops.MEMORY_EXPORT, lambda c, r: export_page(db, pages, c, r)),
+            route(ops.MEMORY_MANAGE, manage),
+            route(ops.MEMORY_DELETE, erasures.delete),
+            route(ops.MEMORY_PURGE, erasures.purge),
+            route(ops.MEMORY_PRUNE, erasures.prune),
         ],
     )
     return router

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from contracts.common import Principal
 from contracts.governance import EntryView
 from shared.access import Caller
-from shared.entries import EntryStore
+from shared.entries import Entry, EntryStore
 
 __all__ = ["QUARANTINE_PLACEHOLDER", "entry_view", "load_entry"]
 
 QUARANTINE_PLACEHOLDER = "[quarantined memory withheld]"
 
 
-def entry_view(row: Any, *, show_quarantined: bool) -> EntryView:
+def entry_view(row: Entry, *, show_quarantined: bool) -> EntryView:
     """``row`` as shown; a quarantined entry's text and metadata (what its writer chose) are
     withheld unless ``show_quarantined`` (a ``memory.admin`` caller reviewing quarantine)."""
     owner = Principal(kind=row.owner_kind, id=row.owner_id) if row.owner_kind else None
@@ -63,7 +62,7 @@ def entry_view(row: Any, *, show_quarantined: bool) -> EntryView:
 
 async def load_entry(
     entries: EntryStore, caller: Caller, entry_id: UUID, agent_config_id: UUID, *, for_update: bool = False
-) -> Any:
+) -> Entry:
     """The entry ``entry_id`` of the caller's organization and ``agent_config_id``, if the caller
     may see it; ``NOT_FOUND`` otherwise (:meth:`Caller.require_sees`). ``for_update`` locks it."""
     row = await entries.get(caller.org_id, agent_config_id, entry_id, for_update=for_update)

@@ -17,7 +17,6 @@ from contracts.internal import AcceptedSave
 from contracts.requests import Accepted, SaveOutcome, SaveRequest
 from contracts.subjects import MEMORY_SAVE_ACCEPTED, save_result_subject
 from shared.access import Caller
-from shared.config_store import load_config
 from shared.deadletter import refuse_forged
 from shared.infra import Infra
 from shared.telemetry import inject_trace_headers
@@ -36,9 +35,6 @@ async def handle_save(infra: Infra, caller: Caller, request: SaveRequest) -> Acc
     credential, owner = caller.credential, caller.principal
     if owner.kind == "service":
         raise InvalidRequest("memories belong to an end user, an actor or the shared pool, not a service")
-    async with infra.db.read() as db:
-        # Refuses an agent config of another organization before anything is accepted.
-        await load_config(db, credential.org_id, request.agent_config_id)
     if owner.kind == "none" and credential.principal.kind not in {"service", "none"}:
         raise Forbidden("only a service or the shared principal may write the shared pool")
 

@@ -90,7 +90,7 @@ async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
             "engram.ingest.session", context=extract_context(msg.headers)
         ) as span:
             annotate_consumer(span, msg.subject, CONSUMER)
-            checked = _check(infra, msg)
+            checked = await _check(infra, msg)
             if isinstance(checked, Rejection):
                 rejected.append((msg, checked))
             else:
@@ -200,12 +200,12 @@ def _published_at(msg: Msg) -> float | None:
         return None
 
 
-def _check(infra: Infra, msg: Msg) -> tuple[SessionEnded, Credential] | Rejection:
+async def _check(infra: Infra, msg: Msg) -> tuple[SessionEnded, Credential] | Rejection:
     """The verified session and its caller, or why it is dead-lettered."""
     credential: Credential | None = None
     session: SessionEnded | None = None
     try:
-        credential = infra.tokens.verify(bearer_from_headers(msg.headers))
+        credential = await infra.tokens.verify(bearer_from_headers(msg.headers))
         session = parse_model(SessionEnded, msg.data, max_bytes=MAX_SESSION_BYTES)
         authorize(credential, session)
     except EngramError as exc:

@@ -32,7 +32,7 @@ from contracts.requests import SaveEntry
 from services.mcp.caller import Caller, CallerSource, HeaderCaller
 from services.mcp.catalog import TOOLS, ToolDecl
 from services.mcp.shapes import ExpandResult, ForgetResult, ListResult, RecallToolResult, ToolMetadata
-from shared.auth import TokenService, bearer_from_headers
+from shared.auth import TokenService, TokenVerifier, bearer_from_headers
 from shared.memory_block import render_context
 
 __all__ = ["build_server", "error_result", "streamable_http_app"]
@@ -231,9 +231,9 @@ class _BearerRequired:
     ``initialize``, not at its first tool call. What the token may do is Engram's to decide on
     each tool call, as on NATS."""
 
-    def __init__(self, app: ASGIApp, tokens: TokenService) -> None:
+    def __init__(self, app: ASGIApp, tokens: TokenService | TokenVerifier) -> None:
         self._app = app
-        self._tokens = tokens
+        self._tokens = TokenVerifier.of(tokens)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -244,7 +244,7 @@ class _BearerRequired:
                 await self._refuse(refusal, "Bearer", scope, receive, send)
                 return
             try:
-                self._tokens.verify(token)
+                await self._tokens.verify(token)
             except Unauthenticated as refusal:
                 # RFC 6750: a token that was sent and failed says so in the challenge.
                 await self._refuse(refusal, 'Bearer error="invalid_token"', scope, receive, send)
@@ -263,7 +263,7 @@ class _BearerRequired:
 
 def streamable_http_app(
     nc: Client,
-    tokens: TokenService,
+    tokens: TokenService | TokenVerifier,
     *,
     default_agent_config_id: UUID | None = None,
     path: str = "/mcp",

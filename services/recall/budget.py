@@ -65,6 +65,7 @@ def serialize_result(
     ``QUARANTINE_PLACEHOLDER`` whatever ``text`` says and no metadata, and is marked
     ``quarantined: true``;
     ``content_truncated: true`` is added when set. ``full`` always carries both flags.
+    ``similar_count`` is added when recall left near-duplicates of the entry out (``full``: always).
     """
     c = r.candidate
     quarantined = c.quarantined
@@ -92,12 +93,15 @@ def serialize_result(
             reinforcement_count=c.reinforcement_count,
             content_truncated=truncated,
             quarantined=quarantined,
+            similar_count=r.similar,
         )
     else:
         if truncated:
             out["content_truncated"] = True
         if quarantined:
             out["quarantined"] = True
+        if r.similar:  # in every format: what the agent was spared is part of what it was told
+            out["similar_count"] = r.similar
     return out
 
 

@@ -8,7 +8,7 @@ records, replacing the label its end gave them.
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from contracts.errors import InvalidRequest, NotFound
 from contracts.recall import FeedbackReply, FeedbackRequest
@@ -16,8 +16,8 @@ from shared import audit
 from shared.access import Caller
 from shared.config_store import load_config
 from shared.db.engine import Database
-from shared.db.models import ENTRIES, RECALLS
-from shared.entries import in_scope
+from shared.db.models import RECALLS
+from shared.entries import EntryStore
 from shared.erasure import decay_or_erase
 from shared.tenancy import visible_owner_keys
 
@@ -36,16 +36,9 @@ async def give_feedback(db: Database, caller: Caller, request: FeedbackRequest) 
         entries: list[audit.AuditEntry] = []
         if request.entry_id is not None:
             owner_keys = visible_owner_keys(caller.principal, config.scope, request.session_id)
-            row = (
-                await session.execute(
-                    select(ENTRIES.c.id, ENTRIES.c.reliability, ENTRIES.c.memory_type, ENTRIES.c.pinned)
-                    .where(
-                        ENTRIES.c.id == request.entry_id,
-                        in_scope(credential.org_id, request.agent_config_id, owner_keys),
-                    )
-                    .with_for_update()
-                )
-            ).first()
+            row = await EntryStore(session).visible(
+                credential.org_id, request.agent_config_id, owner_keys, request.entry_id
+            )
             if row is None:
                 raise NotFound("no such entry for this caller")
             if not request.success:

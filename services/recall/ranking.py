@@ -79,6 +79,8 @@ class Ranked(NamedTuple):
 
     candidate: Candidate
     score: float
+    #: near-duplicates of this entry that recall left out (services/recall/distinct.py)
+    similar: int = 0
 
 
 def _tiebroken(cands: Iterable[Candidate]) -> list[Candidate]:

@@ -31,9 +31,9 @@ from contracts.recall import (
     RecallResult,
     Strategy,
 )
-from services.recall import queries
 from services.recall.budget import QUARANTINE_PLACEHOLDER, fit_budget
 from services.recall.candidates import Candidate, display_metadata
+from services.recall.distinct import collapse_similar, lessons_first
 from services.recall.overrides import apply_overrides
 from services.recall.ranking import (
     NEIGHBOUR_REACH,
@@ -54,6 +54,7 @@ from shared.auth import Credential
 from shared.cache import CueVectorCache, ResultCache
 from shared.config_store import load_config, org_memory_enabled
 from shared.db.engine import Database
+from shared.entries import recall as queries
 from shared.lexical import query_weights
 from shared.memory_block import render_context
 from shared.ports import Embedder, VectorIndex
@@ -75,6 +76,11 @@ HYBRID_DEPTH = 100
 #: store's cost grows with it (an HNSW search is ``limit`` wide), so not the double that semantic's
 #: few hits can afford.
 HYBRID_FETCH = HYBRID_DEPTH + HYBRID_DEPTH // 4
+#: With ``collapse_similar``, a cue strategy ranks this many times ``top_k`` entries (at most
+#: ``COLLAPSE_SLACK`` more than ``top_k``: a top_k of 1000 is a listing, not a context), so that
+#: ``top_k`` distinct ones remain after near-duplicates are folded and lessons lifted.
+COLLAPSE_WINDOW = 3
+COLLAPSE_SLACK = 100
 _CUE_STRATEGIES = {"pack", "semantic", "hybrid"}
 _VECTOR_STRATEGIES = {"semantic", "hybrid"}
 #: Strategies whose replies the Redis result cache keeps. Not semantic/hybrid: a new entry joins
@@ -218,13 +224,32 @@ class Recall:
         diagnostics: dict[str, Any] = {}
         try:
             ranked = await self._rank(
-                strategy, scope, cue, top_k, diagnostics, config.semantic_recall, request.min_score
+                strategy,
+                scope,
+                cue,
+                top_k,
+                diagnostics,
+                config.semantic_recall,
+                request.min_score,
+                collapse=request.collapse_similar,
+                asked_at=request.asked_at,
             )
         except VectorUnavailable:
             if explicit:
                 raise
             strategy, warnings = fallback, [*warnings, "semantic_unavailable_fallback"]
-            ranked = await self._rank(strategy, scope, cue, top_k, diagnostics, config.semantic_recall)
+            ranked = await self._rank(
+                strategy,
+                scope,
+                cue,
+                top_k,
+                diagnostics,
+                config.semantic_recall,
+                collapse=request.collapse_similar,
+                asked_at=request.asked_at,
+            )
+        if request.collapse_similar and strategy in _CUE_STRATEGIES:
+            ranked, _ = collapse_similar(lessons_first(ranked), top_k)
         if strategy in _VECTOR_STRATEGIES and not await self._index_complete():
             # Some entries' vectors are another embedder's: neither leg (the lexical vectors live
             # beside the dense ones) can find them until `engram reindex`. Answer, but say so.
@@ -357,7 +382,13 @@ class Recall:
         diag: dict[str, Any],
         semantic: SemanticRecallConfig,
         min_score: float | None = None,
+        *,
+        collapse: bool = False,
+        asked_at: datetime | None = None,
     ) -> list[Ranked]:
+        """The strategy's ranking: ``top_k`` entries, or for a cue strategy with ``collapse`` up to
+        ``COLLAPSE_WINDOW`` times as many, ``COLLAPSE_SLACK`` more at most (the caller folds them
+        down to ``top_k``)."""
         if strategy == "last_k":
             cands = await queries.newest(self._db, scope, top_k)
             diag["scope_query"] = len(cands)
@@ -370,20 +401,21 @@ class Recall:
             cands = await queries.top_importance(self._db, scope, top_k)
             diag["scope_query"] = len(cands)
             return rank_importance(cands, top_k)
+        window = top_k + min(top_k * (COLLAPSE_WINDOW - 1), COLLAPSE_SLACK) if collapse else top_k
         if strategy == "pack":
             cands = await queries.pack_candidates(self._db, scope)
             diag["scope_query"] = len(cands)
-            return rank_pack(cands, cue or None, top_k, scope.now)
+            return rank_pack(cands, cue or None, window, scope.now)
         if not cue:
             raise InvalidRequest(f"strategy {strategy!r} needs a cue")
         if strategy == "semantic":
             # Over-fetch: Postgres re-checks each hit (expiry, lifecycle, filters) and may drop some.
-            hits = await self._vector_search(cue, scope, top_k * 2)
+            hits = await self._vector_search(cue, scope, window * 2)
             diag["vector_rank"] = len(hits)
             scores = {h.id: h.score for h in hits if min_score is None or h.score >= min_score}
             cands = await queries.by_ids(self._db, scope, list(scores))
             diag["scope_query"] = len(cands)
-            return rank_semantic(cands, scores, top_k)
+            return rank_semantic(cands, scores, window)
         # Postgres answers each leg's query while the vector store searches the other's.
         (documents, containing), hits = await _overlapped(
             queries.cue_statistics(self._db, scope, cue),
@@ -426,11 +458,13 @@ class Recall:
         # Ranked on ranking_inputs' partial rows: the winners are read whole. Those that would win
         # now are read at once, beside their neighbours (read whole too), which compete for their
         # places; whoever else wins after that (time grounding can lift any hit) is read last.
+        # With collapse, the entries after the head that may take a folded one's place are read too.
         head = [r.candidate.id for r in fused[:top_k]]
+        wide = [r.candidate.id for r in fused[:window]]
         if semantic.neighbourhood:
             adjacent, read = await asyncio.gather(
                 queries.adjacent(self._db, scope, head, NEIGHBOUR_REACH),
-                queries.by_ids(self._db, scope, head),
+                queries.by_ids(self._db, scope, wide),
             )
             whole = {c.id: c for c in read}
             whole.update((c.id, c) for near in adjacent.values() for _, c in near)
@@ -438,10 +472,10 @@ class Recall:
             if floor is not None:  # a neighbour passes the floor like any other entry
                 fused = floor.keep(fused)
         else:
-            whole = {c.id: c for c in await queries.by_ids(self._db, scope, head)}
+            whole = {c.id: c for c in await queries.by_ids(self._db, scope, wide)}
         if semantic.time_grounding:
-            fused = grounded(fused, cue_periods(cue))
-        winners = fused[:top_k]
+            fused = grounded(fused, cue_periods(cue, asked_at or scope.now))
+        winners = fused[:window]
         unread = [r.candidate.id for r in winners if r.candidate.id not in whole]
         if unread:
             whole.update((c.id, c) for c in await queries.by_ids(self._db, scope, unread))

@@ -16,23 +16,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import bindparam, insert, update
+from sqlalchemy import insert
 
 from shared import audit
 from shared.background import PeriodicWorker
 from shared.db.engine import Database
-from shared.db.models import ENTRIES, RECALLS
+from shared.db.models import RECALLS
+from shared.entries import EntryStore
 from shared.time import utcnow
 
 __all__ = ["Disclosure", "SideEffects"]
 
 log = logging.getLogger(__name__)
-
-_BUMP = (
-    update(ENTRIES)
-    .where(ENTRIES.c.id == bindparam("entry_id"))
-    .values(access_count=ENTRIES.c.access_count + bindparam("n"), last_accessed_at=bindparam("at"))
-)
 
 
 @dataclass(frozen=True)
@@ -123,10 +118,6 @@ class SideEffects(PeriodicWorker):
                     for d in batch
                 ],
             )
-            if hits:
-                # In id order: concurrent flushers (several recall instances) lock rows alike.
-                await session.execute(
-                    _BUMP, [{"entry_id": i, "n": n, "at": now} for i, n in sorted(hits.items(), key=str)]
-                )
+            await EntryStore(session).accessed(hits, now)
             for org_id in sorted(by_org, key=str):
                 await audit.append(session, org_id, by_org[org_id])

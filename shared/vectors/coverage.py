@@ -1,8 +1,8 @@
 """Which embedder made the indexed entries' vectors, and whether another one made some.
 
-Every indexed entry records the embedder (name and dimension) that made its vector
-(``memory_entries.embedding_model`` / ``embedding_dimension``). Each embedder has its own
-collection, so vectors of two models are never compared; but after the deployment's embedder
+Every indexed entry records the embedder (name and dimension) that made its vector (its
+``embedding_model`` and ``embedding_dimension``, :mod:`shared.entries.indexing`). Each embedder has
+its own collection, so vectors of two models are never compared; but after the deployment's embedder
 changes, the entries that the old one embedded are missing from the new collection until
 ``engram reindex`` re-embeds them. This module finds them: the embed service logs them at start,
 and recall warns (``semantic_index_incomplete``) while any remain.
@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cachetools import TTLCache
-from sqlalchemy import ColumnElement, and_, exists, func, or_, select
 
 from shared.db.engine import Database
-from shared.db.models import ENTRIES
+from shared.entries import indexing
 from shared.ports import Embedder
 
 __all__ = ["ForeignVectors", "VectorCoverage", "foreign_vectors"]
@@ -32,36 +31,11 @@ class ForeignVectors:
     entries: int
 
 
-def _made_by_another(embedder: Embedder) -> ColumnElement[bool]:
-    e = ENTRIES.c
-    # "<" or ">" rather than "<>": each is a range of the partial index ix_memory_entries_embedded_with,
-    # so the check costs a few index probes however many entries there are.
-    return and_(
-        e.embedding_status == "indexed",
-        or_(
-            e.embedding_model.is_(None),
-            e.embedding_model < embedder.name,
-            e.embedding_model > embedder.name,
-            and_(
-                e.embedding_model == embedder.name,
-                or_(e.embedding_dimension.is_(None), e.embedding_dimension != embedder.dimension),
-            ),
-        ),
-    )
-
-
 async def foreign_vectors(db: Database, embedder: Embedder) -> list[ForeignVectors]:
     """The indexed entries that ``embedder`` did not embed, counted per model, most first."""
-    e = ENTRIES.c
-    stmt = (
-        select(e.embedding_model, e.embedding_dimension, func.count())
-        .where(_made_by_another(embedder))
-        .group_by(e.embedding_model, e.embedding_dimension)
-        .order_by(func.count().desc())
-    )
     async with db.read() as session:
-        rows = (await session.execute(stmt)).all()
-    return [ForeignVectors(model, dimension, int(count)) for model, dimension, count in rows]
+        rows = await indexing.made_by_others(session, embedder.name, embedder.dimension)
+    return [ForeignVectors(model, dimension, count) for model, dimension, count in rows]
 
 
 class VectorCoverage:
@@ -78,8 +52,7 @@ class VectorCoverage:
         known = self._answer.get("complete")
         if known is not None:
             return known
-        query = select(exists().where(_made_by_another(self._embedder)))
         async with self._db.read() as session:
-            complete = not (await session.execute(query)).scalar()
+            complete = await indexing.only_made_by(session, self._embedder.name, self._embedder.dimension)
         self._answer["complete"] = complete
         return complete

@@ -39,12 +39,12 @@ from contracts.common import Principal
 from contracts.config import MemoryConfig
 from contracts.operations import CONFIG_GET
 from contracts.requests import ConfigGet, ConfigReply
-from services.recall import queries
 from shared.access import Caller
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.edge import Edge
+from shared.entries import recall as queries
 from shared.raw_message import as_message, whole_message
 from shared.telemetry import broker_middleware, nats_telemetry_middleware
 from shared.time import utcnow

@@ -55,13 +55,13 @@ from nats.aio.client import Client
 from contracts.events import MemoryWritten
 from contracts.subjects import MEMORY_WRITTEN, RECALL
 from services.embed.indexer import index_entries
-from services.recall import queries
 from services.recall.service import HYBRID_FETCH
 from services.runtime import running_services
 from shared.db.compiled import Template
 from shared.db.engine import Database
 from shared.embedders.hashing import HashingEmbedder
 from shared.embedders.minilm import MiniLMEmbedder
+from shared.entries import recall as queries
 from shared.lexical import query_weights
 from shared.logging import setup_logging
 from shared.ports import Embedder, TenantFilter
@@ -291,7 +291,7 @@ async def stage_timings(
     infra_db: Any, index: QdrantEdgeIndex, embedder: Embedder, org: UUID, agent: UUID, cues: Sequence[str]
 ) -> dict[str, Any]:
     """In-process p50/p99 of the pieces each strategy runs (no NATS, no handler): the Postgres
-    queries of ``services/recall/queries.py`` and the Edge search, with recall's limits."""
+    queries of ``shared/entries/recall.py`` and the Edge search, with recall's limits."""
     vectors = await embedder.embed(list(cues))
     tenant = TenantFilter(org, agent, ("",))
     sample = list(zip(cues, vectors, strict=True))

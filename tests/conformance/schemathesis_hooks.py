@@ -1,6 +1,6 @@
 """Schemathesis hooks for tests/conformance/test_openapi_schemathesis.py (loaded by its CLI through
 ``SCHEMATHESIS_HOOKS``). Each narrows what is generated, never what is checked, for a rule no
-schema can state (docs/adr/0094-schemathesis-conformance.md)."""
+schema can state (docs/adr/0097-schemathesis-conformance.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 document it serves (``contracts/openapi.json``): every operation, all of Schemathesis's checks,
 its examples, coverage and fuzzing phases, bounded per operation. Three callers: a service token
 of the organization, no token at all, and another organization's token. 0 failures each
-(docs/adr/0093-request-bounds.md; docs/adr/0094-schemathesis-conformance.md says which checks
+(docs/adr/0096-request-bounds.md; docs/adr/0097-schemathesis-conformance.md says which checks
 run and why each setting is what it is).
 
 Schemathesis runs as its own process (its CLI, as a CI job would run it): the gateway lives on

@@ -69,6 +69,8 @@ def test_the_generated_env_provides_every_variable_the_file_requires(env: dict[s
         "ENGRAM_DISTILL_MODEL",
         "ENGRAM_DISTILL_API_KEY",
         "ENGRAM_EMBEDDER",
+        # The operator's identity providers, if any (README, "Tokens from your identity provider").
+        "ENGRAM_OIDC_ISSUERS",
     }
 
 

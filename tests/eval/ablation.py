@@ -64,7 +64,6 @@ from pydantic import SecretStr
 from sqlalchemy import func, select
 
 from contracts.common import Principal
-from services.recall import queries
 from services.recall.candidates import Candidate
 from services.recall.ranking import NEIGHBOUR_REACH, Ranked, fuse_convex, fuse_hybrid, with_neighbours
 from services.recall.service import HYBRID_FETCH, best_allowed
@@ -72,6 +71,7 @@ from services.recall.time_grounding import Period, cue_periods, grounded
 from services.runtime import build_embedder, build_vector_index, running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.db.engine import Database
+from shared.entries import recall as queries
 from shared.lexical import query_weights, term_index
 from shared.settings import EngramSettings
 from shared.testing.servers import nats_server, throwaway_database

@@ -25,6 +25,11 @@ The measurement (``../shared/eval/README.md``):
   request-reply with a few requests in flight. Evidence recall@k = |evidence ∩ the ``dia_id``s
   in the metadata of the first k results| / |evidence|, averaged over questions; latency is
   ``perf_counter`` around each request (so it includes the in-flight queueing), p50/p99.
+- Session-level any-hit@5 beside them (issue 26 §4; how peers publish LoCoMo figures): 1 when a
+  session holding evidence is among the first five distinct sessions of the results.
+- ``hybrid`` again with ``collapse_similar: false`` (docs/adr/0094-what-recall-hands-an-agent.md):
+  folding near-duplicates must not cost recall on turns that are not near-duplicates; the count of
+  results folded is reported per strategy.
 - Then ``hybrid`` again under each of ``HYBRID_VARIANTS`` (the agent configs' ``semantic_recall``
   changed through ``engram.config.put``): without the neighbourhood, without time grounding,
   without both (fusion alone), and with rank fusion, so each method's effect on recall and on
@@ -81,6 +86,9 @@ EMBEDDERS = ("hashing-384", "all-MiniLM-L6-v2")
 #: Asked in this order; ``semantic`` after ``hybrid`` (see the module docstring on the cue cache).
 STRATEGIES = ("pack", "hybrid", "semantic")
 KS = (5, 10)
+#: Session-level any-hit@5 (issue 26 §4): the figure peers publish for LoCoMo.
+SESSION_K = 5
+SESSION_METRIC = f"session_any_hit@{SESSION_K}"
 #: hybrid's settings measured besides the default (``semantic_recall`` of the agent configs).
 HYBRID_VARIANTS: dict[str, dict[str, Any]] = {
     "hybrid (no neighbourhood)": {"fusion": "convex", "neighbourhood": False, "time_grounding": True},
@@ -89,6 +97,8 @@ HYBRID_VARIANTS: dict[str, dict[str, Any]] = {
     "hybrid (rrf)": {"fusion": "rrf", "neighbourhood": True, "time_grounding": True},
 }
 TOP_K = 10
+#: hybrid asked with ``collapse_similar: false``, beside the default.
+UNFOLDED = "hybrid (not folded)"
 SAVE_BATCH = 100
 MAX_ENTRIES = 5000
 CATEGORIES = (1, 2, 3, 4)
@@ -353,10 +363,18 @@ class Answer:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     strategy_answered: str | None = None
+    #: entries recall folded into the results as near-duplicates (their ``similar_count``s)
+    folded: int = 0
 
 
 async def ask(
-    nc: Client, token: str, strategy: str, work: list[tuple[UUID, Question]], concurrency: int, timeout: float
+    nc: Client,
+    token: str,
+    strategy: str,
+    work: list[tuple[UUID, Question]],
+    concurrency: int,
+    timeout: float,
+    extra: dict[str, Any] | None = None,
 ) -> list[Answer]:
     sem = asyncio.Semaphore(concurrency)
 
@@ -367,6 +385,7 @@ async def ask(
             "strategy": strategy,
             "cue": q.question,
             "top_k": TOP_K,
+            **(extra or {}),
         }
         body = json.dumps(payload).encode()
         async with sem:
@@ -383,10 +402,27 @@ async def ask(
             return Answer(q, [], ms, error=json.dumps(data["error"])[:300])
         ids = [((r.get("metadata") or {}).get("dia_id")) for r in data.get("results", [])]
         return Answer(
-            q, ids, ms, warnings=list(data.get("warnings") or []), strategy_answered=data.get("strategy")
+            q,
+            ids,
+            ms,
+            warnings=list(data.get("warnings") or []),
+            strategy_answered=data.get("strategy"),
+            folded=sum(int(r.get("similar_count") or 0) for r in data.get("results", [])),
         )
 
     return list(await asyncio.gather(*(one(agent, q) for agent, q in work)))
+
+
+def dia_session(dia_id: str) -> str:
+    """The LoCoMo session of a turn id: ``"D8:6"`` → ``"D8"``."""
+    return dia_id.partition(":")[0]
+
+
+def session_any_hit(dia_ids: list[str | None], evidence: tuple[str, ...], k: int = SESSION_K) -> float:
+    """Session-level any-hit@k, as peers publish LoCoMo figures: 1 when a session holding evidence
+    is among the first ``k`` distinct sessions of the results (in the order they first appear)."""
+    sessions = list(dict.fromkeys(dia_session(d) for d in dia_ids if d))[:k]
+    return 1.0 if {dia_session(e) for e in evidence} & set(sessions) else 0.0
 
 
 def score(strategy: str, answers: list[Answer]) -> dict[str, Any]:
@@ -396,16 +432,26 @@ def score(strategy: str, answers: list[Answer]) -> dict[str, Any]:
         out["error_examples"] = sorted(Counter(a.error for a in answers if a.error).items())[:5]
     recall: dict[int, list[float]] = {k: [] for k in KS}
     by_cat: dict[int, dict[int, list[float]]] = defaultdict(lambda: {k: [] for k in KS})
+    sessions: list[float] = []
+    sessions_by_cat: dict[int, list[float]] = defaultdict(list)
     for a in answers:  # an error scores 0: the caller got nothing
         for k in KS:
             got = {d for d in a.dia_ids[:k] if d}
             r = len(got & set(a.question.evidence)) / len(a.question.evidence)
             recall[k].append(r)
             by_cat[a.question.category][k].append(r)
+        hit = session_any_hit(a.dia_ids, a.question.evidence)
+        sessions.append(hit)
+        sessions_by_cat[a.question.category].append(hit)
     for k in KS:
         out[f"r@{k}"] = round(statistics.fmean(recall[k]), 4) if recall[k] else None
+    out[SESSION_METRIC] = round(statistics.fmean(sessions), 4) if sessions else None
     out["by_category"] = {
-        str(c): {"n": len(v[KS[0]]), **{f"r@{k}": round(statistics.fmean(v[k]), 4) for k in KS}}
+        str(c): {
+            "n": len(v[KS[0]]),
+            **{f"r@{k}": round(statistics.fmean(v[k]), 4) for k in KS},
+            SESSION_METRIC: round(statistics.fmean(sessions_by_cat[c]), 4),
+        }
         for c, v in sorted(by_cat.items())
     }
     lat = [a.latency_ms for a in ok]
@@ -414,6 +460,8 @@ def score(strategy: str, answers: list[Answer]) -> dict[str, Any]:
     out["mean_ms"] = round(statistics.fmean(lat), 2) if lat else None
     out["mean_results"] = round(statistics.fmean(len(a.dia_ids) for a in ok), 2) if ok else None
     out["results_without_dia_id"] = sum(1 for a in ok for d in a.dia_ids if not d)
+    # Turns are not near-duplicates of each other: what recall folded here it should not have.
+    out["folded_as_near_duplicates"] = sum(a.folded for a in ok)
     out["warnings"] = dict(Counter(w for a in ok for w in a.warnings))
     # A fallback (e.g. to last_k when the vector index is unavailable) names another strategy.
     out["answered_with_other_strategy"] = sum(1 for a in ok if a.strategy_answered != strategy)
@@ -455,7 +503,10 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
                     agents = {c.name: uuid4() for c in convs}
                     print(f"  storing {sum(len(c.turns) for c in convs)} turns ...", flush=True)
                     t0 = time.perf_counter()
-                    tallies = await asyncio.gather(*(store(nc, token, agents[c.name], c) for c in convs))
+                    # One conversation at a time: a save waits at most its operation's 10 s in the
+                    # edge's queue (docs/adr/0079-edge-deadline.md), and five batches of 100 turns
+                    # queued at once outwait that on a loaded machine.
+                    tallies = [await store(nc, token, agents[c.name], c) for c in convs]
                     await settle_rows(pg, agents, sum(len(c.turns) for c in convs), timeout=120)
                     result["store_s"] = round(time.perf_counter() - t0, 2)
                     storage: dict[str, Any] = {}
@@ -496,7 +547,7 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
 
                     work = [(agents[c.name], q) for c in convs for q in c.questions]
                     result["strategies"] = {}
-                    for strategy in STRATEGIES:
+                    for strategy in args.strategy or STRATEGIES:
                         # Warm-up (not counted): first-call costs of each code path.
                         await ask(nc, token, strategy, work[:8], args.concurrency, args.request_timeout)
                         t0 = time.perf_counter()
@@ -508,14 +559,34 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
                         result["strategies"][strategy] = scored
                         print(
                             f"  {strategy:<9} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
+                            f"session@5 {scored[SESSION_METRIC]}  "
                             f"p50 {scored['p50_ms']} ms  p99 {scored['p99_ms']} ms  "
                             f"errors {scored['errors']}  ({wall:.1f}s)",
                             flush=True,
                         )
+                    # hybrid as ranked, without folding near-duplicates (docs/adr/0094-what-recall-
+                    # hands-an-agent.md): what folding costs or gains on turns that are not
+                    # near-duplicates of each other.
+                    answers = await ask(
+                        nc,
+                        token,
+                        "hybrid",
+                        work,
+                        args.concurrency,
+                        args.request_timeout,
+                        {"collapse_similar": False},
+                    )
+                    scored = score("hybrid", answers)
+                    result["strategies"][UNFOLDED] = scored
+                    print(
+                        f"  {UNFOLDED} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
+                        f"session@5 {scored[SESSION_METRIC]}",
+                        flush=True,
+                    )
                     # hybrid again under other settings, each method's effect measured in the same
                     # run: rank fusion (SPEC 5.1's RRF) instead of the convex score combination,
                     # and without the neighbourhood and/or time grounding.
-                    for label, semantic_recall in HYBRID_VARIANTS.items():
+                    for label, semantic_recall in HYBRID_VARIANTS.items() if args.variants else ():
                         for agent in agents.values():
                             await _call(
                                 nc,
@@ -533,6 +604,7 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
                         result["strategies"][label] = scored
                         print(
                             f"  {label} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
+                            f"session@5 {scored[SESSION_METRIC]}  "
                             f"p50 {scored['p50_ms']} ms  p99 {scored['p99_ms']} ms",
                             flush=True,
                         )
@@ -543,28 +615,33 @@ async def run_embedder(name: str, convs: list[Conversation], args: argparse.Name
 
 
 def render(results: dict[str, Any]) -> str:
-    rows = ["| embedder | strategy | R@5 | R@10 | p50 ms | p99 ms |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| embedder | strategy | R@5 | R@10 | session any-hit@5 | p50 ms | p99 ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for run in results["runs"]:
         for strategy, s in run.get("strategies", {}).items():
             extra = f" ({s['errors']} errors)" if s["errors"] else ""
             rows.append(
                 f"| {run['embedder']} | {strategy}{extra} | {s['r@5']:.3f} | {s['r@10']:.3f} | "
-                f"{s['p50_ms']} | {s['p99_ms']} |"
+                f"{s[SESSION_METRIC]:.3f} | {s['p50_ms']} | {s['p99_ms']} |"
             )
         if "error" in run:
-            rows.append(f"| {run['embedder']} | FAILED: {run['error'][:120]} | | | | |")
+            rows.append(f"| {run['embedder']} | FAILED: {run['error'][:120]} | | | | | |")
     for name, reason in results["skipped_embedders"].items():
-        rows.append(f"| {name} | skipped: {reason[:120]} | | | | |")
+        rows.append(f"| {name} | skipped: {reason[:120]} | | | | | |")
     for label, r5, r10 in REFERENCE:
-        rows.append(f"| reference | {label} | {r5:.3f} | {r10:.3f} | | |")
-    rows += ["", "Per LoCoMo category, R@5 / R@10:", ""]
+        rows.append(f"| reference | {label} | {r5:.3f} | {r10:.3f} | | | |")
+    rows += ["", "Per LoCoMo category, R@5 / R@10 / session any-hit@5:", ""]
     rows.append("| embedder | strategy | " + " | ".join(CATEGORY_NAMES.values()) + " |")
     rows.append("|---|---|" + "---|" * len(CATEGORY_NAMES))
     for run in results["runs"]:
         for strategy, s in run.get("strategies", {}).items():
             cats = s.get("by_category", {})
             cells = [
-                f"{cats[str(c)]['r@5']:.3f} / {cats[str(c)]['r@10']:.3f}" if str(c) in cats else ""
+                f"{cats[str(c)]['r@5']:.3f} / {cats[str(c)]['r@10']:.3f} / {cats[str(c)][SESSION_METRIC]:.3f}"
+                if str(c) in cats
+                else ""
                 for c in CATEGORY_NAMES
             ]
             rows.append(f"| {run['embedder']} | {strategy} | " + " | ".join(cells) + " |")
@@ -639,5 +716,14 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=8, help="recall requests in flight")
     parser.add_argument("--index-timeout", type=float, default=900.0, help="seconds to wait for embeddings")
     parser.add_argument("--request-timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--strategy", action="append", choices=STRATEGIES, help="repeatable; default: all, in order"
+    )
+    parser.add_argument(
+        "--no-variants",
+        dest="variants",
+        action="store_false",
+        help="skip hybrid's method variants (a shorter run on a loaded machine)",
+    )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -88,11 +88,14 @@ def expected_lessons(payloads: Iterable[dict[str, Any]]) -> Counter[tuple[str, s
     return expected
 
 
-async def publish_all(nc: Client, payloads: list[dict[str, Any]], token: str, *, attempts: int = 20) -> None:
+async def publish_all(nc: Client, payloads: list[dict[str, Any]], token: str, *, attempts: int = 20) -> int:
     """Publish and retry until JetStream acknowledges each one, as a platform would across a NATS
-    outage (a retry whose first attempt was stored after all is dropped by ingest's inbox)."""
+    outage (a retry whose first attempt was stored after all is dropped by ingest's inbox).
+    Returns how many attempts failed (the platform's failed requests)."""
+    failed = 0
 
     async def one(payload: dict[str, Any]) -> None:
+        nonlocal failed
         for attempt in range(attempts):
             try:
                 await publish_session(nc, payload, token)
@@ -102,11 +105,13 @@ async def publish_all(nc: Client, payloads: list[dict[str, Any]], token: str, *,
                 nats.errors.NoRespondersError,
                 nats.errors.ConnectionClosedError,
             ):
+                failed += 1
                 if attempt == attempts - 1:
                     raise
                 await asyncio.sleep(0.5)
 
     await asyncio.gather(*(one(p) for p in payloads))
+    return failed
 
 
 async def audit_count(db: Database, org: UUID, kind: str) -> int:

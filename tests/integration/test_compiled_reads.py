@@ -16,10 +16,10 @@ import pytest
 from sqlalchemy import func, insert, select, text
 
 from contracts.recall import RecallFilters
-from services.recall import queries
 from shared.db.compiled import Compiled, Template
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
+from shared.entries import recall as queries
 from shared.time import utcnow
 from shared.wire import dependency_down
 

@@ -1,4 +1,4 @@
-"""The request bounds (docs/adr/0093-request-bounds.md) over HTTP and over NATS, and the
+"""The request bounds (docs/adr/0096-request-bounds.md) over HTTP and over NATS, and the
 gateway's own refusals as the OpenAPI document states them: an integer past the column or date it
 reaches, and text no store keeps, are a typed 400 — never INTERNAL; a wrong method answers 405
 naming every method of its path; a URL past the parser's limit gets the SPEC 9 envelope;

@@ -17,10 +17,10 @@ import pytest
 from sqlalchemy import delete, insert, text, update
 
 from services.embed.indexer import index_entries
-from services.recall import queries
 from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.embedders import HashingEmbedder
+from shared.entries import recall as queries
 from shared.lexical import query_weights
 from shared.ports import TenantFilter
 from shared.time import utcnow

@@ -315,8 +315,16 @@ async def test_each_hybrid_leg_ranks_its_best_hybrid_depth(
             return await session.scalar(waiting) == 0
 
     await eventually(all_indexed, timeout=60, what=f"{count} entries indexed")
+    # The notes differ only by their number: as ranked (folding would keep one of them).
     reply = await _recall(
-        nc, service_token, agent, principal=none, strategy="hybrid", cue="staging keys", diagnostics="summary"
+        nc,
+        service_token,
+        agent,
+        principal=none,
+        strategy="hybrid",
+        cue="staging keys",
+        diagnostics="summary",
+        collapse_similar=False,
     )
     assert (reply["diagnostics"]["vector_rank"], reply["diagnostics"]["lexical_rank"]) == (
         HYBRID_DEPTH,
@@ -324,3 +332,6 @@ async def test_each_hybrid_leg_ranks_its_best_hybrid_depth(
     ), reply["diagnostics"]
     assert reply["count"] == 10
     assert {r["id"] for r in reply["results"]} <= set(ids)
+    # Folded (the default): one of them, counting the others among the three top_k it looked at.
+    folded = await _recall(nc, service_token, agent, principal=none, strategy="hybrid", cue="staging keys")
+    assert [(r["id"] in ids, r["similar_count"]) for r in folded["results"]] == [(True, 3 * 10 - 1)]

@@ -25,6 +25,7 @@ from shared.auth import TokenService
 from shared.edge import Edge
 from shared.embedded.nats_server import NatsServerProcess
 from shared.testing.servers import nats_server
+from tests.factories import AgentConfigsOf
 from tests.platform import eventually, request
 
 pytestmark = pytest.mark.integration
@@ -88,7 +89,7 @@ async def test_request_spans_carry_messaging_and_memory_attributes_without_text(
     """A recall span says search_memory on the agent config's store, a delete span names the
     record, both say nats / subject / queue group, and no attribute holds the cue's text."""
     provider, exporter = spans
-    edge = Edge(tokens)
+    edge = Edge(tokens, agent_configs=AgentConfigsOf())
     edge.serve(RECALL_OP, _recalled)
     edge.serve(DELETE_OP, _deleted)
 

@@ -17,14 +17,23 @@ from prometheus_client import REGISTRY
 from contracts.common import Principal
 from contracts.config import MemoryConfig
 from contracts.errors import NotFound
-from contracts.governance import PurgeReceipt, PurgeRequest
-from contracts.operations import AUDIT_QUERY, CONFIG_GET, CONFIG_PUT, MEMORY_PURGE, OPERATIONS, RECALL
+from contracts.governance import ListRequest, Page, PurgeReceipt, PurgeRequest
+from contracts.operations import (
+    AUDIT_QUERY,
+    CONFIG_GET,
+    CONFIG_PUT,
+    MEMORY_LIST,
+    MEMORY_PURGE,
+    OPERATIONS,
+    RECALL,
+)
 from contracts.recall import RecallReply, RecallRequest
 from contracts.requests import AuditQuery, AuditQueryReply, ConfigGet, ConfigPut, ConfigReply
 from shared.access import Caller
 from shared.auth import ALL_PERMISSIONS, KNOWN_PERMISSIONS, TokenService
 from shared.edge import Edge, route
 from shared.wire import MAX_REQUEST_BYTES
+from tests.factories import AgentConfigsOf
 
 ORG = uuid4()
 AGENT = uuid4()
@@ -32,6 +41,8 @@ ALICE = Principal(kind="end_user", id="alice")
 RUNNER = Principal(kind="service", id="runner")
 #: Agent configs for which the config.get handler fails in each way the edge maps.
 NOT_FOUND_AGENT, BROKEN_AGENT, UNREACHABLE_AGENT = uuid4(), uuid4(), uuid4()
+#: Another organization's agent config (the edge's ``agent_configs`` knows it as such).
+FOREIGN_AGENT = uuid4()
 #: What recall's observer saw: (strategy, seconds) per answered recall.
 observed: list[tuple[str, float]] = []
 
@@ -53,7 +64,7 @@ def seen() -> Seen:
 
 @pytest.fixture
 def edge(tokens: TokenService, seen: Seen) -> Edge:
-    served = Edge(tokens)
+    served = Edge(tokens, agent_configs=AgentConfigsOf({AGENT: ORG, FOREIGN_AGENT: uuid4()}))
 
     async def config_get(caller: Caller, request: ConfigGet) -> ConfigReply:
         seen.calls.append(("config.get", caller, request))
@@ -271,6 +282,58 @@ async def test_what_a_restricted_token_leaves_out_is_its_restriction(
     # An unrestricted token's omissions stay omissions.
     await call(edge, MEMORY_PURGE.subject, {"actor_ref": "end_user:alice"}, mint(tokens))
     assert (seen.last()[2].agent_config_id, seen.last()[2].session_id) == (None, None)
+
+
+async def test_an_agent_config_of_another_organization_is_refused_before_the_handler(
+    edge: Edge, tokens: TokenService, seen: Seen
+) -> None:
+    """An operation flagged ``owned`` (purge) refuses another organization's agent config as
+    FORBIDDEN and never reaches its handler; one nobody configured yet may be named."""
+    foreign = {"actor_ref": "end_user:alice", "agent_config_id": str(FOREIGN_AGENT)}
+    refused = await call(edge, MEMORY_PURGE.subject, foreign, mint(tokens))
+    assert refused["error"]["code"] == "FORBIDDEN"
+    assert seen.calls == []
+    fresh = {"actor_ref": "end_user:alice", "agent_config_id": str(uuid4())}
+    assert code(await call(edge, MEMORY_PURGE.subject, fresh, mint(tokens))) == "OK"
+    assert (
+        code(await call(edge, MEMORY_PURGE.subject, {**fresh, "agent_config_id": str(AGENT)}, mint(tokens)))
+        == "OK"
+    )
+    assert [name for name, _, _ in seen.calls] == ["memory.purge", "memory.purge"]
+
+
+async def test_a_known_agent_config_is_one_the_organization_used(tokens: TokenService, seen: Seen) -> None:
+    """``known`` (list): an agent config the organization never used is NOT_FOUND, another's
+    FORBIDDEN — both before the handler."""
+    edge = Edge(tokens, agent_configs=AgentConfigsOf({AGENT: ORG, FOREIGN_AGENT: uuid4()}))
+
+    async def listed(caller: Caller, request: ListRequest) -> Page:
+        seen.calls.append(("memory.list", caller, request))
+        return Page(entries=[], next_page_token=None)
+
+    edge.serve(MEMORY_LIST, listed)
+    answers = [
+        code(await call(edge, MEMORY_LIST.subject, {"agent_config_id": str(agent)}, mint(tokens)))
+        for agent in (uuid4(), FOREIGN_AGENT, AGENT)
+    ]
+    assert answers == ["NOT_FOUND", "FORBIDDEN", "OK"]
+    assert len(seen.calls) == 1
+    # A later page is the page token's to refuse (bound to its filters); another's stays FORBIDDEN.
+    later = {"agent_config_id": str(uuid4()), "page_token": "t"}
+    assert code(await call(edge, MEMORY_LIST.subject, later, mint(tokens))) == "OK"
+    foreign = {**later, "agent_config_id": str(FOREIGN_AGENT)}
+    assert code(await call(edge, MEMORY_LIST.subject, foreign, mint(tokens))) == "FORBIDDEN"
+    assert len(seen.calls) == 2
+
+
+def test_an_edge_without_agent_configs_does_not_serve_an_operation_that_checks_them(
+    tokens: TokenService,
+) -> None:
+    async def purge(caller: Caller, request: PurgeRequest) -> PurgeReceipt:
+        raise AssertionError("never served")
+
+    with pytest.raises(RuntimeError, match="agent_configs"):
+        Edge(tokens).serve(MEMORY_PURGE, purge)
 
 
 # -- errors, metrics, replies --------------------------------------------------------------------

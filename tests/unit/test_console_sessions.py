@@ -1,5 +1,5 @@
 """Console sessions expire (idle, absolute, with their token), one-time codes redeem once and
-expire, and the token's claims label a session without being trusted."""
+expire, and a verified token's credential labels a session."""
 
 from __future__ import annotations
 
@@ -25,9 +25,16 @@ class Clock:
         return self.now
 
 
+TOKENS = TokenService({"k1": "s" * 32}, "engram-test")
+
+
+def _claims(token: str) -> TokenClaims:
+    """What the console's sign-in labels a session with: the verified credential."""
+    return TokenClaims.of(*TOKENS.check(token))
+
+
 def _token(ttl: int = 24 * 3600) -> str:
-    tokens = TokenService({"k1": "s" * 32}, "engram-test")
-    return tokens.mint(
+    return TOKENS.mint(
         org_id=uuid4(),
         principal=Principal(kind="end_user", id="alice"),
         permissions={"memory.read"},
@@ -40,20 +47,19 @@ def _store() -> tuple[SessionStore, Clock]:
     return SessionStore(clock=clock, wall=clock), clock
 
 
-def test_claims_label_a_token_and_refuse_garbage() -> None:
-    """An Engram token's claims name its principal and permissions; anything else is None."""
-    claims = TokenClaims.read(_token())
-    assert claims is not None
+def test_claims_label_a_verified_token() -> None:
+    """A verified token's credential names its principal, permissions and expiry."""
+    token = _token(ttl=60)
+    claims = _claims(token)
     assert (claims.principal, claims.permissions) == ("end_user:alice", ("memory.read",))
-    assert TokenClaims.read("not-a-token") is None
-    assert TokenClaims.read("a.b.c") is None
+    assert claims.expires_at == TOKENS.check(token)[1]
 
 
 def test_a_session_ends_after_idling() -> None:
     """A session unused for IDLE_S is gone; each request pushes the idle deadline on."""
     store, clock = _store()
     token = _token()
-    session = store.open(token, TokenClaims.read(token), str(uuid4()))  # type: ignore[arg-type]
+    session = store.open(token, _claims(token), str(uuid4()))
     clock.now += IDLE_S - 1
     assert store.get(session.id) is session
     clock.now += IDLE_S - 1
@@ -67,7 +73,7 @@ def test_a_session_ends_at_its_absolute_bound_or_its_tokens_expiry() -> None:
     """However busy, a session ends after ABSOLUTE_S — or sooner, when its token expires."""
     store, clock = _store()
     token = _token()
-    busy = store.open(token, TokenClaims.read(token), "a")  # type: ignore[arg-type]
+    busy = store.open(token, _claims(token), "a")
     while clock.now < 1000.0 + ABSOLUTE_S - IDLE_S:
         clock.now += IDLE_S / 2
         assert store.get(busy.id) is busy
@@ -77,8 +83,7 @@ def test_a_session_ends_at_its_absolute_bound_or_its_tokens_expiry() -> None:
     store, clock = _store()
     clock.now = 0.0  # the token's iat/exp are real time; this store's wall clock starts at 0
     short = _token(ttl=60)
-    claims = TokenClaims.read(short)
-    assert claims is not None
+    claims = _claims(short)
     clock.now = claims.expires_at - 60
     session = store.open(short, claims, "a")
     clock.now += 59
@@ -103,7 +108,7 @@ def test_sign_out_forgets_the_session() -> None:
     """A closed session is gone at once."""
     store, _ = _store()
     token = _token()
-    session = store.open(token, TokenClaims.read(token), "a")  # type: ignore[arg-type]
+    session = store.open(token, _claims(token), "a")
     store.close(session.id)
     assert store.get(session.id) is None
 

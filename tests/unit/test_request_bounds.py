@@ -1,5 +1,5 @@
 """Every integer and string a request may carry is bounded in its model, and therefore in the
-documents (docs/adr/0093-request-bounds.md): no value reaches a column, a date or a reader it
+documents (docs/adr/0096-request-bounds.md): no value reaches a column, a date or a reader it
 overflows. The walk over the OpenAPI document fails for a new unbounded field; the cases below
 fail without each bound."""
 

@@ -52,7 +52,8 @@ def test_absolute_dates_in_a_cue_are_read_as_periods(
     ],
 )
 def test_cues_without_an_absolute_date_name_no_period(cue: str) -> None:
-    """Relative times, a month without a year and a bare number name nothing."""
+    """Relative times (without a moment to count them from), a month without a year and a bare
+    number name nothing."""
     assert cue_periods(cue) == []
 
 

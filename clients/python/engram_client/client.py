@@ -1,6 +1,6 @@
 """``EngramClient`` (async) and ``SyncEngramClient`` (blocking): publish sessions, save and recall
 memories, manage them, read and change memory config, query and verify the audit log — over NATS
-or HTTP, one interface (docs/adr/0094).
+or HTTP, one interface (docs/adr/0090-thin-python-client.md).
 
     async with await EngramClient.from_connection(".engram/connection.json") as engram:
         reply = await engram.recall(agent_config_id, cue="plan the trip")

@@ -1,6 +1,6 @@
 """The two ways to reach Engram behind one interface: NATS request-reply (what the services
-answer) and the HTTP gateway (the same operations as routes, docs/adr/0094). A transport moves one
-operation's JSON request and its JSON reply; an error reply is raised as its typed
+answer) and the HTTP gateway (the same operations as routes; docs/adr/0090-thin-python-client.md).
+A transport moves one operation's JSON request and its JSON reply; an error reply is raised as its typed
 :class:`~engram_client.contracts.errors.EngramError` here, whichever way it came."""
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from services.gateway.console.sessions import SessionStore
 from services.gateway.console.signin import SignIn
 from services.gateway.console.views import Views
 from services.gateway.console.web import PREFIX, SECURITY_HEADERS
+from shared.auth import TokenVerifier
 
 __all__ = ["PREFIX", "console_mount"]
 
@@ -37,9 +38,9 @@ class _SecureHeaders:
         await self._app(scope, receive, send_with_headers)
 
 
-def console_mount(bridge: Bridge, store: SessionStore | None = None) -> Mount:
+def console_mount(bridge: Bridge, tokens: TokenVerifier, store: SessionStore | None = None) -> Mount:
     store = store or SessionStore()
-    views, signin = Views(bridge, store), SignIn(bridge, store)
+    views, signin = Views(bridge, store), SignIn(bridge, store, tokens)
 
     async def home(request: Request) -> Response:
         return RedirectResponse(f"{PREFIX}/memories", status_code=303)

@@ -11,11 +11,10 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-from uuid import UUID
 
-import jwt
 from cachetools import TLRUCache, TTLCache
+
+from shared.auth import Credential
 
 __all__ = ["ConsoleSession", "SessionStore", "TokenClaims"]
 
@@ -32,8 +31,8 @@ MAX_ENTRIES = 10_000
 
 @dataclass(frozen=True)
 class TokenClaims:
-    """What the console shows about a token, read from its claims *without* verifying them: the
-    services verify every request; these only label the page and bound the session's lifetime."""
+    """What the console shows about a verified token (its credential, whoever issued it): the
+    services still verify every request; these label the page and bound the session's lifetime."""
 
     org_id: str
     principal: str
@@ -42,21 +41,15 @@ class TokenClaims:
     agent_config_id: str | None
 
     @classmethod
-    def read(cls, token: str) -> TokenClaims | None:
-        """None when ``token`` is not shaped like an Engram token at all."""
-        try:
-            claims: dict[str, Any] = jwt.decode(token, options={"verify_signature": False})
-            kind, ident = str(claims["pk"]), claims.get("pid")
-            acfg = claims.get("acfg")
-            return cls(
-                org_id=str(UUID(str(claims["org"]))),
-                principal=kind if ident is None else f"{kind}:{ident}",
-                permissions=tuple(str(p) for p in claims.get("perms", [])),
-                expires_at=float(claims["exp"]),
-                agent_config_id=str(UUID(str(acfg))) if acfg else None,
-            )
-        except (jwt.PyJWTError, KeyError, ValueError, TypeError):
-            return None
+    def of(cls, credential: Credential, expires_at: float) -> TokenClaims:
+        """What a verified token proves, as the console shows it."""
+        return cls(
+            org_id=str(credential.org_id),
+            principal=credential.principal.ref,
+            permissions=tuple(sorted(credential.permissions)),
+            expires_at=expires_at,
+            agent_config_id=str(credential.agent_config_id) if credential.agent_config_id else None,
+        )
 
 
 @dataclass

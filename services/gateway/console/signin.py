@@ -27,6 +27,7 @@ from services.gateway.console.web import (
     set_cookie,
 )
 from services.gateway.payloads import decode_object, read_limited
+from shared.auth import TokenVerifier
 
 __all__ = ["SignIn"]
 
@@ -34,9 +35,10 @@ _MAX_TICKET_BYTES = 4096
 
 
 class SignIn:
-    def __init__(self, bridge: Bridge, store: SessionStore) -> None:
+    def __init__(self, bridge: Bridge, store: SessionStore, tokens: TokenVerifier) -> None:
         self._bridge = bridge
         self._store = store
+        self._tokens = tokens
 
     async def form(self, request: Request, error: EngramError | None = None, status: int = 200) -> Response:
         """The sign-in form with a fresh double-submit token (cookie + hidden field)."""
@@ -75,8 +77,12 @@ class SignIn:
         gains nothing it did not have; the code only keeps the token out of the browser's URL."""
         value = request.headers.get("authorization", "")
         scheme, _, token = value.partition(" ")
-        if scheme.lower() != "bearer" or TokenClaims.read(token.strip()) is None:
+        if scheme.lower() != "bearer":
             return _json_error(Unauthenticated("send Authorization: Bearer <token>"))
+        try:
+            await self._tokens.verify(token.strip())
+        except Unauthenticated as exc:
+            return _json_error(exc)
         try:
             body = await read_limited(
                 request.stream(), request.headers.get("content-length"), _MAX_TICKET_BYTES
@@ -102,9 +108,14 @@ class SignIn:
         return response
 
     async def _open(self, request: Request, token: str, agent_config_id: str | None) -> Response:
-        claims = TokenClaims.read(token)
-        if claims is None:
-            raise Unauthenticated("that is not an Engram token")
+        # The verified credential labels the session (an IdP's token as well as Engram's own); a
+        # forged or expired token is refused here, at the form.
+        try:
+            claims = TokenClaims.of(*await self._tokens.check(token))
+        except Unauthenticated as exc:
+            raise Unauthenticated(
+                f"not an Engram token, nor one from an identity provider it trusts ({exc.message})"
+            ) from exc
         agent = (agent_config_id or "").strip() or claims.agent_config_id
         if not agent:
             raise InvalidRequest("this token names no agent config: give its id")

@@ -32,7 +32,7 @@ PrincipalKind = Literal["none", "end_user", "actor", "service"]
 #: is (docs/adr/0082-operator-scoped-rejects.md).
 SYSTEM_ORG = UUID(int=0)
 
-# Bounds of the integers a request may carry (docs/adr/0093-request-bounds.md): each integer field
+# Bounds of the integers a request may carry (docs/adr/0096-request-bounds.md): each integer field
 # of an inbound model names one, so no value reaches a column, a date or a reader it overflows —
 # it is INVALID_REQUEST at the edge, and the OpenAPI and AsyncAPI documents state the bound.
 #: Postgres ``integer`` (int4): a request value compared with such a column (the audit ``seq``).
@@ -61,7 +61,7 @@ def given(*names: str, when: dict[str, Any] | None = None, **types: str) -> dict
     """JSON Schema for "each of ``names`` is present and not null" (``types``: its JSON type, so
     an explicit ``null`` does not count as given), with ``when``: other properties' schemas —
     how the documents state a model validator's rule that some fields go together
-    (docs/adr/0093-request-bounds.md)."""
+    (docs/adr/0096-request-bounds.md)."""
     properties = {**(when or {}), **{n: {"type": types.get(n, "string")} for n in names}}
     return {"required": list(names), "properties": properties}
 
@@ -78,7 +78,7 @@ def _json_integer(value: Any) -> Any:
 #: The last metadata of every integer field of a request, after its bounds
 #: (``Annotated[int, Field(ge=…, le=…), JSON_INTEGER]``): JSON Schema counts ``5.0`` as an
 #: integer, pydantic's strict mode does not, and requests are validated strictly (``true`` or
-#: ``"5"`` is no integer; docs/adr/0093-request-bounds.md). After the bounds, so the documents
+#: ``"5"`` is no integer; docs/adr/0096-request-bounds.md). After the bounds, so the documents
 #: still state them.
 JSON_INTEGER = BeforeValidator(_json_integer)
 
@@ -88,7 +88,7 @@ class Inbound(BaseModel):
 
     # Every string has a length bound (a field's own, else this one), below the smallest body
     # limit (256 KiB): a string one past its bound is still a body the edge reads, so it is
-    # INVALID_REQUEST naming the field, not PAYLOAD_TOO_LARGE (docs/adr/0093-request-bounds.md).
+    # INVALID_REQUEST naming the field, not PAYLOAD_TOO_LARGE (docs/adr/0096-request-bounds.md).
     model_config = ConfigDict(frozen=True, extra="forbid", str_max_length=MAX_TEXT_CHARS)
 
 

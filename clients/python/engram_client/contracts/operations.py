@@ -123,6 +123,12 @@ Rep = TypeVar("Rep", bound=BaseModel)
 #: more, e.g. ``memory.admin`` to act on another owner's memory). ``deployment.operator`` is the
 #: deployment's, no organization's (``shared.auth.OPERATOR``).
 Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator"]
+#: What ``shared.access.authorize`` checks of the agent config a request names, before its
+#: handler: ``owned`` — not another organization's (``FORBIDDEN``: a guessed id never crosses
+#: tenants); ``known`` — also one this organization configured or wrote to (``NOT_FOUND``: a read
+#: naming a never-used agent config is a wrong id, and an empty answer would hide that; checked on
+#: a first page, as a page token was issued for a known one).
+AgentConfigCheck = Literal["owned", "known"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 #: Whose budget an operation spends (``shared.quotas``): reads, writes, governance (admin and purge),
 #: sessions. Derived from the permission unless a row says otherwise; the deployment operator's
@@ -186,6 +192,10 @@ class Operation(Generic[Req, Rep]):
     max_request_bytes: int = MAX_REQUEST_BYTES
     #: The budget a request spends (``QuotaClass``); None: not limited.
     quota_class: QuotaClass | None = None
+    #: The agent config check ``authorize`` makes (:data:`AgentConfigCheck`); None where the
+    #: handler reads the agent config's memory config anyway, which makes the same check (recall,
+    #: feedback, config), or the request names none.
+    agent_config: AgentConfigCheck | None = None
 
     @property
     def reply(self) -> type[Rep]:
@@ -294,6 +304,7 @@ def _op(
     client_pages: bool = False,
     wait_field: str | None = None,
     quota: QuotaClass | None = None,
+    agent_config: AgentConfigCheck | None = None,
 ) -> Operation[Req, Rep]:
     """One row of the table: the wire facts positionally — subject, HTTP route (``"GET /v1/x"``),
     permission, request and reply models — and the rest by name (``client``: the client method's
@@ -325,6 +336,7 @@ def _op(
         sparse_reply=sparse_reply,
         max_request_bytes=max_request_bytes,
         quota_class=quota or _QUOTA_OF[permission],
+        agent_config=agent_config,
     )
 
 
@@ -333,6 +345,7 @@ def _op(
 MEMORY_SAVE: Operation[SaveRequest, Accepted | SaveOutcome] = _op(
     s.MEMORY_SAVE, "POST /v1/memories", "memory.write", SaveRequest, Accepted, SaveOutcome,
     served_by="ingest", client=("save", "agent_config_id", "entries"), wait_field="wait",
+    agent_config="owned",
     summary="Save memories now (elective save): 202 once durably accepted, or the outcome with wait.",
     tool=("remember", (
         "Store a fact, preference or lesson worth keeping beyond this conversation (a user's stated "
@@ -383,6 +396,7 @@ MEMORY_FEEDBACK = _op(
 MEMORY_LIST = _op(
     s.MEMORY_LIST, "GET /v1/memories", "memory.read", ListRequest, Page,
     served_by="governance-audit", client=("list_entries", "agent_config_id"),
+    agent_config="known",
     summary="One page of the memories the caller may see, highest importance first.",
     disclosure=True,
     tool=("list_memories", (
@@ -393,12 +407,14 @@ MEMORY_LIST = _op(
 MEMORY_GET = _op(
     s.MEMORY_GET, "GET /v1/memories/{entry_id}", "memory.read", GetRequest, GetReply,
     served_by="governance-audit", client=("get_entry", "agent_config_id", "entry_id"),
+    agent_config="owned",
     summary="One memory entry with every field, optionally with its edit history.",
     disclosure=True,
 )
 MEMORY_MANAGE = _op(
     s.MEMORY_MANAGE, "PATCH /v1/memories/{entry_id}", "memory.write", ManageRequest, ManageReply,
     served_by="governance-audit", client=("manage", "agent_config_id", "entry_id", "op"),
+    agent_config="owned",
     summary="One operation on one entry: pin, unpin, disable, enable, mark_incorrect, edit, merge, "
     "rescope, change_retention.",
     disclosure=True,
@@ -406,6 +422,7 @@ MEMORY_MANAGE = _op(
 MEMORY_DELETE = _op(
     s.MEMORY_DELETE, "DELETE /v1/memories/{entry_id}", "memory.write", DeleteRequest, PurgeReceipt,
     served_by="governance-audit", client=("delete", "agent_config_id", "entry_id"),
+    agent_config="owned",
     summary="Erase one entry, with everything derived from it and its earlier versions.",
     tool=("forget", (
         "Permanently erase one memory by entry_id, when the user asks you to forget it or it is "
@@ -416,18 +433,21 @@ MEMORY_DELETE = _op(
 MEMORY_PURGE = _op(
     s.MEMORY_PURGE, "POST /v1/purge", "memory.purge", PurgeRequest, PurgeReceipt,
     served_by="governance-audit", client=("purge", "actor_ref"),
+    agent_config="owned",
     summary="Erase everything one owner has (optionally of one agent config or session).",
     timeout_s=60.0,
 )
 MEMORY_PRUNE = _op(
     s.MEMORY_PRUNE, "POST /v1/prune", "memory.admin", PruneRequest, PruneReply,
     served_by="governance-audit", client=("prune", "agent_config_id", "max_entries"),
+    agent_config="owned",
     summary="Keep at most max_entries of an agent config: lowest importance, then oldest, go first.",
     timeout_s=60.0,
 )
 MEMORY_EXPORT = _op(
     s.MEMORY_EXPORT, "GET /v1/export", "memory.read", ExportRequest, Page,
     served_by="governance-audit", client=("export", "actor_ref"), client_pages=True,
+    agent_config="known",
     summary="Everything one owner has, oldest first (over HTTP: every page, as JSON Lines).",
     disclosure=True,
 )

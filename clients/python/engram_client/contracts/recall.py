@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 from uuid import UUID
 
-from pydantic import ConfigDict, Field, JsonValue
+from pydantic import AwareDatetime, ConfigDict, Field, JsonValue
 
 from engram_client.contracts.common import (
     JSON_INTEGER,
@@ -114,6 +114,13 @@ class RecallRequest(Inbound):
         allow_inf_nan=False,
         description="semantic/hybrid only: the least cosine similarity to the cue an entry needs",
     )
+    #: The moment the cue is asked from: relative dates in it ("yesterday", "last summer") count
+    #: from here for hybrid's time grounding. Default now; a replayed conversation gives its
+    #: session's time (docs/adr/0036-time-grounding.md).
+    asked_at: AwareDatetime | None = Field(
+        default=None,
+        description="hybrid: relative dates in the cue count from this moment (default now)",
+    )
     format: Format = "text"
     token_budget: Annotated[int, Field(ge=1, le=1_000_000), JSON_INTEGER] | None = None
     target_layer: TargetLayer = "all"
@@ -121,6 +128,14 @@ class RecallRequest(Inbound):
     diagnostics: Literal["summary", "candidates"] | None = None
     #: Only the axes the config lists in ``policy.relaxable`` (SPEC 5.4).
     policy_override: dict[str, Any] | None = None
+    #: ``pack``, ``semantic`` and ``hybrid`` leave out an entry that nearly repeats one ranked above
+    #: it (counted in that one's ``similar_count``) and place a lesson before the raw observations
+    #: of its session; ``false`` returns the ranking as is (docs/adr/0094-what-recall-hands-an-agent.md).
+    collapse_similar: bool = Field(
+        default=True,
+        description="pack/semantic/hybrid: fold near-duplicates into the entry ranked above them and "
+        "put a lesson before its session's observations",
+    )
 
 
 class RecallResult(Outbound):
@@ -144,6 +159,10 @@ class RecallResult(Outbound):
     content_truncated: bool = False
     #: Quarantined text is never returned; ``text`` is a bounded placeholder (SPEC 5.4).
     quarantined: bool = False
+    #: How many near-duplicates of this entry recall left out (``full`` always carries it; other
+    #: formats only when not 0), see ``RecallRequest.collapse_similar`` and
+    #: docs/adr/0094-what-recall-hands-an-agent.md.
+    similar_count: int = Field(default=0, ge=0)
 
 
 class ExcludedResult(Outbound):

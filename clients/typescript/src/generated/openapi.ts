@@ -1443,6 +1443,18 @@ export interface components {
              */
             agent_config_id: string;
             /**
+             * Asked At
+             * @description hybrid: relative dates in the cue count from this moment (default now)
+             * @default null
+             */
+            asked_at?: string | null;
+            /**
+             * Collapse Similar
+             * @description pack/semantic/hybrid: fold near-duplicates into the entry ranked above them and put a lesson before its session's observations
+             * @default true
+             */
+            collapse_similar?: boolean;
+            /**
              * Cue
              * @default null
              */
@@ -1579,6 +1591,11 @@ export interface components {
              * @default null
              */
             session_id?: string | null;
+            /**
+             * Similar Count
+             * @default 0
+             */
+            similar_count?: number;
             /**
              * Source
              * @default null

@@ -1,26 +1,41 @@
-"""The memory-entry table's one gateway (STYLE habit 17, after eventsourcing's recorders and
-Graphiti's ``*Operations``): services read and write ``memory_entries`` through here.
+"""Entries as stored: the tenancy predicate, whole-entry reads as typed rows, and every write.
 
 - **Tenancy**: :func:`in_scope` is the predicate every read of entries starts from — the
   organization, the agent config and the owner keys (:mod:`shared.tenancy` keys owners) — so no
   reader retypes it or leaves a part out.
+- **Reads**: :class:`Entry` is a whole entry as read (every column but the derived full-text
+  vector); :meth:`EntryStore.get` and the page reads of :mod:`shared.entries.listing` return it.
 - **Writes**: :class:`EntryStore` stores entries — the save path's owner-scoped upsert, manage's
   new versions and merges — and changes them. Every write that changes what an entry says
   announces ``memory.written`` through the outbox in the caller's transaction, so the row and its
-  event commit together (SPEC 4.3) and the embed service (re-)indexes it.
-
-Erasure stays in :mod:`shared.erasure` (tombstones, cascades to derived entries, ``memory.purged``);
-recall's side effects and the indexer's status updates touch only their own columns.
+  event commit together (SPEC 4.3) and the embed service (re-)indexes it. Erasure's deletes are
+  here too (:meth:`EntryStore.lock`, :meth:`EntryStore.delete`); what an erasure means —
+  lineage, tombstones, ``memory.purged`` — is :mod:`shared.erasure`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any, Literal, NamedTuple
 from uuid import UUID
 
-from sqlalchemy import BindParameter, ColumnElement, and_, false, func, literal_column, select, text, update
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    and_,
+    bindparam,
+    delete,
+    false,
+    func,
+    literal_column,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -32,10 +47,94 @@ from shared.db.compiled import one_of
 from shared.db.models import ENTRIES
 from shared.outbox import enqueue_many
 
-__all__ = ["ENTRY_COLUMNS", "DedupeKey", "EntryStore", "NewEntry", "Upserted", "dedupe_key", "in_scope"]
+__all__ = [
+    "ENTRY_COLUMNS",
+    "DedupeKey",
+    "Entry",
+    "EntryRef",
+    "EntryStore",
+    "NewEntry",
+    "Upserted",
+    "covered",
+    "dedupe_key",
+    "in_scope",
+    "with_ids",
+]
 
 #: Every column but the derived full-text vector: what a read of whole entries selects.
 ENTRY_COLUMNS = tuple(c for c in ENTRIES.c if c.name != "search")
+
+
+class Entry(NamedTuple):
+    """One entry as read, every column of :data:`ENTRY_COLUMNS` (a test holds the two equal).
+    A named tuple: rows of a page become entries at the cost of one tuple each."""
+
+    id: UUID
+    org_id: UUID
+    agent_config_id: UUID
+    owner_key: str
+    owner_kind: str | None
+    owner_id: str | None
+    session_id: str | None
+    text: str
+    fingerprint: str
+    importance: float
+    reinforcement_count: int
+    memory_type: str
+    layer: str
+    source: str
+    source_agent: str | None
+    confidence: float
+    reliability: float
+    lifecycle: str
+    pinned: bool
+    category: str | None
+    confirmation: str | None
+    sensitivity: str | None
+    consent: str | None
+    redaction: list[str]
+    quarantined: bool
+    quarantine_reasons: list[str]
+    provenance: dict[str, Any]
+    expires_at: datetime | None
+    occurred_at: datetime | None
+    session_position: int | None
+    created_at: datetime
+    updated_at: datetime
+    last_accessed_at: datetime | None
+    access_count: int
+    version: int
+    supersedes: UUID | None
+    superseded_by: UUID | None
+    derived_from: list[str]
+    embedding_status: str
+    embedding_model: str | None
+    embedding_dimension: int | None
+    metadata: dict[str, Any]
+
+    def values(self) -> dict[str, Any]:
+        """The row by column name: what :meth:`EntryStore.insert` takes (a copy's starting point)."""
+        return self._asdict()
+
+
+#: :class:`Entry`'s fields in the order :data:`ENTRY_COLUMNS` selects them (rows are built by
+#: position: the table's column order is the model's, not necessarily the tuple's).
+_SELECTED = tuple(c.name for c in ENTRY_COLUMNS)
+
+
+def entry(row: Sequence[Any]) -> Entry:
+    """A row of :data:`ENTRY_COLUMNS` as an :class:`Entry`."""
+    return Entry(**dict(zip(_SELECTED, row, strict=True)))
+
+
+class EntryRef(NamedTuple):
+    """What erasure needs of an entry: which it is, its agent config (events go per config) and
+    its layer (receipts count observations)."""
+
+    id: UUID
+    agent_config_id: UUID
+    layer: str
+
 
 #: The owner-scoped dedupe key (SPEC 4.3): ``(org_id, agent_config_id, owner_key, fingerprint)``.
 DedupeKey = tuple[UUID, UUID, str, str]
@@ -62,6 +161,12 @@ _UPSERT = _INSERT.on_conflict_do_update(
     ENTRIES.c.agent_config_id,
     ENTRIES.c.owner_key,
     ENTRIES.c.fingerprint,
+)
+
+_BUMP = (
+    update(ENTRIES)
+    .where(ENTRIES.c.id == bindparam("entry_id"))
+    .values(access_count=ENTRIES.c.access_count + bindparam("n"), last_accessed_at=bindparam("at"))
 )
 
 
@@ -91,6 +196,31 @@ def in_scope(
     if session_id is not None:
         parts.append(ENTRIES.c.session_id == session_id)
     return and_(*parts)
+
+
+def covered(
+    org_id: UUID,
+    agent_config_id: UUID | None,
+    owner_key: str,
+    *,
+    session_id: str | None,
+    fingerprints: Sequence[str] | None,
+    until: datetime,
+) -> ColumnElement[bool]:
+    """The entries an erasure covered (a purge ledger's record, re-applied): the owner's, of the
+    agent config and session when given, created up to ``until``, only the texts of
+    ``fingerprints`` when given."""
+    where = and_(
+        in_scope(org_id, agent_config_id, (owner_key,), session_id=session_id), ENTRIES.c.created_at <= until
+    )
+    if fingerprints is not None:
+        where = and_(where, ENTRIES.c.fingerprint.in_(list(fingerprints)))
+    return where
+
+
+def with_ids(ids: Sequence[UUID]) -> ColumnElement[bool]:
+    """Entries by id (what an erasure of known entries selects; :func:`in_scope` narrows further)."""
+    return ENTRIES.c.id == ids[0] if len(ids) == 1 else ENTRIES.c.id.in_(list(ids))
 
 
 def dedupe_key(row: Mapping[str, Any]) -> DedupeKey:
@@ -124,9 +254,9 @@ class EntryStore:
     # -- reads ----------------------------------------------------------------------------------
     async def get(
         self, org_id: UUID, agent_config_id: UUID, entry_id: UUID, *, for_update: bool = False
-    ) -> Any:
-        """Entry ``entry_id`` of the organization and agent config (every column), or None. Its
-        owner is the caller's to check: an entry of another owner must answer as a missing one."""
+    ) -> Entry | None:
+        """Entry ``entry_id`` of the organization and agent config, or None. Its owner is the
+        caller's to check: an entry of another owner must answer as a missing one."""
         stmt = select(*ENTRY_COLUMNS).where(
             ENTRIES.c.id == entry_id,
             ENTRIES.c.org_id == org_id,
@@ -134,7 +264,19 @@ class EntryStore:
         )
         if for_update:
             stmt = stmt.with_for_update()
-        return (await self._session.execute(stmt)).first()
+        row = (await self._session.execute(stmt)).first()
+        return None if row is None else entry(row)
+
+    async def visible(
+        self, org_id: UUID, agent_config_id: UUID, owner_keys: Iterable[str], entry_id: UUID
+    ) -> Entry | None:
+        """Entry ``entry_id`` if one of ``owner_keys`` owns it (None otherwise), locked: a change
+        by whom may see it (feedback) follows."""
+        stmt = select(*ENTRY_COLUMNS).where(
+            ENTRIES.c.id == entry_id, in_scope(org_id, agent_config_id, owner_keys)
+        )
+        row = (await self._session.execute(stmt.with_for_update())).first()
+        return None if row is None else entry(row)
 
     async def holding(self, key: DedupeKey) -> list[UUID]:
         """The current (not superseded) entries under a dedupe key: what the unique index holds."""
@@ -147,6 +289,79 @@ class EntryStore:
             )
         )
         return list(found.scalars().all())
+
+    async def count(self, org_id: UUID, agent_config_id: UUID) -> int:
+        """How many entries the agent config holds (every owner, every lifecycle)."""
+        stmt = select(func.count()).where(
+            ENTRIES.c.org_id == org_id, ENTRIES.c.agent_config_id == agent_config_id
+        )
+        return int((await self._session.execute(stmt)).scalar_one())
+
+    async def least_important(self, org_id: UUID, agent_config_id: UUID, limit: int) -> list[UUID]:
+        """Up to ``limit`` unpinned entries of the agent config, lowest importance then oldest
+        first: what a prune to a cap erases."""
+        stmt = (
+            select(ENTRIES.c.id)
+            .where(
+                ENTRIES.c.org_id == org_id,
+                ENTRIES.c.agent_config_id == agent_config_id,
+                ENTRIES.c.pinned.is_(False),
+            )
+            .order_by(ENTRIES.c.importance.asc(), ENTRIES.c.created_at.asc(), ENTRIES.c.id)
+            .limit(limit)
+        )
+        return list((await self._session.execute(stmt)).scalars().all())
+
+    async def expired(self, now: datetime, limit: int) -> list[tuple[UUID, UUID]]:
+        """Up to ``limit`` entries expired by ``now`` as ``(id, org_id)``, soonest expiry first,
+        locked — skipping rows another sweeper holds, so sweepers share the backlog."""
+        stmt = (
+            select(ENTRIES.c.id, ENTRIES.c.org_id)
+            .where(ENTRIES.c.expires_at.is_not(None), ENTRIES.c.expires_at <= now)
+            .order_by(ENTRIES.c.expires_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        return [(entry_id, org_id) for entry_id, org_id in await self._session.execute(stmt)]
+
+    async def accessed(self, hits: Mapping[UUID, int], at: datetime) -> None:
+        """Count recalls' disclosures of entries (``access_count``, ``last_accessed_at``): one
+        column pair that recall's side effects own; nothing is announced."""
+        if not hits:
+            return
+        # In id order: concurrent flushers (several recall instances) lock rows alike.
+        params = [
+            {"entry_id": i, "n": n, "at": at} for i, n in sorted(hits.items(), key=lambda kv: str(kv[0]))
+        ]
+        await self._session.execute(_BUMP, params)
+
+    # -- erasure (shared.erasure decides what; these touch the rows) -----------------------------
+    async def lock(self, org_id: UUID, where: ColumnElement[bool]) -> list[EntryRef]:
+        """The organization's entries matching ``where`` (:func:`in_scope`, :func:`with_ids`),
+        locked for their erasure."""
+        stmt = select(ENTRIES.c.id, ENTRIES.c.agent_config_id, ENTRIES.c.layer).where(
+            ENTRIES.c.org_id == org_id, where
+        )
+        return [EntryRef(*r) for r in await self._session.execute(stmt.with_for_update())]
+
+    async def linked(self, org_id: UUID, ids: Sequence[UUID]) -> list[EntryRef]:
+        """Entries linked to ``ids`` by one step of edit versions (``supersedes`` /
+        ``superseded_by``, both directions) or merges (``derived_from``), locked."""
+        as_text = [str(i) for i in ids]
+        stmt = select(ENTRIES.c.id, ENTRIES.c.agent_config_id, ENTRIES.c.layer).where(
+            ENTRIES.c.org_id == org_id,
+            or_(
+                ENTRIES.c.supersedes.in_(ids),
+                ENTRIES.c.superseded_by.in_(ids),
+                # merges that folded one in (a merge's sources point to it by superseded_by)
+                ENTRIES.c.derived_from.has_any(array(as_text)),
+            ),
+        )
+        return [EntryRef(*r) for r in await self._session.execute(stmt.with_for_update())]
+
+    async def delete(self, ids: Sequence[UUID]) -> None:
+        """Delete the rows (an erasure's last step: :func:`shared.erasure.erase` announces it)."""
+        await self._session.execute(delete(ENTRIES).where(ENTRIES.c.id.in_(list(ids))))
 
     # -- writes ---------------------------------------------------------------------------------
     async def upsert(self, new: Sequence[NewEntry]) -> list[Upserted]:

@@ -1,12 +1,14 @@
-"""The SQL side of recall: every read is scoped by organization, agent config and the owner keys
-the caller may see — the predicate is built in one place, so no strategy can forget a part of it."""
+"""Recall's reads of entries: every read is scoped by organization, agent config and the owner
+keys the caller may see — the predicate is built in one place, so no strategy can forget a part
+of it. The hot ones are compiled once per shape (``shared.db.compiled``) and come back as
+:class:`Candidate` rows."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from cachetools import TTLCache
@@ -28,17 +30,17 @@ from sqlalchemy import (
 )
 
 from contracts.recall import RecallFilters
-from services.recall.candidates import Candidate
 from shared.db.compiled import Binds, Template, one_of
 from shared.db.engine import Database
 from shared.db.models import ENTRIES, LEXICAL_SCOPES, LEXICAL_TERMS
-from shared.entries import in_scope
+from shared.entries.store import in_scope
 from shared.lexical import BM25_B as _BM25_B
 from shared.lexical import BM25_K1 as _BM25_K1
 from shared.lexical import idf
 from shared.ports import TenantFilter
 
 __all__ = [
+    "Candidate",
     "Scope",
     "adjacent",
     "by_ids",
@@ -50,6 +52,35 @@ __all__ = [
     "ranking_inputs",
     "top_importance",
 ]
+
+
+class Candidate(NamedTuple):
+    """One visible, active, unexpired entry that a strategy may return.
+
+    A named tuple, not a frozen dataclass: hybrid builds a few hundred per recall, and a frozen
+    dataclass's ``__init__`` (one ``object.__setattr__`` per field) cost five times as much."""
+
+    id: UUID
+    text: str
+    importance: float
+    created_at: datetime
+    updated_at: datetime
+    memory_type: str
+    layer: str
+    session_id: str | None
+    metadata: dict[str, Any]
+    pinned: bool
+    quarantined: bool
+    source: str
+    reinforcement_count: int
+    confidence: float
+    reliability: float
+    owner_key: str
+    #: when the entry leaves recall (None: never); bounds how long a reply with it may be cached.
+    expires_at: datetime | None = None
+    #: when what it records happened, as its writer said (None: not said; ``created_at`` stands in).
+    occurred_at: datetime | None = None
+
 
 _COLUMNS = (
     ENTRIES.c.id,
