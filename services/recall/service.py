@@ -23,6 +23,7 @@ from contracts.errors import InvalidRequest, SemanticDisabled, VectorUnavailable
 from contracts.recall import (
     MAX_EXPAND_EXAMINED,
     MAX_EXPAND_RETURNED,
+    SEMANTIC_MAX_TOP_K,
     ExpandReply,
     ExpandRequest,
     RecallReply,
@@ -75,7 +76,6 @@ HYBRID_DEPTH = 100
 #: store's cost grows with it (an HNSW search is ``limit`` wide), so not the double that semantic's
 #: few hits can afford.
 HYBRID_FETCH = HYBRID_DEPTH + HYBRID_DEPTH // 4
-SEMANTIC_MAX_TOP_K = 20
 #: With ``collapse_similar``, a cue strategy ranks this many times ``top_k`` entries (at most
 #: ``COLLAPSE_SLACK`` more than ``top_k``: a top_k of 1000 is a listing, not a context), so that
 #: ``top_k`` distinct ones remain after near-duplicates are folded and lessons lifted.

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 from uuid import UUID
 
 from pydantic import Field
 
-from engram_client.contracts.common import Inbound, Outbound
+from engram_client.contracts.common import JSON_INTEGER, JSON_SAFE_INT_MAX, Inbound, Outbound
 
 __all__ = [
     "ConsumerLag",
@@ -22,10 +23,10 @@ __all__ = [
 
 class DeadLetterQuery(Inbound):
     #: ``engram.dlq.<source>``: ingest, distill, embed …; none is every source.
-    source: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_-]{0,39}$")
+    source: str | None = Field(default=None, max_length=40, pattern=r"^[a-z][a-z0-9_-]{0,39}$")
     #: The page before this stream sequence (the previous page's ``next_before_seq``).
-    before_seq: int | None = Field(default=None, ge=1)
-    limit: int = Field(default=50, ge=1, le=500)
+    before_seq: Annotated[int, Field(ge=1, le=JSON_SAFE_INT_MAX), JSON_INTEGER] | None = None
+    limit: Annotated[int, Field(ge=1, le=500), JSON_INTEGER] = 50
 
 
 class DeadLetterSummary(Outbound):
