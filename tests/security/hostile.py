@@ -195,7 +195,8 @@ def _set(body: Any, path: Sequence[str | int], value: Any) -> Any:
         copy = dict(body)
         copy[head] = _set(body.get(head), rest, value)  # type: ignore[arg-type]
         return copy
-    assert isinstance(body, list) and isinstance(head, int)
+    assert isinstance(body, list)
+    assert isinstance(head, int)
     items = list(body)
     items[head] = _set(items[head], rest, value)
     return items
@@ -242,7 +243,7 @@ def body_cases(base: Mapping[str, Any], r: random.Random, *, extra_fields: Seque
         for label, value in HUGE_NUMBERS.items():
             if isinstance(original, int | float) or original is None:
                 cases.append(Case("huge-number", where, label, body=_set(base, path, value)))
-        if isinstance(original, int | float) and not isinstance(original, bool) or original is None:
+        if (isinstance(original, int | float) and not isinstance(original, bool)) or original is None:
             for label, raw in RAW_NUMBERS.items():
                 cases.append(Case("huge-number", where, label, raw=_with_raw(base, path, raw)))
         if isinstance(original, str) or original is None:
@@ -256,14 +257,30 @@ def body_cases(base: Mapping[str, Any], r: random.Random, *, extra_fields: Seque
                     Case("invalid-utf8", where, label, raw=_with_raw(base, path, b'"x' + raw + b'y"'))
                 )
             # A key no store can keep, in an object where the field is.
-            cases.append(Case("text", where, "nul-key", body=_set(base, path[:-1], {"\x00": 1, **_at(base, path[:-1])})))
+            cases.append(
+                Case(
+                    "text", where, "nul-key", body=_set(base, path[:-1], {"\x00": 1, **_at(base, path[:-1])})
+                )
+            )
         if isinstance(original, dict | list) or original is None:
-            cases.append(Case("deep-nesting", where, "5000-objects", raw=_with_raw(base, path, _deep_text(5000))))
-            cases.append(Case("deep-nesting", where, "5000-arrays", raw=_with_raw(base, path, b"[" * 5000 + b"]" * 5000)))
+            cases.append(
+                Case("deep-nesting", where, "5000-objects", raw=_with_raw(base, path, _deep_text(5000)))
+            )
+            cases.append(
+                Case(
+                    "deep-nesting", where, "5000-arrays", raw=_with_raw(base, path, b"[" * 5000 + b"]" * 5000)
+                )
+            )
         if len(path) == 1 and isinstance(path[0], str) and original is not None:
             hostile = HOSTILE_TEXTS["nul"]
-            cases.append(Case("duplicate-key", where, "hostile-first", raw=_duplicate(base, path[0], hostile, original)))
-            cases.append(Case("duplicate-key", where, "hostile-last", raw=_duplicate(base, path[0], original, hostile)))
+            cases.append(
+                Case(
+                    "duplicate-key", where, "hostile-first", raw=_duplicate(base, path[0], hostile, original)
+                )
+            )
+            cases.append(
+                Case("duplicate-key", where, "hostile-last", raw=_duplicate(base, path[0], original, hostile))
+            )
     for label, raw in INVALID_UTF8.items():
         cases.append(Case("invalid-utf8", "<body>", label, raw=raw + json.dumps(dict(base)).encode()))
     for label, raw in NOT_JSON.items():
@@ -292,11 +309,20 @@ def limit_cases(base: Mapping[str, Any], model: type[BaseModel], max_bytes: int)
             if "maxLength" in variant:
                 n = int(variant["maxLength"])
                 cases.append(Case("size-limit", name, f"maxLength={n}", body={**base, name: "a" * n}))
-                cases.append(Case("size-limit", name, f"maxLength+1={n + 1}", body={**base, name: "a" * (n + 1)}))
+                cases.append(
+                    Case("size-limit", name, f"maxLength+1={n + 1}", body={**base, name: "a" * (n + 1)})
+                )
             if variant.get("minLength", 0) > 0:
                 n = int(variant["minLength"])
-                cases.append(Case("size-limit", name, f"minLength-1={n - 1}", body={**base, name: "a" * (n - 1)}))
-            for bound, step in (("maximum", 1), ("minimum", -1), ("exclusiveMaximum", 0), ("exclusiveMinimum", 0)):
+                cases.append(
+                    Case("size-limit", name, f"minLength-1={n - 1}", body={**base, name: "a" * (n - 1)})
+                )
+            for bound, step in (
+                ("maximum", 1),
+                ("minimum", -1),
+                ("exclusiveMaximum", 0),
+                ("exclusiveMinimum", 0),
+            ):
                 if bound in variant:
                     value = variant[bound]
                     cases.append(Case("size-limit", name, f"{bound}={value}", body={**base, name: value}))

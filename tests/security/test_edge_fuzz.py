@@ -28,7 +28,7 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -42,7 +42,6 @@ from mcp.types import CallToolResult
 from nats.aio.client import Client
 from sqlalchemy import select
 
-from contracts.common import Principal
 from contracts.errors import ErrorCode, error_for_code
 from contracts.events import MAX_SESSION_BYTES, SessionEnded
 from contracts.operations import MEMORY_EXPORT, OPERATIONS, OPS_LAG, Operation
@@ -87,7 +86,10 @@ class _Tracebacks(logging.Handler):
             self.records.append(record)
 
     def take(self) -> list[str]:
-        seen = [f"{r.name}: {r.getMessage()[:200]} ({r.exc_info[1]!r})" if r.exc_info else r.getMessage()[:300] for r in self.records]
+        seen = [
+            f"{r.name}: {r.getMessage()[:200]} ({r.exc_info[1]!r})" if r.exc_info else r.getMessage()[:300]
+            for r in self.records
+        ]
         self.records.clear()
         return seen
 
@@ -221,7 +223,9 @@ def _bases(w: World) -> dict[str, dict[str, Any]]:
         "memory.save": {
             **scoped,
             "session_id": "s-fuzz",
-            "entries": [{"text": "fuzz note", "importance": 0.5, "memory_type": "semantic", "metadata": {"k": "v"}}],
+            "entries": [
+                {"text": "fuzz note", "importance": 0.5, "memory_type": "semantic", "metadata": {"k": "v"}}
+            ],
             "wait": False,
         },
         "session.submit": session,
@@ -330,7 +334,11 @@ def _http_request(op: Operation[Any, Any], case: Case, base: Mapping[str, Any]) 
     if op.http_method not in ("GET", "DELETE"):
         if case.raw is not None:
             return {"method": op.http_method, "url": path, "content": case.raw}
-        content = json.dumps({k: v for k, v in body.items() if k not in op.path_params}) if isinstance(body, dict) else json.dumps(body)
+        content = (
+            json.dumps({k: v for k, v in body.items() if k not in op.path_params})
+            if isinstance(body, dict)
+            else json.dumps(body)
+        )
         return {"method": op.http_method, "url": path, "content": content.encode()}
     if not isinstance(body, dict):
         return None
@@ -362,7 +370,13 @@ def _query_cases(op: Operation[Any, Any], base: Mapping[str, Any]) -> list[tuple
                 if k != name and k not in op.path_params and not isinstance(v, list) and v is not None
             ]
             query = "&".join([*rest, f"{name}={_query_bytes(raw)}"])
-            cls = "huge-number" if label == "5000-digits" else "invalid-utf8" if label in hostile.INVALID_UTF8 else "text"
+            cls = (
+                "huge-number"
+                if label == "5000-digits"
+                else "invalid-utf8"
+                if label in hostile.INVALID_UTF8
+                else "text"
+            )
             case = Case(cls, name, f"query-{label}")
             out.append((case, {"method": op.http_method, "url": f"{path}?{query}"}))
     return out
@@ -449,7 +463,15 @@ def _session_cases(w: World) -> list[Case]:
     for case in cases:
         new = str(UUID(int=r.getrandbits(128), version=4))
         if case.raw is not None:
-            own.append(Case(case.cls, case.where, case.label, raw=case.raw.replace(old.encode(), new.encode()), expect=case.expect))
+            own.append(
+                Case(
+                    case.cls,
+                    case.where,
+                    case.label,
+                    raw=case.raw.replace(old.encode(), new.encode()),
+                    expect=case.expect,
+                )
+            )
         elif isinstance(case.body, dict):
             body = {**case.body, "event_id": new} if case.body.get("event_id") == old else case.body
             own.append(Case(case.cls, case.where, case.label, body=body, expect=case.expect))
@@ -488,7 +510,9 @@ async def test_every_stream_subject_a_platform_publishes(
         batch.sent += 1
         batch.by_class[case.cls] += 1
         try:
-            ack = await js.publish("engram.session.ended", case.encoded(), headers=headers, timeout=DEFAULT_DEADLINE_S)
+            ack = await js.publish(
+                "engram.session.ended", case.encoded(), headers=headers, timeout=DEFAULT_DEADLINE_S
+            )
         except nats.errors.Error as exc:
             # Over the stream's own message limit: refused at publish, nothing stored to lose.
             refused_by_stream += 1
@@ -559,7 +583,9 @@ def _tool_bases(w: World) -> dict[str, dict[str, Any]]:
     }
 
 
-async def test_every_mcp_tool(world: World, nc: Client, tokens: TokenService, tracebacks: _Tracebacks) -> None:
+async def test_every_mcp_tool(
+    world: World, nc: Client, tokens: TokenService, tracebacks: _Tracebacks
+) -> None:
     """Every tool with hostile arguments (each a JSON object: the raw classes are the transports'
     to refuse): an answer within the deadline, a result or a typed tool error, never an
     untyped one or ``INTERNAL``."""
@@ -576,14 +602,20 @@ async def test_every_mcp_tool(world: World, nc: Client, tokens: TokenService, tr
             base = bases[tool.name]
             r = rng(f"edge-fuzz:mcp:{tool.name}")
             cases = hostile.sample(
-                [c for c in hostile.body_cases(base, r, extra_fields=list(tool.arguments.model_fields)) if isinstance(c.body, dict)],
+                [
+                    c
+                    for c in hostile.body_cases(base, r, extra_fields=list(tool.arguments.model_fields))
+                    if isinstance(c.body, dict)
+                ],
                 r,
                 PER_OP,
             )
             for case in cases:
                 reply: Any
                 try:
-                    result = await asyncio.wait_for(client.call_tool(tool.name, case.body), DEFAULT_DEADLINE_S * 2)
+                    result = await asyncio.wait_for(
+                        client.call_tool(tool.name, case.body), DEFAULT_DEADLINE_S * 2
+                    )
                     reply = _tool_reply(result)
                 except Exception as exc:  # the SDK raises what the server answered as a protocol error
                     reply = exc
