@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["SYSTEM_ORG", "Inbound", "Outbound", "Principal", "PrincipalKind"]
+__all__ = [
+    "JSON_SAFE_INT_MAX",
+    "ID_CHARS",
+    "MAX_TEXT_CHARS",
+    "MAX_TTL_SECONDS",
+    "PRINCIPAL_REF_PATTERN",
+    "MemoryTypeName",
+    "absent",
+    "given",
+    "PG_INT4_MAX",
+    "SYSTEM_ORG",
+    "Inbound",
+    "Outbound",
+    "Principal",
+    "PrincipalKind",
+]
 
 PrincipalKind = Literal["none", "end_user", "actor", "service"]
 #: The organization of records about input that named no organization Engram can trust (no valid
@@ -15,15 +30,52 @@ PrincipalKind = Literal["none", "end_user", "actor", "service"]
 #: is (docs/adr/0082-operator-scoped-rejects.md).
 SYSTEM_ORG = UUID(int=0)
 
+# Bounds of the integers a request may carry (docs/adr/0084-request-bounds.md): each integer field
+# of an inbound model names one, so no value reaches a column, a date or a reader it overflows —
+# it is INVALID_REQUEST at the edge, and the OpenAPI and AsyncAPI documents state the bound.
+#: Postgres ``integer`` (int4): a request value compared with such a column (the audit ``seq``).
+PG_INT4_MAX = 2**31 - 1
+#: The largest integer every JSON reader keeps exact (JavaScript's ``Number.MAX_SAFE_INTEGER``):
+#: the bound of counts and sequences that reach no narrower column.
+JSON_SAFE_INT_MAX = 2**53 - 1
+#: The longest lifetime a request may give (100 years): ``now + ttl`` stays a date every store
+#: holds (Python's ``datetime`` ends in year 9999; a larger ``timedelta`` overflows).
+MAX_TTL_SECONDS = 100 * 365 * 86_400
+#: The longest string any request field takes, unless the field says less.
+MAX_TEXT_CHARS = 250_000
+#: A memory type's name (``semantic``, ``procedural``, a platform's own): the one bound of every
+#: field that names one, saved or filtered on.
+MemoryTypeName = Annotated[str, Field(min_length=1, max_length=64)]
+
 # Ids are opaque strings chosen by platforms; bound their size and forbid control characters
 # and separators that would make ``actor_ref`` ambiguous.
-_ID_PATTERN = r"^[^\s:\x00-\x1f\x7f]{1,200}$"
+ID_CHARS = r"[^\s:\x00-\x1f\x7f]{1,200}"
+_ID_PATTERN = f"^{ID_CHARS}$"
+#: A principal written as one string, ``"<kind>:<id>"`` or ``"none"`` (``?principal=`` in a query).
+PRINCIPAL_REF_PATTERN = rf"^(none|(end_user|actor|service):{ID_CHARS})$"
+
+
+def given(*names: str, when: dict[str, Any] | None = None, **types: str) -> dict[str, Any]:
+    """JSON Schema for "each of ``names`` is present and not null" (``types``: its JSON type, so
+    an explicit ``null`` does not count as given), with ``when``: other properties' schemas —
+    how the documents state a model validator's rule that some fields go together
+    (docs/adr/0084-request-bounds.md)."""
+    properties = {**(when or {}), **{n: {"type": types.get(n, "string")} for n in names}}
+    return {"required": list(names), "properties": properties}
+
+
+def absent(name: str) -> dict[str, Any]:
+    """JSON Schema for "``name`` is missing or null"."""
+    return {"properties": {name: {"type": "null"}}}
 
 
 class Inbound(BaseModel):
     """What Engram receives: frozen, and unknown fields are an error, not silently ignored."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", str_max_length=1_000_000)
+    # Every string has a length bound (a field's own, else this one), below the smallest body
+    # limit (256 KiB): a string one past its bound is still a body the edge reads, so it is
+    # INVALID_REQUEST naming the field, not PAYLOAD_TOO_LARGE (docs/adr/0084-request-bounds.md).
+    model_config = ConfigDict(frozen=True, extra="forbid", str_max_length=MAX_TEXT_CHARS)
 
 
 class Outbound(BaseModel):
@@ -35,8 +87,18 @@ class Outbound(BaseModel):
 class Principal(Inbound):
     """Who is asking or whom a memory belongs to: ``{kind, id}`` (``none`` has no id)."""
 
+    # The validator's rule, in the documents: ``none`` without an id, every other kind with one.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"kind": {"const": "none"}, "id": {"type": "null"}}},
+                given("id", when={"kind": {"enum": ["end_user", "actor", "service"]}}),
+            ]
+        }
+    )
+
     kind: PrincipalKind
-    id: str | None = Field(default=None, pattern=_ID_PATTERN)
+    id: str | None = Field(default=None, max_length=200, pattern=_ID_PATTERN)
 
     @model_validator(mode="after")
     def _id_matches_kind(self) -> Principal:

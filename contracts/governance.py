@@ -7,12 +7,21 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from uuid import UUID
 
-from pydantic import Field, JsonValue, field_validator, model_validator
+from pydantic import ConfigDict, Field, JsonValue, field_validator, model_validator
 
-from contracts.common import Inbound, Outbound, Principal
+from contracts.common import (
+    ID_CHARS,
+    MAX_TTL_SECONDS,
+    Inbound,
+    MemoryTypeName,
+    Outbound,
+    Principal,
+    absent,
+    given,
+)
 
 __all__ = [
     "LIFECYCLES",
@@ -41,9 +50,13 @@ ManageOp = Literal[
     "pin", "unpin", "disable", "enable", "mark_incorrect", "edit", "merge", "rescope", "change_retention"
 ]
 #: ``"<kind>:<id>"`` (``end_user:alice``, ``actor:carol``) or ``"none"`` for the shared pool.
-_ACTOR_REF = r"^(none|(end_user|actor):[^\s:\x00-\x1f\x7f]{1,200})$"
+_ACTOR_REF = rf"^(none|(end_user|actor):{ID_CHARS})$"
+_ACTOR_REF_CHARS = len("end_user:") + 200
 #: Page tokens are opaque to callers; this only bounds what the parser is asked to look at.
 _MAX_PAGE_TOKEN = 2048
+#: Their grammar (``shared.page_tokens``: base64url body "." base64url MAC); only a token a
+#: previous page issued is valid.
+_PAGE_TOKEN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
 #: Bounds of ``ListRequest.metadata``: its size as compact JSON, and how deep it nests.
 MAX_METADATA_FILTER_BYTES = 4096
 MAX_METADATA_FILTER_DEPTH = 8
@@ -107,10 +120,10 @@ class ListRequest(_Scoped):
     Without ``actor_ref`` it lists what the caller may see (SPEC 3); naming another owner needs
     ``memory.admin``."""
 
-    actor_ref: str | None = Field(default=None, pattern=_ACTOR_REF)
+    actor_ref: str | None = Field(default=None, max_length=_ACTOR_REF_CHARS, pattern=_ACTOR_REF)
     lifecycle: list[Lifecycle] | None = Field(default=None, min_length=1, max_length=5)
     layer: Literal["memory", "observation"] | None = None
-    memory_types: list[str] | None = Field(default=None, min_length=1, max_length=50)
+    memory_types: list[MemoryTypeName] | None = Field(default=None, min_length=1, max_length=50)
     min_importance: float | None = Field(default=None, ge=0, le=1)
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
     metadata: dict[str, JsonValue] | None = Field(
@@ -122,7 +135,9 @@ class ListRequest(_Scoped):
         "levels deep",
     )
     page_size: int = Field(default=20, ge=1, le=100)
-    page_token: str | None = Field(default=None, min_length=1, max_length=_MAX_PAGE_TOKEN)
+    page_token: str | None = Field(
+        default=None, min_length=1, max_length=_MAX_PAGE_TOKEN, pattern=_PAGE_TOKEN
+    )
 
     @field_validator("metadata")
     @classmethod
@@ -159,10 +174,12 @@ class ExportRequest(Inbound):
 
     agent_config_id: UUID | None = None
     principal: Principal | None = None
-    actor_ref: str = Field(pattern=_ACTOR_REF)
+    actor_ref: str = Field(max_length=_ACTOR_REF_CHARS, pattern=_ACTOR_REF)
     lifecycle: list[Lifecycle] | None = Field(default=None, min_length=1, max_length=5)
     page_size: int = Field(default=100, ge=1, le=1000)
-    page_token: str | None = Field(default=None, min_length=1, max_length=_MAX_PAGE_TOKEN)
+    page_token: str | None = Field(
+        default=None, min_length=1, max_length=_MAX_PAGE_TOKEN, pattern=_PAGE_TOKEN
+    )
 
 
 class Page(Outbound):
@@ -194,7 +211,7 @@ class PurgeRequest(Inbound):
 
     agent_config_id: UUID | None = None
     principal: Principal | None = None
-    actor_ref: str = Field(pattern=_ACTOR_REF)
+    actor_ref: str = Field(max_length=_ACTOR_REF_CHARS, pattern=_ACTOR_REF)
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
 
 
@@ -227,9 +244,29 @@ class PruneReply(Outbound):
     remaining: int
 
 
+#: What each ``manage`` operation needs besides the entry (the validator's rule and the documents').
+_MANAGE_NEEDS: dict[str, tuple[str, ...]] = {"edit": ("text",), "merge": ("text", "merge_with"), "rescope": ("owner",)}
+
+
+def _manage_rules() -> dict[str, Any]:
+    """:class:`ManageRequest`'s validator in JSON Schema: an operation with what it needs, and
+    ``ttl_seconds`` or ``expires_at``, not both."""
+    ops: tuple[str, ...] = get_args(ManageOp)
+    by_op = [
+        {"properties": {"op": {"enum": [op for op in ops if op not in _MANAGE_NEEDS]}}},
+        *(
+            given(*names, when={"op": {"const": op}}, merge_with="array")
+            for op, names in _MANAGE_NEEDS.items()
+        ),
+    ]
+    return {"allOf": [{"anyOf": by_op}, {"anyOf": [absent("ttl_seconds"), absent("expires_at")]}]}
+
+
 class ManageRequest(_Scoped):
     """``engram.memory.manage``: one operation on one entry (``merge``: on ``entry_id`` and
     ``merge_with``)."""
+
+    model_config = ConfigDict(json_schema_extra=lambda schema: schema.update(_manage_rules()))
 
     entry_id: UUID
     op: ManageOp
@@ -239,19 +276,14 @@ class ManageRequest(_Scoped):
     #: ``merge``: the other entries folded into the new one.
     merge_with: list[UUID] | None = Field(default=None, min_length=1, max_length=50)
     #: ``rescope``: the new owner (``"none"`` = the shared pool).
-    owner: str | None = Field(default=None, pattern=_ACTOR_REF)
+    owner: str | None = Field(default=None, max_length=_ACTOR_REF_CHARS, pattern=_ACTOR_REF)
     #: ``change_retention``: a new lifetime from now, an absolute expiry, or neither (never expires).
-    ttl_seconds: int | None = Field(default=None, ge=1)
+    ttl_seconds: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
     expires_at: datetime | None = None
 
     @model_validator(mode="after")
     def _fields_of_op(self) -> ManageRequest:
-        needs: dict[str, tuple[str, ...]] = {
-            "edit": ("text",),
-            "merge": ("text", "merge_with"),
-            "rescope": ("owner",),
-        }
-        missing = [name for name in needs.get(self.op, ()) if getattr(self, name) is None]
+        missing = [name for name in _MANAGE_NEEDS.get(self.op, ()) if getattr(self, name) is None]
         if missing:
             raise ValueError(f"op {self.op!r} needs {', '.join(missing)}")
         if self.ttl_seconds is not None and self.expires_at is not None:

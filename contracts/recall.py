@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import Field, JsonValue
+from pydantic import ConfigDict, Field, JsonValue
 
-from contracts.common import Inbound, Outbound, Principal
+from contracts.common import Inbound, MemoryTypeName, Outbound, Principal, given
 
 __all__ = [
     "MAX_EXPAND_EXAMINED",
@@ -39,7 +39,7 @@ MAX_EXPAND_EXAMINED = 100
 class RecallFilters(Inbound):
     """SPEC 5.5 filters; all of them narrow, none widens what the caller may see."""
 
-    memory_types: list[str] | None = Field(default=None, max_length=50)
+    memory_types: list[MemoryTypeName] | None = Field(default=None, max_length=50)
     min_importance: float | None = Field(default=None, ge=0, le=1)
     min_confidence: float | None = Field(default=None, ge=0, le=1)
     source: list[Literal["distill", "elective", "append", "import"]] | None = None
@@ -141,6 +141,8 @@ class ExpandReply(Outbound):
 
 class FeedbackRequest(Inbound):
     """``success`` for one entry (reliability decay) or a session rating (recall labels)."""
+
+    model_config = ConfigDict(json_schema_extra={"anyOf": [given("entry_id"), given("session_id")]})
 
     agent_config_id: UUID
     principal: Principal | None = None

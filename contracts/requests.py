@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import Field, JsonValue, field_validator, model_validator
+from pydantic import ConfigDict, Field, JsonValue, WithJsonSchema, field_validator, model_validator
 
-from contracts.common import Inbound, Outbound, Principal
-from contracts.config import MemoryConfig
+from contracts.common import PG_INT4_MAX, Inbound, MemoryTypeName, Outbound, Principal, given
+from contracts.config import MemoryConfig, config_patch_schema
 
 __all__ = [
     "Accepted",
@@ -33,7 +33,7 @@ MAX_ENTRY_CHARS = 8_000
 class SaveEntry(Inbound):
     text: str = Field(min_length=1, max_length=MAX_ENTRY_CHARS)
     importance: float = Field(default=0.5, ge=0, le=1)
-    memory_type: str = Field(default="semantic", min_length=1, max_length=64)
+    memory_type: MemoryTypeName = "semantic"
     layer: Literal["memory", "observation"] = "memory"
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     #: When what the entry records happened (a conversation turn's time), if not now; a time
@@ -48,6 +48,10 @@ class SaveEntry(Inbound):
 
 class SaveRequest(Inbound):
     """``engram.memory.save``: ``entries`` or a single ``content`` string."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [given("entries", entries="array"), given("content")]}
+    )
 
     agent_config_id: UUID
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
@@ -111,7 +115,9 @@ class ConfigGet(Inbound):
 
 class ConfigPut(Inbound):
     agent_config_id: UUID
-    config: dict[str, Any]
+    #: Keys of the memory config to change; nested objects merge key by key and the result is
+    #: validated whole (``shared.config_store``). The documents show the keys and their bounds.
+    config: Annotated[dict[str, Any], WithJsonSchema(config_patch_schema())]
 
 
 class ConfigReply(Outbound):
@@ -122,7 +128,7 @@ class ConfigReply(Outbound):
 
 class AuditQuery(Inbound):
     kind: str | None = Field(default=None, max_length=100)
-    after_seq: int = Field(default=0, ge=0)
+    after_seq: int = Field(default=0, ge=0, le=PG_INT4_MAX)
     limit: int = Field(default=100, ge=1, le=1000)
     agent_config_id: UUID | None = None
 

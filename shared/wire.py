@@ -47,7 +47,10 @@ def parse_model(model: type[M], body: bytes, *, max_bytes: int = MAX_REQUEST_BYT
     if not isinstance(data, dict):
         raise InvalidRequest("payload must be a JSON object")
     try:
-        return model.model_validate(data)
+        # Strictly, as the documents state each field: a number is not a string, a boolean not a
+        # number (``"wait": 1``, ``"max_entries": false`` were taken as ``true`` and ``0``). JSON
+        # strings still carry UUIDs and times (docs/adr/0084-request-bounds.md).
+        return model.model_validate_json(body, strict=True)
     except ValidationError as exc:
         raise InvalidRequest(f"invalid {model.__name__}", validation_details(exc)) from exc
 

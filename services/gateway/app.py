@@ -181,12 +181,27 @@ def _counted(route: str, endpoint: Endpoint) -> Endpoint:
     return counted
 
 
+def _by_method(endpoints: dict[str, Endpoint]) -> Endpoint:
+    """One path's operations behind one route: Starlette answers a method no operation has with
+    405 and an ``Allow`` naming every method of the path (one route per operation would name only
+    its own)."""
+
+    async def endpoint(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await endpoints[method](request)
+
+    return endpoint
+
+
 def routes(bridge: Bridge) -> list[Route]:
-    """Every route of the table, and the probes."""
-    table: list[Route] = []
+    """Every route of the table (one per path), and the probes."""
+    by_path: dict[str, dict[str, Endpoint]] = {}
     for op in OPERATIONS:
         endpoint = _export_endpoint(bridge) if op is MEMORY_EXPORT else _operation_endpoint(bridge, op)
-        table.append(Route(op.http_path, _counted(op.name, endpoint), methods=[op.http_method], name=op.name))
+        by_path.setdefault(op.http_path, {})[op.http_method] = _counted(op.name, endpoint)
+    table = [
+        Route(path, _by_method(endpoints), methods=list(endpoints)) for path, endpoints in by_path.items()
+    ]
     return table + _probes(bridge)
 
 

@@ -16,12 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from contracts.common import PRINCIPAL_REF_PATTERN
 from contracts.errors import ERROR_ENVELOPE_SCHEMA
 from contracts.governance import EntryView
 from contracts.operations import MEMORY_EXPORT, OPERATIONS, Operation
 from contracts.schema_export import component_schema, document_main, engram_version
 from services.gateway.app import JSONL
 from services.gateway.payloads import Shape
+from shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 __all__ = ["OPENAPI_FILE", "build_document", "main"]
 
@@ -53,6 +55,8 @@ def _parameters(op: Operation[Any, Any], schemas: dict[str, Any]) -> list[dict[s
         if name in shape.principal_fields:
             schema = {
                 "type": "string",
+                "pattern": PRINCIPAL_REF_PATTERN,
+                "maxLength": len("end_user:") + 200,
                 "description": "For service tokens: act for this principal, as `<kind>:<id>` "
                 "(`end_user:alice`) or `none`.",
             }
@@ -131,14 +135,17 @@ def _operation(op: Operation[Any, Any], schemas: dict[str, Any]) -> dict[str, An
     return item
 
 
-def _probe(summary: str, statuses: dict[str, str]) -> dict[str, Any]:
+def _probe(
+    summary: str, statuses: dict[str, str], content: tuple[str, dict[str, Any]] = (_JSON, {"type": "object"})
+) -> dict[str, Any]:
+    media_type, schema = content
     return {
         "get": {
             "summary": summary,
             "tags": ["probes"],
             "security": [],
             "responses": {
-                status: {"description": text, "content": {_JSON: {"schema": {"type": "object"}}}}
+                status: {"description": text, "content": {media_type: {"schema": schema}}}
                 for status, text in statuses.items()
             },
         }
@@ -160,7 +167,10 @@ def build_document() -> dict[str, Any]:
     paths["/metrics"] = _probe(
         "Prometheus metrics of the gateway process (text exposition format): HTTP requests by route "
         "and status, their latency, the process's resources.",
-        {"200": "The metrics, as text/plain; version=0.0.4."},
+        {"200": f"The metrics, as `{METRICS_CONTENT_TYPE}`."},
+        # The media type without its parameters: the exposition format's version is the
+        # description's, as served.
+        (METRICS_CONTENT_TYPE.split(";")[0], {"type": "string"}),
     )
     return {
         "openapi": "3.1.0",

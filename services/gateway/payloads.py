@@ -5,6 +5,7 @@ validates them against the model, exactly as on NATS."""
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -75,7 +76,8 @@ class Shape:
             elif key in self.object_fields:
                 payload[key] = _json_query_value(key, value)
             else:
-                payload[key] = value
+                field = self.op.request.model_fields.get(key)
+                payload[key] = value if field is None else _scalar(field.annotation, value)
         return {**payload, **path}
 
     def with_path(self, body: dict[str, Any], path: dict[str, str]) -> dict[str, Any]:
@@ -83,6 +85,24 @@ class Shape:
             if key in body and str(body[key]) != value:
                 raise InvalidRequest(f"{key} in the body differs from the path")
         return {**body, **path}
+
+
+_INTEGER = re.compile(r"-?[0-9]+")
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+
+
+def _scalar(annotation: Any, value: str) -> Any:
+    """A query value as the JSON its field takes (services validate strictly: ``"5"`` is not a
+    number): an integer or number as written in JSON, ``true``/``false``; anything else, and a
+    value that is not what its field takes, stays the string, for the service to refuse."""
+    kinds = _unwrap(annotation)
+    if int in kinds and _INTEGER.fullmatch(value):
+        return int(value)
+    if float in kinds and _NUMBER.fullmatch(value):
+        return float(value)
+    if bool in kinds and value in ("true", "false"):
+        return value == "true"
+    return value
 
 
 def _json_query_value(key: str, value: str) -> Any:

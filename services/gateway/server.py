@@ -18,6 +18,7 @@ import uvicorn
 
 from services.gateway.app import build_app
 from services.gateway.bridge import Bridge
+from services.gateway.http_protocol import EnvelopeHttpToolsProtocol
 from services.mcp import streamable_http_app
 from shared.auth import TokenService
 from shared.process_memory import settle_heap
@@ -86,6 +87,7 @@ async def running_gateway(
     config = uvicorn.Config(
         build_app(bridge, streamable_http_app(bridge.nats, tokens), cors_origins=origins),
         lifespan="on",  # the MCP session manager at /mcp (services/mcp) runs in it
+        http=EnvelopeHttpToolsProtocol,  # what its parser refuses, in the SPEC 9 envelope too
         access_log=False,
         server_header=False,
         log_config=None,  # our logging (shared.logging) stays as it is

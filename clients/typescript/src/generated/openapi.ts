@@ -55,13 +55,13 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description The metrics, as text/plain; version=0.0.4. */
+                /** @description The metrics, as `text/plain; version=1.0.0; charset=utf-8`. */
                 200: {
                     headers: {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": Record<string, never>;
+                        "text/plain": string;
                     };
                 };
             };
@@ -463,9 +463,137 @@ export interface components {
              * Format: uuid
              */
             agent_config_id: string;
-            /** Config */
+            /**
+             * MemoryConfigPatch
+             * @description The whole memory config of one agent config. Unknown keys are refused.
+             */
             config: {
-                [key: string]: unknown;
+                /**
+                 * Keep Observations
+                 * @default false
+                 */
+                keep_observations?: boolean;
+                /**
+                 * Memory Enabled
+                 * @default true
+                 */
+                memory_enabled?: boolean;
+                /**
+                 * Memory Strategy
+                 * @default last_k
+                 * @enum {string}
+                 */
+                memory_strategy?: "last_k" | "importance" | "full" | "pack" | "semantic" | "hybrid";
+                /**
+                 * Memory Write Enabled
+                 * @default true
+                 */
+                memory_write_enabled?: boolean;
+                /**
+                 * Observation Ttl Days
+                 * @default 7
+                 */
+                observation_ttl_days?: number;
+                /**
+                 * Pii Handling
+                 * @default redact
+                 * @enum {string}
+                 */
+                pii_handling?: "redact" | "block" | "allow";
+                /** PolicyConfig */
+                policy?: {
+                    /**
+                     * Memory Types Allowed
+                     * @default null
+                     */
+                    memory_types_allowed?: string[] | null;
+                    /** Relaxable */
+                    relaxable?: string[];
+                };
+                /** RetentionConfig */
+                retention?: {
+                    /**
+                     * Decay Strategy
+                     * @default hard_delete
+                     * @constant
+                     */
+                    decay_strategy?: "hard_delete";
+                    /**
+                     * Max Entries
+                     * @default 500
+                     */
+                    max_entries?: number;
+                    /**
+                     * Ttl Seconds
+                     * @default null
+                     */
+                    ttl_seconds?: number | null;
+                };
+                /**
+                 * Scope
+                 * @default workload
+                 * @enum {string}
+                 */
+                scope?: "workload" | "actor" | "session";
+                /** SemanticRecallConfig */
+                semantic_recall?: {
+                    /**
+                     * Embedding Model
+                     * @default all-MiniLM-L6-v2
+                     */
+                    embedding_model?: string;
+                    /**
+                     * Enabled
+                     * @default true
+                     */
+                    enabled?: boolean;
+                    /**
+                     * Fusion
+                     * @default convex
+                     * @enum {string}
+                     */
+                    fusion?: "convex" | "rrf";
+                    /**
+                     * Neighbourhood
+                     * @default true
+                     */
+                    neighbourhood?: boolean;
+                    /**
+                     * Time Grounding
+                     * @default true
+                     */
+                    time_grounding?: boolean;
+                };
+                /**
+                 * Top K
+                 * @default 10
+                 */
+                top_k?: number;
+                /** Type Policies */
+                type_policies?: {
+                    [key: string]: {
+                        /**
+                         * Decay On Failure
+                         * @default 0.7
+                         */
+                        decay_on_failure?: number;
+                        /**
+                         * Prune Below
+                         * @default 0.1
+                         */
+                        prune_below?: number;
+                        /**
+                         * Ttl Days
+                         * @default null
+                         */
+                        ttl_days?: number | null;
+                        /**
+                         * Version On Edit
+                         * @default false
+                         */
+                        version_on_edit?: boolean;
+                    };
+                };
             };
         };
         /** ConfigReply */
@@ -782,6 +910,10 @@ export interface components {
             session_id?: string | null;
             /** Success */
             success: boolean;
+        } | {
+            entry_id: string;
+        } | {
+            session_id: string;
         };
         /** GetReply */
         GetReply: {
@@ -944,7 +1076,27 @@ export interface components {
              * @default null
              */
             ttl_seconds?: number | null;
-        };
+        } & (({
+            /** @enum {unknown} */
+            op?: "pin" | "unpin" | "disable" | "enable" | "mark_incorrect" | "change_retention";
+        } | {
+            /** @constant */
+            op?: "edit";
+            text: string;
+        } | {
+            merge_with: unknown[];
+            /** @constant */
+            op?: "merge";
+            text: string;
+        } | {
+            /** @constant */
+            op?: "rescope";
+            owner: string;
+        }) & ({
+            ttl_seconds?: null;
+        } | {
+            expires_at?: null;
+        }));
         /**
          * ManageRequestBody
          * @description ``engram.memory.manage``: one operation on one entry (``merge``: on ``entry_id`` and
@@ -993,7 +1145,27 @@ export interface components {
              * @default null
              */
             ttl_seconds?: number | null;
-        };
+        } & (({
+            /** @enum {unknown} */
+            op?: "pin" | "unpin" | "disable" | "enable" | "mark_incorrect" | "change_retention";
+        } | {
+            /** @constant */
+            op?: "edit";
+            text: string;
+        } | {
+            merge_with: unknown[];
+            /** @constant */
+            op?: "merge";
+            text: string;
+        } | {
+            /** @constant */
+            op?: "rescope";
+            owner: string;
+        }) & ({
+            ttl_seconds?: null;
+        } | {
+            expires_at?: null;
+        }));
         /**
          * MemoryConfig
          * @description The whole memory config of one agent config. Unknown keys are refused.
@@ -1085,6 +1257,14 @@ export interface components {
              * @enum {string}
              */
             kind: "none" | "end_user" | "actor" | "service";
+        } | {
+            id?: null;
+            /** @constant */
+            kind?: "none";
+        } | {
+            id: string;
+            /** @enum {unknown} */
+            kind?: "end_user" | "actor" | "service";
         };
         /** PruneReply */
         PruneReply: {
@@ -1517,7 +1697,11 @@ export interface components {
              * @default false
              */
             wait?: boolean;
-        };
+        } & ({
+            entries: unknown[];
+        } | {
+            content: string;
+        });
         /** SemanticRecallConfig */
         SemanticRecallConfig: {
             /**
