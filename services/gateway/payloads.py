@@ -6,6 +6,7 @@ validates them against the model, exactly as on NATS."""
 from __future__ import annotations
 
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -88,6 +89,7 @@ class Shape:
 
 
 _INTEGER = re.compile(r"-?[0-9]+")
+_MAX_DIGITS = sys.get_int_max_str_digits() or 4300
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 
 
@@ -96,7 +98,9 @@ def _scalar(annotation: Any, value: str) -> Any:
     number): an integer or number as written in JSON, ``true``/``false``; anything else, and a
     value that is not what its field takes, stays the string, for the service to refuse."""
     kinds = _unwrap(annotation)
-    if int in kinds and _INTEGER.fullmatch(value):
+    # Python converts at most ``sys.get_int_max_str_digits()`` digits (a plain ValueError past
+    # them): a longer integer stays the string, which its field refuses.
+    if int in kinds and _INTEGER.fullmatch(value) and len(value) <= _MAX_DIGITS:
         return int(value)
     if float in kinds and _NUMBER.fullmatch(value):
         return float(value)
