@@ -5,7 +5,8 @@ seeded — go through every way into Engram:
 - every request subject of the operation table, over NATS and through the HTTP gateway (its
   route for the subject; query strings for GET and DELETE, with bytes no URL decoder takes);
 - every stream subject a platform may publish (``engram.session.ended``) over JetStream;
-- every MCP tool, with the official SDK's client.
+- every MCP tool, with the official SDK's client (in-process), and as raw JSON-RPC through the
+  gateway's streamable-HTTP ``/mcp`` (what only a transport sees: bytes that are not JSON).
 
 After each batch: every request was answered within its deadline with a reply or a typed SPEC 9
 error of status below 500 (a body over its limit with ``PAYLOAD_TOO_LARGE``, one at it without);
@@ -620,6 +621,83 @@ async def test_every_mcp_tool(
                 except Exception as exc:  # the SDK raises what the server answered as a protocol error
                     reply = exc
                 batch.judge(f"mcp {tool.name}", case, reply)
+    await _quiet(nc, world.token)
+    batch.conclude(tracebacks.take(), tools=len(TOOLS))
+
+
+def _rpc(tool: str, arguments: bytes) -> bytes:
+    """A JSON-RPC ``tools/call`` of ``tool`` whose arguments are the JSON text ``arguments``."""
+    head = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call"})[:-1]
+    return f'{head}, "params": {{"name": {json.dumps(tool)}, "arguments": '.encode() + arguments + b"}}"
+
+
+def _rpc_reply(response: httpx.Response) -> Any:
+    """A streamable-HTTP answer as a reply: a JSON-RPC error is a refusal (``INVALID_REQUEST``, its
+    code kept in the message), a tool result as :func:`_tool_reply` reads it, anything else is what
+    the transport refused (below 500 with the SPEC 9 envelope, or a body-less 4xx of the SDK)."""
+    try:
+        data = response.json()
+    except ValueError:
+        if response.status_code < 500:
+            return {"error": {"code": "INVALID_REQUEST", "status": 400, "message": response.text[:80]}}
+        return ValueError(f"HTTP {response.status_code}, not JSON: {response.text[:120]!r}")
+    if response.status_code >= 500:
+        return {"error": {"code": "INTERNAL", "status": 500, "message": str(data)[:160]}}
+    if isinstance(data, dict) and isinstance(data.get("error"), dict) and "jsonrpc" in data:
+        return {"error": {"code": "INVALID_REQUEST", "status": 400, "message": str(data["error"])[:160]}}
+    if isinstance(data, dict) and isinstance(data.get("result"), dict):
+        return _tool_reply(CallToolResult.model_validate(data["result"]))
+    return data
+
+
+async def test_every_mcp_tool_over_streamable_http(
+    world: World, http: httpx.AsyncClient, nc: Client, tokens: TokenService, tracebacks: _Tracebacks
+) -> None:
+    """What only the transport sees, through the gateway's ``/mcp``: tool arguments and whole
+    bodies that are not JSON, not UTF-8, nested 5,000 levels, with integers of 5,000 digits or
+    duplicate keys. Every one answered below 500: a JSON-RPC error, a typed tool error, or a
+    result."""
+    batch = Batch("edge-fuzz-mcp-http")
+    token = mint(tokens, world.org, "end_user:alice", {"memory.read", "memory.write"})
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "X-Engram-Agent-Config": str(world.agent),
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    bases = _tool_bases(world)
+    sent: list[tuple[str, Case, bytes]] = []
+    for tool in TOOLS:
+        r = rng(f"edge-fuzz:mcp-http:{tool.name}")
+        pool = [
+            c for c in hostile.body_cases(bases[tool.name], r, extra_fields=list(tool.arguments.model_fields))
+        ]
+        for case in hostile.sample([c for c in pool if c.raw is not None], r, PER_OP // 3):
+            sent.append((tool.name, case, _rpc(tool.name, case.raw or b"")))
+    for label, raw in {
+        **hostile.NOT_JSON,
+        **{f"utf8-{k}": v for k, v in hostile.INVALID_UTF8.items()},
+    }.items():
+        sent.append(("<body>", Case("not-json", "<body>", label, raw=raw), raw))
+    sent.append(
+        (
+            "<body>",
+            Case("deep-nesting", "<body>", "5000", raw=b"[" * 5000 + b"]" * 5000),
+            b"[" * 5000 + b"]" * 5000,
+        )
+    )
+
+    async def send(tool: str, case: Case, body: bytes) -> None:
+        began = time.monotonic()
+        try:
+            response = await http.post("/mcp", content=body, headers=headers, timeout=DEFAULT_DEADLINE_S * 2)
+            reply = _rpc_reply(response)
+        except httpx.HTTPError as exc:
+            reply = exc
+        batch.timed(time.monotonic() - began, f"mcp {tool} {case.cls} {case.where} {case.label}")
+        batch.judge(f"POST /mcp {tool}", case, reply)
+
+    await _bounded([lambda t=t, c=c, b=b: send(t, c, b) for t, c, b in sent])
     await _quiet(nc, world.token)
     batch.conclude(tracebacks.take(), tools=len(TOOLS))
 
