@@ -170,6 +170,9 @@ class Batch:
             problems=len(self.problems),
             tracebacks=len(tracebacks),
             **extra,
+            # Shown in the summary line too (the lead's closing note: classes and counts per interface).
+            per_class=",".join(f"{k}:{v}" for k, v in sorted(self.by_class.items())),
+            per_code=",".join(f"{k}:{v}" for k, v in sorted(self.codes.items())),
             classes=dict(self.by_class),
             codes=dict(self.codes),
             slowest=self.slowest,
@@ -731,3 +734,23 @@ async def _quiet(nc: Client, token: str) -> None:
         ]
 
     await until_nothing_missing(missing, what="every consumer quiet", timeout=120, interval=0.25)
+
+
+def test_the_cases_are_reproducible_and_cover_every_class() -> None:
+    """The same seed draws the same cases (a red run is replayed by running it again), every
+    operation's draw holds every class its body allows, and the size cases weigh exactly the limit
+    and one byte more."""
+    w = World(UUID(int=1), UUID(int=2), "token", [str(UUID(int=3))])
+    bases = _bases(w)
+    for op in OPERATIONS:
+        first, second = (
+            hostile.sample(_pool(op, bases[op.name], rng(f"x:{op.name}")), rng(f"x:{op.name}"), PER_OP)
+            for _ in range(2)
+        )
+        assert [c.encoded() for c in first] == [c.encoded() for c in second]
+        classes = {c.cls for c in first}
+        assert {"invalid-utf8", "not-json", "deep-nesting", "size-limit"} <= classes, op.name
+        if op.request.model_fields:
+            assert {"json-type", "text", "duplicate-key"} <= classes, op.name
+        sized = {c.expect: len(c.encoded()) for c in first if c.expect}
+        assert sized == {"within-limit": op.max_request_bytes, "PAYLOAD_TOO_LARGE": op.max_request_bytes + 1}
