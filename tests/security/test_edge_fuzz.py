@@ -16,7 +16,7 @@ unacknowledged messages once the pipeline is quiet (waited on, never slept); and
 a traceback. The counts per interface and payload class are printed (``SECURITY edge-fuzz-…``) and
 kept in ``tests/security/.results/security.json``.
 
-``ENGRAM_FUZZ_CASES`` bounds the cases per operation and interface (default 90; every payload class
+``ENGRAM_SECURITY_FUZZ_CASES`` bounds the cases per operation and interface (default 90; every payload class
 and every size-limit case is always kept), ``ENGRAM_SECURITY_SEED`` changes the draw.
 """
 
@@ -64,7 +64,7 @@ pytestmark = pytest.mark.integration
 ALICE = {"kind": "end_user", "id": "alice"}
 #: Cases per operation over NATS, and per MCP tool (every class and every size-limit case always
 #: kept); the gateway takes two thirds as many (each costs it more than NATS does), sessions twice.
-PER_OP = int(os.environ.get("ENGRAM_FUZZ_CASES", "90"))
+PER_OP = int(os.environ.get("ENGRAM_SECURITY_FUZZ_CASES", "90"))
 HTTP_PER_OP = PER_OP * 2 // 3
 #: Requests in flight at once: enough to keep the services busy, few enough for a loaded 2-core box.
 CONCURRENCY = 8
