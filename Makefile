@@ -45,6 +45,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 ## The distributed deployment under faults: a 3-node JetStream cluster (R3), Postgres, Redis and
 ## every service as its own processes (2 replicas; HTTP clients on both gateways), with a NATS
@@ -71,6 +72,7 @@ bench: install-model
 	$(BIN)/python -m tests.bench.recall
 	$(BIN)/python -m tests.bench.gateway
 	$(BIN)/python -m tests.bench.agents
+	$(BIN)/python -m tests.bench.noisy_neighbour
 
 ## Resident size of `engram up` under steady load for 10 minutes (should stay flat within ±10%).
 soak: install

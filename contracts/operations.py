@@ -82,6 +82,7 @@ __all__ = [
     "OPERATIONS",
     "OPS_DEAD_LETTERS",
     "OPS_LAG",
+    "QUOTA_CLASSES",
     "RECALL",
     "RECALL_EXPAND",
     "SESSION_ENDED",
@@ -90,6 +91,7 @@ __all__ = [
     "HttpMethod",
     "Operation",
     "Permission",
+    "QuotaClass",
     "Stream",
     "by_http_route",
     "by_mcp_tool",
@@ -106,6 +108,18 @@ Rep = TypeVar("Rep", bound=BaseModel)
 #: deployment's, no organization's (``shared.auth.OPERATOR``).
 Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+#: Whose budget an operation spends (``shared.quotas``): reads, writes, governance (admin and purge),
+#: sessions. Derived from the permission unless a row says otherwise; the deployment operator's
+#: operations spend none.
+QuotaClass = Literal["read", "write", "governance", "sessions"]
+QUOTA_CLASSES: tuple[QuotaClass, ...] = get_args(QuotaClass)
+_QUOTA_OF: dict[str, QuotaClass | None] = {
+    "memory.read": "read",
+    "memory.write": "write",
+    "memory.admin": "governance",
+    "memory.purge": "governance",
+    "deployment.operator": None,
+}
 #: What a request body may weigh, unless its operation says otherwise (``PAYLOAD_TOO_LARGE``).
 MAX_REQUEST_BYTES = 256 * 1024
 
@@ -145,6 +159,8 @@ class Operation(Generic[Req, Rep]):
     sparse_reply: bool = False
     #: The largest request body taken (over NATS and HTTP alike).
     max_request_bytes: int = MAX_REQUEST_BYTES
+    #: The budget a request spends (``QuotaClass``); None: not limited.
+    quota_class: QuotaClass | None = None
 
     @property
     def reply(self) -> type[Rep]:
@@ -203,6 +219,7 @@ def _op(
     tool: tuple[str, str] | None = None,
     sparse_reply: bool = False,
     max_request_bytes: int = MAX_REQUEST_BYTES,
+    quota: QuotaClass | None = None,
 ) -> Operation[Req, Rep]:
     """One row of the table: the wire facts positionally — subject, HTTP route (``"GET /v1/x"``),
     permission, request and reply models — and the rest by name (``tool``: the MCP tool's name and
@@ -227,6 +244,7 @@ def _op(
         timeout_s=timeout_s,
         sparse_reply=sparse_reply,
         max_request_bytes=max_request_bytes,
+        quota_class=quota or _QUOTA_OF[permission],
     )
 
 
@@ -248,6 +266,7 @@ SESSION_SUBMIT: Operation[SessionEnded, SessionAccepted] = _op(
     summary="An agent session ended: its token and payload checked at once, then distilled; the same "
     "organization's event_id again changes nothing (duplicate).",
     max_request_bytes=MAX_SESSION_BYTES,
+    quota="sessions",
 )
 RECALL = _op(
     s.RECALL, "POST /v1/recall", "memory.read", RecallRequest, RecallReply,

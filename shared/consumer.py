@@ -42,8 +42,7 @@ from pydantic import BaseModel, ValidationError
 from contracts.errors import Unavailable, VectorUnavailable
 from contracts.operations import stream_by_subject
 from shared.bus import durable_config
-from shared.deadletter import Rejection, dead_letter_all
-from shared.provenance import refuse_forged
+from shared.deadletter import Rejection, dead_letter_all, refuse_forged
 from shared.raw_message import as_message, whole_message
 from shared.wire import dependency_down
 
@@ -123,7 +122,12 @@ class Batch:
 
     async def refuse_forged(self) -> None:
         """Dead-letter and ack what no Engram service signed; ``msgs`` keeps the rest."""
-        genuine = {id(m) for m in await refuse_forged(self._infra, self.msgs, consumer=self.consumer)}
+        genuine = {
+            id(m)
+            for m in await refuse_forged(
+                self._infra.signer, self._infra.db, self.msgs, consumer=self.consumer
+            )
+        }
         forged = [m for m in self.msgs if id(m) not in genuine]
         self.msgs = [m for m in self.msgs if id(m) in genuine]
         await self.ack(forged)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +25,18 @@ from shared.db.engine import Database
 from shared.metrics import DEAD_LETTERS, on_commit
 from shared.outbox import claim_inbox, enqueue
 from shared.policy import redact_pii
+from shared.provenance import FORGED_SOURCE, MessageSigner
 
-__all__ = ["Rejection", "dead_letter", "dead_letter_all", "delivery_key", "is_jetstream"]
+__all__ = [
+    "Rejection",
+    "dead_letter",
+    "dead_letter_all",
+    "delivery_key",
+    "is_jetstream",
+    "refuse_forged",
+]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -133,3 +144,27 @@ async def dead_letter(
     # The code, not the free-text reason, labels the metric: a bounded set.
     on_commit(session, DEAD_LETTERS.labels(source, code).inc)
     return True
+
+
+async def refuse_forged(
+    signer: MessageSigner, db: Database, msgs: Sequence[Msg], *, consumer: str
+) -> list[Msg]:
+    """The messages of ``msgs`` that a service produced. Every other one is dead-lettered with an
+    ``internal.rejected`` audit record (system chain: nothing in it can be believed, its
+    organization least of all), so it has no effect; settling it (the ack of a JetStream message)
+    is the caller's — ``shared.consumer.Batch`` does it for the stream consumers."""
+    genuine: list[Msg] = []
+    forged: list[Msg] = []
+    for msg in msgs:
+        (genuine if signer.verify(msg.subject, msg.data, msg.headers) else forged).append(msg)
+    if forged:
+        log.warning(
+            "%s: refused %d internal message(s) without a valid producer signature", consumer, len(forged)
+        )
+        await dead_letter_all(
+            db,
+            [(m, Rejection("UNAUTHENTICATED", f"{m.subject}: no valid producer signature")) for m in forged],
+            consumer=consumer,
+            source=FORGED_SOURCE,
+        )
+    return genuine

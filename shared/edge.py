@@ -1,8 +1,9 @@
 """The request-reply edge: every operation of the table (``contracts.operations``) is served here.
 
-Per request: verify the token → parse the operation's request model → :func:`shared.access.authorize`
-→ ``handler(caller, request) -> reply`` → the reply's JSON, or any failure as the SPEC 9 envelope
-(a bad request never crashes a service). Authentication comes before parsing, so an anonymous
+Per request: verify the token → charge the organization's and token's budget (:mod:`shared.quotas`)
+→ parse the operation's request model → :func:`shared.access.authorize` → ``handler(caller,
+request) -> reply`` → the reply's JSON, or any failure as the SPEC 9 envelope (a bad request never
+crashes a service). Authentication comes before parsing, so an anonymous
 caller learns nothing about the schema. Every answer is counted by operation and code
 (``engram_requests_total``) and timed, and its consume span carries the messaging and GenAI
 memory attributes (ids only, never memory text).
@@ -53,6 +54,7 @@ from shared.access import Caller, authorize
 from shared.auth import TokenService, bearer_from_headers
 from shared.background import cancel
 from shared.metrics import REQUEST_SECONDS, REQUESTS, REQUESTS_LEFT
+from shared.quotas import Quotas
 from shared.telemetry import annotate_consumer, annotate_memory_operation, extract_context
 from shared.wire import error_reply, parse_model
 
@@ -99,10 +101,13 @@ class Edge:
         *,
         default_wait_s: float = DEFAULT_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
+        quotas: Quotas | None = None,
     ) -> None:
         """``default_wait_s``: how long callers wait for an operation that names no timeout (what
-        a request may wait here before it is left); ``clock``: seconds, monotonic (tests)."""
+        a request may wait here before it is left); ``clock``: seconds, monotonic (tests);
+        ``quotas``: the budgets a request spends once authorized (none: not limited)."""
         self._tokens = tokens
+        self._quotas = quotas
         self._default_wait_s = default_wait_s
         self._clock = clock
         self._routes: dict[str, Route[Any, Any]] = {}
@@ -281,7 +286,9 @@ class Edge:
         trace context (so logs and what the handler publishes stay in the caller's trace)."""
         parent = extract_context(headers) if headers and _TRACEPARENT in headers else None
         # Made here, run (and so traced) only when awaited below.
-        answered = answer(self._tokens, r.op, r.handler, headers, body, observe=r.observe)
+        answered = answer(
+            self._tokens, r.op, r.handler, headers, body, observe=r.observe, quotas=self._quotas
+        )
         if self._tracer is not None:
             # A request without a traceparent starts a trace of its own (an empty context).
             with self._tracer.start_as_current_span(
@@ -305,6 +312,7 @@ async def answer(
     body: bytes,
     *,
     observe: Observer[Rep] | None = None,
+    quotas: Quotas | None = None,
 ) -> bytes:
     """The reply to one request of ``op``: its JSON, or the SPEC 9 envelope's."""
     started = time.perf_counter()
@@ -312,6 +320,9 @@ async def answer(
     annotate_consumer(span, op.subject, op.queue_group)
     try:
         credential = tokens.verify(bearer_from_headers(headers))
+        # Before any other work: a flood over its budget costs a token check and a bucket each.
+        if quotas is not None:
+            await quotas.charge(op.quota_class, credential.org_id, credential.token_id)
         request = parse_model(op.request, body, max_bytes=op.max_request_bytes)
         annotate_memory_operation(span, op.subject, request)
         caller, request = authorize(credential, op.permission, request)

@@ -15,6 +15,7 @@ from shared.db.engine import Database
 from shared.edge import Edge
 from shared.outbox import OutboxRelay
 from shared.provenance import MessageSigner
+from shared.quotas import Quotas
 from shared.settings import EngramSettings
 
 __all__ = ["Infra"]
@@ -34,10 +35,13 @@ class Infra:
     inbox_prefix: bytes = b"_INBOX."
     #: Where the services register their request-reply operations (started by the runtime).
     edge: Edge = field(init=False)
+    #: The organizations' and tokens' budgets (``ENGRAM_QUOTAS``), charged by the edge and ingest.
+    quotas: Quotas = field(init=False)
 
     def __post_init__(self) -> None:
+        self.quotas = Quotas(self.settings.quotas, redis_url=self.settings.redis_url)
         # A request that waited longer than the gateway would wait for it has no caller left.
-        self.edge = Edge(self.tokens, default_wait_s=self.settings.http_request_timeout_s)
+        self.edge = Edge(self.tokens, default_wait_s=self.settings.http_request_timeout_s, quotas=self.quotas)
 
     @property
     def nc(self) -> Client:

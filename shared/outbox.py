@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
 from nats.js import JetStreamContext
@@ -26,11 +26,9 @@ from shared.background import cancel
 from shared.db.engine import Database
 from shared.db.models import INBOX, OUTBOX, OutboxMessage
 from shared.metrics import OUTBOX_BACKLOG, OUTBOX_PUBLISHED
+from shared.provenance import MessageSigner
 from shared.telemetry import inject_trace_headers
 from shared.time import utcnow
-
-if TYPE_CHECKING:  # shared.provenance dead-letters through this module
-    from shared.provenance import MessageSigner
 
 __all__ = [
     "OutboxRelay",

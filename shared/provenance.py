@@ -4,7 +4,7 @@ Every message a service publishes for another service — the hand-offs ``engram
 and ``engram.save.accepted``, the outcomes on ``engram.save.result.<id>``, and whatever the outbox
 relay sends (``engram.memory.written``/``purged``, ``engram.audit.*.*``, ``engram.dlq.*``) — carries
 ``Engram-Signature: v1:<kid>:<HMAC-SHA256>`` over the subject, the ``Nats-Msg-Id`` and the body.
-The consumers check it before anything else (:func:`refuse_forged`, which every signed stream
+The consumers check it before anything else (``shared.deadletter.refuse_forged``, which every signed stream
 consumer runs through ``shared.consumer``); a message without a valid signature is dead-lettered
 with an audit record in the system chain and has no effect. So a NATS permission opened by
 mistake lets a client reach an internal subject, but not write into a tenant or delete vectors.
@@ -21,25 +21,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import logging
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
-from nats.aio.msg import Msg
-
-from shared.deadletter import Rejection, dead_letter_all
-
-if TYPE_CHECKING:
-    from shared.infra import Infra
-
-__all__ = ["FORGED_SOURCE", "SIGNATURE_HEADER", "MessageSigner", "refuse_forged"]
+__all__ = ["FORGED_SOURCE", "SIGNATURE_HEADER", "MessageSigner"]
 
 SIGNATURE_HEADER = "Engram-Signature"
 _CONTEXT = b"engram/internal-message/v1"
 _VERSION = "v1"
 #: Source of the dead letters and audit records of refused messages: ``internal.rejected``.
 FORGED_SOURCE = "internal"
-log = logging.getLogger(__name__)
 
 
 def _b64(data: bytes) -> str:
@@ -82,25 +72,3 @@ class MessageSigner:
             return False
         expected = _b64(self._mac(key, subject, (headers or {}).get("Nats-Msg-Id", ""), body))
         return hmac.compare_digest(expected, given)
-
-
-async def refuse_forged(infra: Infra, msgs: Sequence[Msg], *, consumer: str) -> list[Msg]:
-    """The messages of ``msgs`` that a service produced. Every other one is dead-lettered with an
-    ``internal.rejected`` audit record (system chain: nothing in it can be believed, its
-    organization least of all), so it has no effect; settling it (the ack of a JetStream message)
-    is the caller's — ``shared.consumer.Batch`` does it for the stream consumers."""
-    genuine: list[Msg] = []
-    forged: list[Msg] = []
-    for msg in msgs:
-        (genuine if infra.signer.verify(msg.subject, msg.data, msg.headers) else forged).append(msg)
-    if forged:
-        log.warning(
-            "%s: refused %d internal message(s) without a valid producer signature", consumer, len(forged)
-        )
-        await dead_letter_all(
-            infra.db,
-            [(m, Rejection("UNAUTHENTICATED", f"{m.subject}: no valid producer signature")) for m in forged],
-            consumer=consumer,
-            source=FORGED_SOURCE,
-        )
-    return genuine

@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.quotas import QuotaSettings
+
 __all__ = ["EngramSettings"]
 
 
@@ -84,6 +86,16 @@ class EngramSettings(BaseSettings):
     token_issuer: str = Field(
         default="engram",
         description="The issuer (`iss`) tokens are minted with and must carry.",
+    )
+
+    # -- Fair share between tenants -------------------------------------------------------------
+    quotas: QuotaSettings = Field(
+        default_factory=QuotaSettings,
+        description="Budgets per organization and per token (SPEC 11; docs/adr/0084-quotas.md), JSON: "
+        '`{"org": {"read": {"rate": 200, "burst": 400}, "write": …, "governance": …, "sessions": …}, '
+        '"token": {…}, "orgs": {"<org id>": {…}}}` — requests a second and burst per operation class; '
+        "a class left out is not limited. Over budget: `RATE_LIMITED` (HTTP 429 with `Retry-After`); a "
+        "session is dead-lettered. Shared by replicas through `ENGRAM_REDIS_URL`. Empty: no limits.",
     )
 
     # -- distill -------------------------------------------------------------------------------

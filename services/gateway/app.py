@@ -62,6 +62,17 @@ def _authorization(request: Request) -> str:
     return value
 
 
+def _reply_response(op: Operation[Any, Any], reply: bytes) -> Response:
+    """A service's reply as it is, with its HTTP status, and ``Retry-After`` on a 429 (the
+    envelope's ``retry_after_s``, whole seconds)."""
+    status = _status(op, reply)
+    headers = None
+    if status == 429:
+        retry = json.loads(reply)["error"].get("details", {}).get("retry_after_s")
+        headers = {"Retry-After": str(int(retry))} if isinstance(retry, int | float) else None
+    return Response(reply, status_code=status, media_type=_JSON, headers=headers)
+
+
 def _status(op: Operation[Any, Any], reply: bytes) -> int:
     """The HTTP status of a service's reply: the envelope's for an error, the reply's own
     ``status`` where its model has one (``memory.save``: 202 or 200), else 200."""
@@ -91,7 +102,7 @@ def _operation_endpoint(bridge: Bridge, op: Operation[Any, Any]) -> Endpoint:
             reply = await bridge.request(op, await _payload(op, shape, request), _authorization(request))
         except Exception as exc:
             return error_response(exc)
-        return Response(reply, status_code=_status(op, reply), media_type=_JSON)
+        return _reply_response(op, reply)
 
     return endpoint
 
@@ -110,7 +121,7 @@ def _export_endpoint(bridge: Bridge) -> Endpoint:
         except Exception as exc:
             return error_response(exc)
         if _ERROR_REPLY.match(first):
-            return Response(first, status_code=_status(op, first), media_type=_JSON)
+            return _reply_response(op, first)
 
         async def lines() -> AsyncIterator[bytes]:
             page = json.loads(first)

@@ -33,9 +33,17 @@ _ERROR = {"$ref": _SCHEMAS + "ErrorReply"}
 _JSON = "application/json"
 
 
-def _errors() -> dict[str, Any]:
+def _errors(op: Operation[Any, Any]) -> dict[str, Any]:
     described = {"description": "The SPEC 9 error envelope; its status is the HTTP status."}
-    return {status: {**described, "content": {_JSON: {"schema": _ERROR}}} for status in ("4XX", "5XX")}
+    errors = {status: {**described, "content": {_JSON: {"schema": _ERROR}}} for status in ("4XX", "5XX")}
+    if op.quota_class is not None:
+        errors["429"] = {
+            "description": f"RATE_LIMITED: over the organization's or the token's {op.quota_class} "
+            "budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s).",
+            "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+            "content": {_JSON: {"schema": _ERROR}},
+        }
+    return errors
 
 
 def _parameters(op: Operation[Any, Any], schemas: dict[str, Any]) -> list[dict[str, Any]]:
@@ -99,7 +107,7 @@ def _responses(op: Operation[Any, Any], schemas: dict[str, Any]) -> dict[str, An
                 "content": {JSONL: {"schema": entry}},
             }
         }
-        return success | _errors()
+        return success | _errors(op)
     by_status: dict[str, list[dict[str, str]]] = {}
     for model in op.replies:
         field = model.model_fields.get("status")
@@ -112,7 +120,7 @@ def _responses(op: Operation[Any, Any], schemas: dict[str, Any]) -> dict[str, An
         }
         for status, refs in sorted(by_status.items())
     }
-    return success | _errors()
+    return success | _errors(op)
 
 
 def _operation(op: Operation[Any, Any], schemas: dict[str, Any]) -> dict[str, Any]:

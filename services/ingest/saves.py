@@ -18,8 +18,8 @@ from contracts.requests import Accepted, SaveOutcome, SaveRequest
 from contracts.subjects import MEMORY_SAVE_ACCEPTED, save_result_subject
 from shared.access import Caller
 from shared.config_store import load_config
+from shared.deadletter import refuse_forged
 from shared.infra import Infra
-from shared.provenance import refuse_forged
 from shared.telemetry import inject_trace_headers
 
 __all__ = ["handle_save"]
@@ -85,7 +85,7 @@ async def _genuine_outcome(infra: Infra, subscription: Subscription) -> Msg | No
             reply = await subscription.next_msg(timeout=left)
         except TimeoutError:
             return None
-        if await refuse_forged(infra, [reply], consumer=RESULT_CONSUMER):
+        if await refuse_forged(infra.signer, infra.db, [reply], consumer=RESULT_CONSUMER):
             return reply
     return None
 

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
+from nats.errors import NotJSMessageError
 from sqlalchemy import bindparam, or_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from contracts.errors import EngramError, Forbidden, InvalidRequest
+from contracts.errors import EngramError, Forbidden, InvalidRequest, RateLimited
 from contracts.events import MAX_SESSION_BYTES, SessionEnded
 from contracts.requests import SessionAccepted
 from contracts.subjects import SESSION_VALIDATED
@@ -76,9 +77,9 @@ class Verified:
 
 
 async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
-    """A batch of ``session.ended``: rejects are dead-lettered, valid sessions forwarded (the batch
-    acks them after)."""
-    verified: list[Verified] = []
+    """A batch of ``session.ended``: rejects are dead-lettered, valid sessions within their
+    organization's budget forwarded (the batch acks them after)."""
+    verified: list[tuple[Msg, Verified, Credential]] = []
     rejected: list[tuple[Msg, Rejection]] = []
     for msg in batch.msgs:
         # Each message keeps its own trace: a span parented on what its publisher sent, whose
@@ -91,10 +92,38 @@ async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
             if isinstance(checked, Rejection):
                 rejected.append((msg, checked))
             else:
+                session, credential = checked
                 # The verified bytes as they came; the caller's token stays behind.
-                verified.append(Verified(checked, msg.data, inject_trace_headers({})))
+                verified.append((msg, Verified(session, msg.data, inject_trace_headers({})), credential))
+    within = await _within_budget(infra, verified, rejected)
     await batch.dead_letter(rejected)
-    await forward(infra, verified)
+    await forward(infra, within)
+
+
+async def _within_budget(
+    infra: Infra, verified: list[tuple[Msg, Verified, Credential]], rejected: list[tuple[Msg, Rejection]]
+) -> list[Verified]:
+    """The sessions within their organization's session budget (``shared.quotas``), judged by
+    when each was published, so a backlog taken at once is not a burst; a session taken before (a
+    redelivery) is not charged again. The others join ``rejected`` as ``RATE_LIMITED``
+    (dead-lettered, replayable)."""
+    if not infra.quotas.enabled:
+        return [v for _, v, _ in verified]
+    async with infra.db.read() as db:
+        taken = await processed_of(db, CONSUMER, [v.key for _, v, _ in verified])
+    within: list[Verified] = []
+    for msg, v, credential in verified:
+        if v.key not in taken:
+            try:
+                await infra.quotas.charge(
+                    "sessions", v.session.org_id, credential.token_id, at=_published_at(msg)
+                )
+            except RateLimited as exc:
+                log.info("session.ended rejected: %s %s", exc.code, exc.message)
+                rejected.append((msg, _rejection(exc, credential, v.session)))
+                continue
+        within.append(v)
+    return within
 
 
 async def submit_session(infra: Infra, caller: Caller, session: SessionEnded) -> SessionAccepted:
@@ -161,8 +190,16 @@ async def label_recalls(db: AsyncSession, sessions: list[SessionEnded]) -> None:
         await db.execute(_LABEL, rows)
 
 
-def _check(infra: Infra, msg: Msg) -> SessionEnded | Rejection:
-    """The verified session, or why it is dead-lettered."""
+def _published_at(msg: Msg) -> float | None:
+    """When JetStream stored ``msg`` (seconds since the epoch); None for a core message."""
+    try:
+        return msg.metadata.timestamp.timestamp()
+    except NotJSMessageError:
+        return None
+
+
+def _check(infra: Infra, msg: Msg) -> tuple[SessionEnded, Credential] | Rejection:
+    """The verified session and its caller, or why it is dead-lettered."""
     credential: Credential | None = None
     session: SessionEnded | None = None
     try:
@@ -171,11 +208,15 @@ def _check(infra: Infra, msg: Msg) -> SessionEnded | Rejection:
         authorize(credential, session)
     except EngramError as exc:
         log.info("session.ended rejected: %s %s", exc.code, exc.message)
-        return Rejection.of(
-            exc,
-            # Only a verified token may put records into an organization's audit chain.
-            org_id=credential.org_id if credential is not None else audit.SYSTEM_ORG,
-            original_event_id=str(session.event_id) if session is not None else None,
-            actor_ref=credential.principal.ref if credential is not None else None,
-        )
-    return session
+        return _rejection(exc, credential, session)
+    return session, credential
+
+
+def _rejection(exc: EngramError, credential: Credential | None, session: SessionEnded | None) -> Rejection:
+    return Rejection.of(
+        exc,
+        # Only a verified token may put records into an organization's audit chain.
+        org_id=credential.org_id if credential is not None else audit.SYSTEM_ORG,
+        original_event_id=str(session.event_id) if session is not None else None,
+        actor_ref=credential.principal.ref if credential is not None else None,
+    )

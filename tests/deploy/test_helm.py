@@ -5,6 +5,7 @@ Go SDK; no helm binary), linted, every manifest validated against the Kubernetes
 from __future__ import annotations
 
 from typing import Any
+from uuid import uuid4
 
 import helm_python as helm
 import kubernetes_validate
@@ -13,6 +14,7 @@ import yaml
 
 from shared.nats_auth.keys import new_user_seed
 from shared.nats_auth.permissions import GATEWAY
+from shared.quotas import QuotaSettings
 from tests.deploy.support import DEPLOYED, GATEWAY_ENV, INFRA, NEED_VECTOR_SERVER, REQUIRED_ENV, SETTINGS_ENV
 
 CHART = INFRA / "helm" / "engram"
@@ -220,3 +222,21 @@ def test_tls_values_mount_the_ca_and_point_the_services_at_it() -> None:
             continue
         assert env["ENGRAM_DATABASE_TLS_CA_FILE"].rsplit("/", 1)[0] in mounts
         assert secrets == {"nats-ca", "pg-ca"}
+
+
+def test_quotas_reach_every_service_that_serves_requests_with_redis_to_share_them() -> None:
+    """``quotas`` becomes ENGRAM_QUOTAS (settings the code accepts) wherever the edge or ingest
+    charges a budget, each with Redis, so replicas spend one budget; none by default."""
+    quotas = {"org": {"read": {"rate": 200, "burst": 400}, "sessions": {"rate": 20, "burst": 100}}}
+    charged = {"ingest", "recall", "governance-audit"}
+    for deployment in _of(render(_values(quotas=quotas)), "Deployment"):
+        env = _env(deployment)
+        service = deployment["metadata"]["name"].removeprefix("engram-")
+        if service not in charged:
+            continue
+        assert QuotaSettings.model_validate_json(env["ENGRAM_QUOTAS"]).org_limit(uuid4(), "read")
+        assert env["ENGRAM_REDIS_URL"]
+        charged.remove(service)
+    assert not charged, f"no deployment for {charged}"
+    for deployment in _of(render(_values()), "Deployment"):
+        assert "ENGRAM_QUOTAS" not in _env(deployment)

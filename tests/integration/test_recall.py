@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from uuid import UUID, uuid4
 
 import pytest
@@ -171,9 +170,13 @@ async def test_session_scope_requires_and_honours_session_id(
             service_token,
         )
         assert reply["saved"] == 1
-    await asyncio.sleep(1.1)  # recall trusts a config for config_cache_s
-    missing = await _recall(nc, service_token, agent, principal=carol)
-    assert missing["error"]["code"] == "SESSION_REQUIRED"
+
+    # Recall trusts a config for config_cache_s: wait until it applies the new scope.
+    async def scope_applied() -> bool:
+        missing = await _recall(nc, service_token, agent, principal=carol)
+        return missing.get("error", {}).get("code") == "SESSION_REQUIRED"
+
+    await eventually(scope_applied, what="scope=session applied by recall")
     one = await _recall(nc, service_token, agent, principal=carol, session_id="s1")
     assert [r["text"] for r in one["results"]] == ["From session one."]
 

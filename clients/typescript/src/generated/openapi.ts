@@ -1926,6 +1926,16 @@ export interface operations {
                     "application/json": components["schemas"]["AuditQueryReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -1968,6 +1978,16 @@ export interface operations {
                     "application/json": components["schemas"]["AuditVerifyReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2006,6 +2026,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ConfigReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2050,6 +2080,16 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2090,6 +2130,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DeadLetterPage"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2137,6 +2187,16 @@ export interface operations {
                     "application/jsonl": components["schemas"]["EntryView"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2177,6 +2237,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["FeedbackReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2267,6 +2337,16 @@ export interface operations {
                     "application/json": components["schemas"]["Page"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2318,6 +2398,16 @@ export interface operations {
                     "application/json": components["schemas"]["Accepted"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2362,6 +2452,16 @@ export interface operations {
                     "application/json": components["schemas"]["GetReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2403,6 +2503,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PurgeReceipt"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2449,6 +2559,16 @@ export interface operations {
                     "application/json": components["schemas"]["ManageReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's write budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2489,6 +2609,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PruneReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2533,6 +2663,16 @@ export interface operations {
                     "application/json": components["schemas"]["PurgeReceipt"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2573,6 +2713,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RecallReply"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2617,6 +2767,16 @@ export interface operations {
                     "application/json": components["schemas"]["ExpandReply"];
                 };
             };
+            /** @description RATE_LIMITED: over the organization's or the token's read budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
             "4XX": {
                 headers: {
@@ -2657,6 +2817,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SessionAccepted"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's sessions budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
