@@ -5,23 +5,25 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 __all__ = [
-    "JSON_SAFE_INT_MAX",
     "ID_CHARS",
+    "JSON_SAFE_INT_MAX",
     "MAX_TEXT_CHARS",
     "MAX_TTL_SECONDS",
-    "PRINCIPAL_REF_PATTERN",
-    "MemoryTypeName",
-    "absent",
-    "given",
     "PG_INT4_MAX",
+    "PRINCIPAL_REF_PATTERN",
     "SYSTEM_ORG",
+    "ActingFor",
     "Inbound",
+    "JsonInt",
+    "MemoryTypeName",
     "Outbound",
     "Principal",
     "PrincipalKind",
+    "absent",
+    "given",
 ]
 
 PrincipalKind = Literal["none", "end_user", "actor", "service"]
@@ -67,6 +69,16 @@ def given(*names: str, when: dict[str, Any] | None = None, **types: str) -> dict
 def absent(name: str) -> dict[str, Any]:
     """JSON Schema for "``name`` is missing or null"."""
     return {"properties": {name: {"type": "null"}}}
+
+
+def _json_integer(value: Any) -> Any:
+    # JSON Schema counts 5.0 as an integer; pydantic's strict mode does not.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+#: An integer field of a request: a JSON integer (``5``, ``5.0``), never ``true`` or ``"5"`` —
+#: requests are validated strictly (``shared.wire.parse_model``, docs/adr/0084-request-bounds.md).
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 
 
 class Inbound(BaseModel):
@@ -117,3 +129,15 @@ class Principal(Inbound):
     def parse_ref(cls, ref: str) -> Principal:
         kind, _, ident = ref.partition(":")
         return cls.model_validate({"kind": kind, "id": ident or None})
+
+
+#: A request's ``principal``: whom a service token acts for — an end user, an actor or the shared
+#: pool (``none``), never a service (the services refuse one: memories belong to no service).
+ActingFor = Annotated[
+    Principal | None,
+    Field(
+        json_schema_extra={
+            "not": {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "service"}}}
+        }
+    ),
+]

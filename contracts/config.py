@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.common import MAX_TTL_SECONDS, MemoryTypeName
+from contracts.common import MAX_TTL_SECONDS, JsonInt, MemoryTypeName
 
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
@@ -29,8 +29,8 @@ class _Strict(BaseModel):
 
 
 class RetentionConfig(_Strict):
-    ttl_seconds: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
-    max_entries: int = Field(default=500, ge=1, le=1_000_000)
+    ttl_seconds: JsonInt | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
+    max_entries: JsonInt = Field(default=500, ge=1, le=1_000_000)
     decay_strategy: Literal["hard_delete"] = "hard_delete"
 
 
@@ -54,13 +54,15 @@ class SemanticRecallConfig(_Strict):
 
 class PolicyConfig(_Strict):
     memory_types_allowed: list[MemoryTypeName] | None = None
-    relaxable: list[Annotated[str, Field(max_length=100)]] = Field(default_factory=lambda: ["memory_types_allowed", "diagnostics_verbosity"])
+    relaxable: list[Annotated[str, Field(max_length=100)]] = Field(
+        default_factory=lambda: ["memory_types_allowed", "diagnostics_verbosity"]
+    )
 
 
 class TypePolicy(_Strict):
     decay_on_failure: float = Field(default=0.7, ge=0, le=1)
     prune_below: float = Field(default=0.1, ge=0, le=1)
-    ttl_days: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS // 86_400)
+    ttl_days: JsonInt | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS // 86_400)
     version_on_edit: bool = False
 
 
@@ -78,7 +80,7 @@ class MemoryConfig(_Strict):
     memory_enabled: bool = True
     memory_write_enabled: bool = True
     memory_strategy: Literal["last_k", "importance", "full", "pack", "semantic", "hybrid"] = "last_k"
-    top_k: int = Field(default=10, ge=1, le=1000)
+    top_k: JsonInt = Field(default=10, ge=1, le=1000)
     scope: Literal["workload", "actor", "session"] = "workload"
     pii_handling: Literal["redact", "block", "allow"] = "redact"
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
@@ -88,7 +90,7 @@ class MemoryConfig(_Strict):
     #: Keep each session's tool trace as ``layer="observation"`` entries (SPEC 4.1).
     keep_observations: bool = False
     #: Observations expire after this many days (short retention by design).
-    observation_ttl_days: int = Field(default=7, ge=1, le=365)
+    observation_ttl_days: JsonInt = Field(default=7, ge=1, le=365)
 
     def type_policy(self, memory_type: str) -> TypePolicy:
         return self.type_policies.get(memory_type, TypePolicy())
@@ -105,9 +107,10 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def merge_config(current: MemoryConfig, patch: dict[str, Any]) -> MemoryConfig:
-    """Apply a partial config: nested objects merge key by key; the result is validated whole."""
-    return MemoryConfig.model_validate(deep_merge(current.model_dump(mode="json"), patch))
+def merge_config(current: MemoryConfig, patch: dict[str, Any], *, strict: bool = False) -> MemoryConfig:
+    """Apply a partial config: nested objects merge key by key; the result is validated whole —
+    ``strict``ly for a patch a caller sent (``"false"`` is not a boolean, as the documents say)."""
+    return MemoryConfig.model_validate(deep_merge(current.model_dump(mode="json"), patch), strict=strict)
 
 
 def config_patch_schema() -> dict[str, Any]:
@@ -129,4 +132,3 @@ def config_patch_schema() -> dict[str, Any]:
     patch: dict[str, Any] = inline(schema)
     patch["title"] = "MemoryConfigPatch"
     return patch
-

@@ -9,7 +9,7 @@ from uuid import UUID, uuid4
 
 from pydantic import Field, JsonValue, model_validator
 
-from contracts.common import JSON_SAFE_INT_MAX, PG_INT4_MAX, Inbound, Outbound, Principal
+from contracts.common import JSON_SAFE_INT_MAX, PG_INT4_MAX, Inbound, JsonInt, Outbound, Principal
 
 __all__ = [
     "MAX_SESSION_BYTES",
@@ -42,7 +42,7 @@ class ToolCall(Inbound):
     output: JsonValue = None
     error: str | None = None
     started_at: datetime | None = None
-    duration_ms: int | None = Field(default=None, ge=0, le=JSON_SAFE_INT_MAX)
+    duration_ms: JsonInt | None = Field(default=None, ge=0, le=JSON_SAFE_INT_MAX)
 
 
 class TranscriptTurn(Inbound):
@@ -60,7 +60,7 @@ class SessionEnded(Inbound):
     session_id: str = Field(min_length=1, max_length=200)
     status: SessionStatus
     principal: Principal
-    steps: int = Field(ge=0, le=PG_INT4_MAX)
+    steps: JsonInt = Field(ge=0, le=PG_INT4_MAX)
     task: str = Field(default="", max_length=20_000)
     tool_trace: list[ToolCall] = Field(default_factory=list, max_length=2_000)
     transcript: list[TranscriptTurn] | None = Field(default=None, max_length=2_000)

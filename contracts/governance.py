@@ -15,7 +15,9 @@ from pydantic import ConfigDict, Field, JsonValue, field_validator, model_valida
 from contracts.common import (
     ID_CHARS,
     MAX_TTL_SECONDS,
+    ActingFor,
     Inbound,
+    JsonInt,
     MemoryTypeName,
     Outbound,
     Principal,
@@ -56,7 +58,7 @@ _ACTOR_REF_CHARS = len("end_user:") + 200
 _MAX_PAGE_TOKEN = 2048
 #: Their grammar (``shared.page_tokens``: base64url body "." base64url MAC); only a token a
 #: previous page issued is valid.
-_PAGE_TOKEN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
+_PAGE_TOKEN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"  # noqa: S105 (a pattern, not a secret)
 #: Bounds of ``ListRequest.metadata``: its size as compact JSON, and how deep it nests.
 MAX_METADATA_FILTER_BYTES = 4096
 MAX_METADATA_FILTER_DEPTH = 8
@@ -111,7 +113,7 @@ class EntryView(Outbound):
 class _Scoped(Inbound):
     agent_config_id: UUID
     #: Only for service tokens acting on behalf of someone (SPEC 3, 8).
-    principal: Principal | None = None
+    principal: ActingFor = None
 
 
 class ListRequest(_Scoped):
@@ -134,7 +136,7 @@ class ListRequest(_Scoped):
         f"is equal); at most {MAX_METADATA_FILTER_BYTES} bytes as JSON, {MAX_METADATA_FILTER_DEPTH} "
         "levels deep",
     )
-    page_size: int = Field(default=20, ge=1, le=100)
+    page_size: JsonInt = Field(default=20, ge=1, le=100)
     page_token: str | None = Field(
         default=None, min_length=1, max_length=_MAX_PAGE_TOKEN, pattern=_PAGE_TOKEN
     )
@@ -173,10 +175,10 @@ class ExportRequest(Inbound):
     """``engram.memory.export``: one owner's entries as JSON Lines pages, oldest first."""
 
     agent_config_id: UUID | None = None
-    principal: Principal | None = None
+    principal: ActingFor = None
     actor_ref: str = Field(max_length=_ACTOR_REF_CHARS, pattern=_ACTOR_REF)
     lifecycle: list[Lifecycle] | None = Field(default=None, min_length=1, max_length=5)
-    page_size: int = Field(default=100, ge=1, le=1000)
+    page_size: JsonInt = Field(default=100, ge=1, le=1000)
     page_token: str | None = Field(
         default=None, min_length=1, max_length=_MAX_PAGE_TOKEN, pattern=_PAGE_TOKEN
     )
@@ -210,7 +212,7 @@ class PurgeRequest(Inbound):
     """``engram.memory.purge``: everything one owner has (optionally of one session)."""
 
     agent_config_id: UUID | None = None
-    principal: Principal | None = None
+    principal: ActingFor = None
     actor_ref: str = Field(max_length=_ACTOR_REF_CHARS, pattern=_ACTOR_REF)
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
 
@@ -236,7 +238,7 @@ class PurgeReceipt(Outbound):
 
 class PruneRequest(Inbound):
     agent_config_id: UUID
-    max_entries: int = Field(ge=0, le=1_000_000)
+    max_entries: JsonInt = Field(ge=0, le=1_000_000)
 
 
 class PruneReply(Outbound):
@@ -245,7 +247,11 @@ class PruneReply(Outbound):
 
 
 #: What each ``manage`` operation needs besides the entry (the validator's rule and the documents').
-_MANAGE_NEEDS: dict[str, tuple[str, ...]] = {"edit": ("text",), "merge": ("text", "merge_with"), "rescope": ("owner",)}
+_MANAGE_NEEDS: dict[str, tuple[str, ...]] = {
+    "edit": ("text",),
+    "merge": ("text", "merge_with"),
+    "rescope": ("owner",),
+}
 
 
 def _manage_rules() -> dict[str, Any]:
@@ -278,7 +284,7 @@ class ManageRequest(_Scoped):
     #: ``rescope``: the new owner (``"none"`` = the shared pool).
     owner: str | None = Field(default=None, max_length=_ACTOR_REF_CHARS, pattern=_ACTOR_REF)
     #: ``change_retention``: a new lifetime from now, an absolute expiry, or neither (never expires).
-    ttl_seconds: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
+    ttl_seconds: JsonInt | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
     expires_at: datetime | None = None
 
     @model_validator(mode="after")

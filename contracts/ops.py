@@ -7,7 +7,7 @@ from uuid import UUID
 
 from pydantic import Field
 
-from contracts.common import JSON_SAFE_INT_MAX, Inbound, Outbound
+from contracts.common import JSON_SAFE_INT_MAX, Inbound, JsonInt, Outbound
 
 __all__ = [
     "ConsumerLag",
@@ -24,8 +24,8 @@ class DeadLetterQuery(Inbound):
     #: ``engram.dlq.<source>``: ingest, distill, embed …; none is every source.
     source: str | None = Field(default=None, max_length=40, pattern=r"^[a-z][a-z0-9_-]{0,39}$")
     #: The page before this stream sequence (the previous page's ``next_before_seq``).
-    before_seq: int | None = Field(default=None, ge=1, le=JSON_SAFE_INT_MAX)
-    limit: int = Field(default=50, ge=1, le=500)
+    before_seq: JsonInt | None = Field(default=None, ge=1, le=JSON_SAFE_INT_MAX)
+    limit: JsonInt = Field(default=50, ge=1, le=500)
 
 
 class DeadLetterSummary(Outbound):

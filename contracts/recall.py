@@ -4,16 +4,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from uuid import UUID
 
 from pydantic import ConfigDict, Field, JsonValue
 
-from contracts.common import Inbound, MemoryTypeName, Outbound, Principal, given
+from contracts.common import ActingFor, Inbound, JsonInt, MemoryTypeName, Outbound, absent, given
 
 __all__ = [
     "MAX_EXPAND_EXAMINED",
     "MAX_EXPAND_RETURNED",
+    "SEMANTIC_MAX_TOP_K",
     "ExcludedResult",
     "ExpandReply",
     "ExpandRequest",
@@ -49,15 +50,51 @@ class RecallFilters(Inbound):
     created_before: datetime | None = None
 
 
+def _recall_rules() -> dict[str, Any]:
+    """What the recall service refuses beyond the fields, for a strategy named in the request:
+    ``semantic`` and ``hybrid`` need a cue with something in it, ``min_score`` needs one of them,
+    ``semantic`` takes ``top_k`` up to 20 (``services/recall/service.py``)."""
+    vector = ["semantic", "hybrid"]
+    others: list[str | None] = [s for s in get_args(Strategy) if s not in vector]
+    return {
+        "allOf": [
+            {
+                "anyOf": [
+                    {"properties": {"strategy": {"enum": [*others, None]}}},
+                    {"required": ["cue"], "properties": {"cue": {"type": "string", "pattern": r"\S"}}},
+                ]
+            },
+            {
+                "anyOf": [
+                    absent("min_score"),
+                    {"required": ["strategy"], "properties": {"strategy": {"enum": vector}}},
+                ]
+            },
+            {
+                "anyOf": [
+                    {"properties": {"strategy": {"enum": [*others, "hybrid", None]}}},
+                    {"properties": {"top_k": {"anyOf": [{"type": "null"}, {"maximum": SEMANTIC_MAX_TOP_K}]}}},
+                ]
+            },
+        ]
+    }
+
+
+#: ``semantic`` recall takes ``top_k`` up to this.
+SEMANTIC_MAX_TOP_K = 20
+
+
 class RecallRequest(Inbound):
+    model_config = ConfigDict(json_schema_extra=lambda schema: schema.update(_recall_rules()))
+
     agent_config_id: UUID
     #: Only for service tokens acting on behalf of someone (SPEC 3, 8).
-    principal: Principal | None = None
+    principal: ActingFor = None
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
     #: None uses the agent config's ``memory_strategy``.
     strategy: Strategy | None = None
     cue: str | None = Field(default=None, max_length=8_000)
-    top_k: int | None = Field(default=None, ge=1, le=1000)
+    top_k: JsonInt | None = Field(default=None, ge=1, le=1000)
     #: A relevance floor for ``semantic`` and ``hybrid``: only entries whose cosine similarity to
     #: the cue is at least this (-1 to 1) are returned, so a cue nothing fits gets no results.
     #: Refused with any other strategy; a vector store that cannot answer is then an error, not
@@ -70,7 +107,7 @@ class RecallRequest(Inbound):
         description="semantic/hybrid only: the least cosine similarity to the cue an entry needs",
     )
     format: Format = "text"
-    token_budget: int | None = Field(default=None, ge=1, le=1_000_000)
+    token_budget: JsonInt | None = Field(default=None, ge=1, le=1_000_000)
     target_layer: TargetLayer = "all"
     filters: RecallFilters | None = None
     diagnostics: Literal["summary", "candidates"] | None = None
@@ -126,7 +163,7 @@ class RecallReply(Outbound):
 
 class ExpandRequest(Inbound):
     agent_config_id: UUID
-    principal: Principal | None = None
+    principal: ActingFor = None
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
     ids: list[UUID] = Field(min_length=1, max_length=10_000)
 
@@ -145,7 +182,7 @@ class FeedbackRequest(Inbound):
     model_config = ConfigDict(json_schema_extra={"anyOf": [given("entry_id"), given("session_id")]})
 
     agent_config_id: UUID
-    principal: Principal | None = None
+    principal: ActingFor = None
     entry_id: UUID | None = None
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
     success: bool

@@ -8,7 +8,15 @@ from uuid import UUID
 
 from pydantic import ConfigDict, Field, JsonValue, WithJsonSchema, field_validator, model_validator
 
-from contracts.common import PG_INT4_MAX, Inbound, MemoryTypeName, Outbound, Principal, given
+from contracts.common import (
+    PG_INT4_MAX,
+    ActingFor,
+    Inbound,
+    JsonInt,
+    MemoryTypeName,
+    Outbound,
+    given,
+)
 from contracts.config import MemoryConfig, config_patch_schema
 
 __all__ = [
@@ -55,7 +63,7 @@ class SaveRequest(Inbound):
 
     agent_config_id: UUID
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
-    principal: Principal | None = None
+    principal: ActingFor = None
     entries: list[SaveEntry] | None = Field(default=None, min_length=1, max_length=100)
     content: str | None = Field(default=None, min_length=1, max_length=MAX_ENTRY_CHARS)
     wait: bool = False
@@ -128,8 +136,8 @@ class ConfigReply(Outbound):
 
 class AuditQuery(Inbound):
     kind: str | None = Field(default=None, max_length=100)
-    after_seq: int = Field(default=0, ge=0, le=PG_INT4_MAX)
-    limit: int = Field(default=100, ge=1, le=1000)
+    after_seq: JsonInt = Field(default=0, ge=0, le=PG_INT4_MAX)
+    limit: JsonInt = Field(default=100, ge=1, le=1000)
     agent_config_id: UUID | None = None
 
 

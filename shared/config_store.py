@@ -111,7 +111,7 @@ async def put_config(
     stored: dict[str, Any] = dict(row.config) if row is not None else {}
     try:
         merged_patch = deep_merge(stored, patch)
-        config = merge_config(MemoryConfig(), merged_patch)
+        config = merge_config(MemoryConfig(), merged_patch, strict=True)
     except ValidationError as exc:
         raise InvalidRequest("invalid memory config", validation_details(exc)) from exc
     now = utcnow()

@@ -11,7 +11,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from contracts.errors import InvalidRequest
 
-__all__ = ["EnvelopeHttpToolsProtocol", "UNREADABLE_REQUEST"]
+__all__ = ["UNREADABLE_REQUEST", "EnvelopeHttpToolsProtocol"]
 
 #: What the parser's refusals answer (one body for all of them: the parser does not say which
 #: limit or rule a request broke).

@@ -23,6 +23,7 @@ from contracts.errors import InvalidRequest, SemanticDisabled, VectorUnavailable
 from contracts.recall import (
     MAX_EXPAND_EXAMINED,
     MAX_EXPAND_RETURNED,
+    SEMANTIC_MAX_TOP_K,
     ExpandReply,
     ExpandRequest,
     RecallReply,
@@ -74,7 +75,6 @@ HYBRID_DEPTH = 100
 #: store's cost grows with it (an HNSW search is ``limit`` wide), so not the double that semantic's
 #: few hits can afford.
 HYBRID_FETCH = HYBRID_DEPTH + HYBRID_DEPTH // 4
-SEMANTIC_MAX_TOP_K = 20
 _CUE_STRATEGIES = {"pack", "semantic", "hybrid"}
 _VECTOR_STRATEGIES = {"semantic", "hybrid"}
 #: Strategies whose replies the Redis result cache keeps. Not semantic/hybrid: a new entry joins

@@ -21,6 +21,7 @@ import pytest
 from contracts.common import Principal
 from services.gateway.openapi import OPENAPI_FILE
 from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.settings import EngramSettings
 
 pytestmark = pytest.mark.integration
 
@@ -31,11 +32,24 @@ MAX_EXAMPLES = int(os.environ.get("ENGRAM_SCHEMATHESIS_EXAMPLES", "12"))
 SEED = int(os.environ.get("ENGRAM_SCHEMATHESIS_SEED", "20261203"))
 _ST = Path(sys.executable).with_name("st")
 _ROOT = Path(__file__).resolve().parents[2]
+_HOOKS = "tests.conformance.schemathesis_hooks"
+_CONFIG = Path(__file__).with_name("schemathesis.toml")
+_WAIT_S = 60.0
 
 
-async def _schemathesis(gateway: str, tmp: Path, *headers: str) -> tuple[int, str]:
+@pytest.fixture(scope="module")
+def settings(settings: EngramSettings) -> EngramSettings:
+    """The gateway waits for a reply as long as Schemathesis waits for the gateway: on a loaded
+    machine a save with ``wait`` may take longer than the default 10 s, and a 503 for that would
+    be the machine's speed, not a conformance failure."""
+    return settings.model_copy(update={"http_request_timeout_s": _WAIT_S})
+
+
+async def _schemathesis(gateway: str, tmp: Path, phases: str, *headers: str) -> tuple[int, str]:
     """Run ``st run`` against ``gateway``; its exit status and its report."""
     args = [
+        "--config-file",
+        str(_CONFIG),
         "run",
         str(OPENAPI_FILE),
         "--url",
@@ -43,7 +57,7 @@ async def _schemathesis(gateway: str, tmp: Path, *headers: str) -> tuple[int, st
         "--checks",
         "all",
         "--phases",
-        "examples,coverage,fuzzing",
+        phases,
         "--max-examples",
         str(MAX_EXAMPLES),
         "--seed",
@@ -51,7 +65,10 @@ async def _schemathesis(gateway: str, tmp: Path, *headers: str) -> tuple[int, st
         "--workers",
         "1",
         "--request-timeout",
-        "60",
+        str(_WAIT_S * 2),
+        # A bound, not a speed claim: how fast a loaded CI machine answers is no conformance.
+        "--max-response-time",
+        str(_WAIT_S * 2),
         "--generation-database",
         "none",
         "--no-color",
@@ -64,7 +81,7 @@ async def _schemathesis(gateway: str, tmp: Path, *headers: str) -> tuple[int, st
         str(_ST),
         *args,
         cwd=tmp,
-        env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.conformance.schemathesis_hooks", "PYTHONPATH": str(_ROOT)},
+        env={**os.environ, "SCHEMATHESIS_HOOKS": _HOOKS, "PYTHONPATH": str(_ROOT)},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
@@ -78,7 +95,18 @@ def _token(tokens: TokenService) -> str:
     )
 
 
-@pytest.mark.parametrize("caller", ["service token", "no token", "another organization's token"])
+#: The coverage phase (every boundary and every rule of the document, deterministically) takes
+#: minutes on a loaded machine; it runs for the callers whose requests reach the services' rules
+#: with a token of their own organization and without a token (answered at the gateway), and
+#: fuzzing runs for all three.
+_PHASES = {
+    "service token": "examples,coverage,fuzzing",
+    "no token": "examples,coverage,fuzzing",
+    "another organization's token": "examples,fuzzing",
+}
+
+
+@pytest.mark.parametrize("caller", list(_PHASES))
 async def test_schemathesis_finds_nothing(
     gateway: str, tokens: TokenService, service_token: str, caller: str, tmp_path: Path
 ) -> None:
@@ -90,5 +118,7 @@ async def test_schemathesis_finds_nothing(
         "no token": [],
         "another organization's token": [f"Authorization: Bearer {_token(tokens)}"],
     }[caller]
-    status, report = await _schemathesis(gateway, tmp_path, *headers)
-    assert status == 0, f"Schemathesis (seed {SEED}) as {caller}:\n{report[-20_000:]}"
+    status, report = await _schemathesis(gateway, tmp_path, _PHASES[caller], *headers)
+    # Its failures, each line cut short (a generated body can be megabytes).
+    failures = "\n".join(line[:300] for line in report[report.find("FAILURES") :].splitlines())
+    assert status == 0, f"Schemathesis (seed {SEED}) as {caller}:\n{failures[:30_000]}"

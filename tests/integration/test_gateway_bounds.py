@@ -73,7 +73,9 @@ async def test_a_memory_type_filter_is_as_long_as_a_memory_type_may_be(
     params = {"agent_config_id": str(agent), "memory_types": "x" * 65}
     _refused(await http.get("/v1/memories", params=params, headers=bearer(service_token)), "memory_types")
     params["memory_types"] = "x" * 64
-    assert (await http.get("/v1/memories", params=params, headers=bearer(service_token))).status_code == 200
+    # Past validation: an agent config nothing was written to yet is not found.
+    reply = await http.get("/v1/memories", params=params, headers=bearer(service_token))
+    assert (reply.status_code, reply.json()["error"]["code"]) == (404, "NOT_FOUND"), reply.text
 
 
 async def test_a_retention_past_the_calendar_is_a_400(
@@ -84,21 +86,30 @@ async def test_a_retention_past_the_calendar_is_a_400(
     lifetime is applied. The same bound holds for the agent config's retention."""
     saved = await http.post(
         "/v1/memories",
-        json={"agent_config_id": str(agent), "principal": {"kind": "end_user", "id": "alice"},
-              "content": "Keeps receipts.", "wait": True},
+        json={
+            "agent_config_id": str(agent),
+            "principal": {"kind": "end_user", "id": "alice"},
+            "content": "Keeps receipts.",
+            "wait": True,
+        },
         headers=bearer(service_token),
     )
     assert saved.status_code == 200, saved.text
     entry = saved.json()["ids"][0]
-    change = {"op": "change_retention", "principal": {"kind": "end_user", "id": "alice"},
-              "agent_config_id": str(agent)}
+    change = {
+        "op": "change_retention",
+        "principal": {"kind": "end_user", "id": "alice"},
+        "agent_config_id": str(agent),
+    }
     for ttl in (MAX_TTL_SECONDS + 1, 10**15, 2**63):
         body = {**change, "ttl_seconds": ttl}
         _refused(await http.patch(f"/v1/memories/{entry}", json=body, headers=bearer(service_token)), "ttl")
         over_nats = await request(nc, "engram.memory.manage", {**body, "entry_id": entry}, service_token)
         _refused(over_nats, "ttl_seconds")
     longest = await http.patch(
-        f"/v1/memories/{entry}", json={**change, "ttl_seconds": MAX_TTL_SECONDS}, headers=bearer(service_token)
+        f"/v1/memories/{entry}",
+        json={**change, "ttl_seconds": MAX_TTL_SECONDS},
+        headers=bearer(service_token),
     )
     assert longest.status_code == 200, longest.text
     expires = datetime.fromisoformat(longest.json()["entry"]["expires_at"])

@@ -74,8 +74,12 @@ def test_every_request_integer_and_string_in_the_openapi_document_is_bounded() -
     [
         (lambda v: AuditQuery(after_seq=v), PG_INT4_MAX),
         (lambda v: DeadLetterQuery(before_seq=v), JSON_SAFE_INT_MAX),
-        (lambda v: ManageRequest(entry_id=uuid4(), agent_config_id=uuid4(), op="change_retention",
-                                 ttl_seconds=v), MAX_TTL_SECONDS),
+        (
+            lambda v: ManageRequest(
+                entry_id=uuid4(), agent_config_id=uuid4(), op="change_retention", ttl_seconds=v
+            ),
+            MAX_TTL_SECONDS,
+        ),
         (lambda v: RetentionConfig(ttl_seconds=v), MAX_TTL_SECONDS),
         (lambda v: TypePolicy(ttl_days=v), MAX_TTL_SECONDS // 86_400),
         (lambda v: ToolCall(tool="deploy", duration_ms=v), JSON_SAFE_INT_MAX),

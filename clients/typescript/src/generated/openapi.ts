@@ -1501,7 +1501,22 @@ export interface components {
              * @default null
              */
             top_k?: number | null;
-        };
+        } & (({
+            /** @enum {unknown} */
+            strategy?: "last_k" | "importance" | "full" | "pack" | null;
+        } | {
+            cue: string;
+        }) & ({
+            min_score?: null;
+        } | {
+            /** @enum {unknown} */
+            strategy: "semantic" | "hybrid";
+        }) & ({
+            /** @enum {unknown} */
+            strategy?: "last_k" | "importance" | "full" | "pack" | "hybrid" | null;
+        } | {
+            top_k?: null | unknown;
+        }));
         /**
          * RecallResult
          * @description One recalled entry. ``text`` and ``full`` carry the SPEC 5 fields; ``compact`` and
