@@ -260,8 +260,11 @@ async def running_services(
             from services.governance_audit.erasure_api import Erasures
             from services.governance_audit.retention import RetentionSweeper
             from services.governance_audit.router import build_router as governance_router
+            from shared.purge_ledger import PurgeLedger
 
-            erasures = Erasures(db, index=vector_index, results=results)
+            ledger = PurgeLedger(settings.purge_ledger_path())
+            ledger.create()
+            erasures = Erasures(db, index=vector_index, results=results, ledger=ledger)
             broker.include_router(governance_router(infra, erasures, results))
             workers.append(RetentionSweeper(db, erasures.after_commit, interval_s=settings.retention_sweep_s))
             serving.append("governance-audit")

@@ -58,6 +58,10 @@ class Tombstone:
     agent_config_id: UUID | None = None
     session_id: str | None = None
     fingerprints: tuple[str, ...] | None = None
+    #: Given when an erasure is applied again from the purge ledger (``shared.purge_ledger``):
+    #: the original's id and time, so the restored tombstone is the one that was lost.
+    id: UUID | None = None
+    erased_at: datetime | None = None
 
 
 @dataclass
@@ -70,6 +74,8 @@ class Erased:
     agent_config_ids: list[UUID] = field(default_factory=list)
     #: the audit records of this erasure (already appended unless ``append_audit=False``).
     audit: list[audit.AuditEntry] = field(default_factory=list)
+    #: the tombstones written, as rows (what the purge ledger keeps outside the database).
+    tombstones: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def erase(
@@ -124,22 +130,20 @@ async def erase(
         result = await session.execute(delete(RECALLS).where(*conditions))
         out.recall_records = int(result.rowcount or 0)  # type: ignore[attr-defined]
     if tombstones:
-        await session.execute(
-            insert(ERASURES),
-            [
-                {
-                    "id": uuid4(),
-                    "org_id": org_id,
-                    "agent_config_id": t.agent_config_id,
-                    "owner_key": t.owner_key,
-                    "session_id": t.session_id,
-                    "fingerprints": list(t.fingerprints) if t.fingerprints is not None else None,
-                    "erased_at": now,
-                    "reason": reason,
-                }
-                for t in tombstones
-            ],
-        )
+        out.tombstones = [
+            {
+                "id": t.id or uuid4(),
+                "org_id": org_id,
+                "agent_config_id": t.agent_config_id,
+                "owner_key": t.owner_key,
+                "session_id": t.session_id,
+                "fingerprints": list(t.fingerprints) if t.fingerprints is not None else None,
+                "erased_at": t.erased_at or now,
+                "reason": reason,
+            }
+            for t in tombstones
+        ]
+        await session.execute(insert(ERASURES), out.tombstones)
     by_config: dict[UUID, list[UUID]] = {}
     for entry_id in out.ids:
         by_config.setdefault(found[entry_id].agent_config_id, []).append(entry_id)

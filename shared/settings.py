@@ -75,6 +75,13 @@ class EngramSettings(BaseSettings):
         description="`engram up`'s embedded NATS and Postgres data, credentials and `connection.json`, "
         "and the Qdrant Edge store (`vectors/`).",
     )
+    purge_ledger: str = Field(
+        default="",
+        description="The purge ledger: every purge's and delete's tombstone, appended (JSON Lines, "
+        "ids and scopes, no text) so that `engram restore` of an older backup erases it again. Keep "
+        "it on storage that outlives the database and its backups. Empty: "
+        "`<data_dir>/purge-ledger.jsonl` (docs/adr/0085-backup-restore-purge-ledger.md).",
+    )
 
     # -- Tokens --------------------------------------------------------------------------------
     token_keys: SecretStr = Field(
@@ -274,6 +281,12 @@ class EngramSettings(BaseSettings):
     def nats_servers(self) -> list[str]:
         """``nats_url`` as the list of servers to try (one, or a cluster's seed list)."""
         return [url.strip() for url in self.nats_url.split(",") if url.strip()]
+
+    def purge_ledger_path(self) -> Path:
+        """Where the purge ledger is (``purge_ledger``, else ``purge-ledger.jsonl`` in the data dir)."""
+        if self.purge_ledger:
+            return Path(self.purge_ledger)
+        return self.data_dir.resolve() / "purge-ledger.jsonl"
 
     def signing_keys(self) -> dict[str, str]:
         """The ``kid → secret`` map from ``ENGRAM_TOKEN_KEYS`` (insertion order: first signs)."""

@@ -31,6 +31,7 @@ __all__ = [
     "alive",
     "clean_env",
     "cli",
+    "fault_row",
     "live_pids_mentioning",
     "postmaster_pid",
     "stack_dir",
@@ -219,3 +220,24 @@ def stack_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def fault_row(
+    name: str,
+    before: dict[str, list[tuple[str, str]]],
+    after: dict[str, list[tuple[str, str]]],
+    erased: set[str],
+) -> dict[str, int]:
+    """The fault table's counts for a restore or an upgrade, printed as one line: answers compared,
+    memories the fixed cue set lost or got twice, and erased memories that came back."""
+    kept = {
+        key: {i for i, _ in answer} for key, answer in before.items() if not erased & {k for k, _ in answer}
+    }
+    row = {
+        "answers": len(before),
+        "lost": sum(len(ids - {i for i, _ in after.get(key, [])}) for key, ids in kept.items()),
+        "duplicated": sum(len(a) - len({i for i, _ in a}) for a in after.values()),
+        "resurrected": sum(1 for a in after.values() for i, _ in a if i in erased),
+    }
+    print(f"FAULT {name}: " + " ".join(f"{k}={v}" for k, v in row.items()))
+    return row

@@ -19,6 +19,7 @@ from contracts.common import SYSTEM_ORG, Principal
 from contracts.connection import ConnectionInfo
 from contracts.errors import Unavailable
 from contracts.events import DeadLetter
+from services.cli.backup import apply_ledger, backup, restore
 from services.cli.credentials import credentials_app, signing_keys
 from services.cli.errors import DEBUG_HELP, ErrorReportingGroup
 from services.cli.output import print_recall
@@ -49,6 +50,9 @@ app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")
 app.add_typer(config_app, name="config")
 app.add_typer(credentials_app, name="credentials")
+app.command()(backup)
+app.command()(restore)
+app.command("apply-ledger")(apply_ledger)
 console = Console()
 
 DATA_DIR = typer.Option(Path(".engram"), "--data-dir", help="Where the embedded stack keeps its data.")

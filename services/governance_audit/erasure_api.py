@@ -4,7 +4,9 @@ Each runs :func:`shared.erasure.erase` in one transaction (rows, lineage, recall
 tombstone, ``memory.purged``, audit), then — after the commit, so nothing is dropped for an
 erasure that rolled back — deletes the vectors and cached results it can reach in-process.
 The embed service also deletes vectors on ``memory.purged``, which covers deployments where the
-vector store is not reachable from here; the receipt says which happened.
+vector store is not reachable from here; the receipt says which happened. A purge's or delete's
+tombstone also goes to the purge ledger before the commit, so a restore of an older backup erases
+it again (``shared.purge_ledger``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from shared.db.models import ENTRIES
 from shared.entries import EntryStore, in_scope
 from shared.erasure import Erased, Tombstone, erase, prune_over_cap
 from shared.ports import VectorIndex
+from shared.purge_ledger import PurgeLedger
 
 __all__ = ["Erasures"]
 
@@ -34,10 +37,17 @@ class Erasures:
         *,
         index: VectorIndex | None = None,
         results: ResultCache | None = None,
+        ledger: PurgeLedger | None = None,
     ) -> None:
         self._db = db
         self._index = index
         self._results = results
+        self._ledger = ledger
+
+    async def _keep(self, erased: Erased, recall_history_of: str | None) -> None:
+        """Append the erasure's tombstones to the ledger, inside its transaction (before commit)."""
+        if self._ledger is not None:
+            await self._ledger.record(erased.tombstones, recall_history_of=recall_history_of)
 
     async def purge(self, caller: Caller, request: PurgeRequest) -> PurgeReceipt:
         key = target_key(request.actor_ref)
@@ -61,6 +71,7 @@ class Erasures:
                 agent_config_id=agent_config_id,
                 audit_details=caller.via,
             )
+            await self._keep(erased, request.actor_ref)
         return await self._receipt(caller.org_id, erased, request.actor_ref, request.session_id)
 
     async def delete(self, caller: Caller, request: DeleteRequest) -> PurgeReceipt:
@@ -89,6 +100,7 @@ class Erasures:
                 agent_config_id=request.agent_config_id,
                 audit_details=caller.via,
             )
+            await self._keep(erased, None)
         return await self._receipt(caller.org_id, erased, None, None)
 
     async def prune(self, caller: Caller, request: PruneRequest) -> PruneReply:

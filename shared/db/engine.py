@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from shared.db.compiled import Compiled
 
-__all__ = ["CommitHook", "Database", "async_url", "migrate"]
+__all__ = ["CommitHook", "Database", "async_url", "known_revision", "migrate"]
 
 #: Called with a committed session's ``info`` (what its writers noted there, e.g. that it wrote
 #: outbox rows): side effects of a commit that no writer should have to remember.
@@ -163,6 +163,18 @@ def _alembic_config(url: str) -> Config:
     return cfg
 
 
-async def migrate(url: str) -> None:
-    """Bring the schema to the newest revision (Alembic runs its own loop, so in a thread)."""
-    await asyncio.to_thread(command.upgrade, _alembic_config(url), "head")
+async def migrate(url: str, revision: str = "head") -> None:
+    """Bring the schema forward to ``revision``, the newest by default (Alembic runs its own loop,
+    so in a thread). Forward only: an older schema is reached by restoring an older backup."""
+    await asyncio.to_thread(command.upgrade, _alembic_config(url), revision)
+
+
+def known_revision(revision: str | None) -> bool:
+    """Whether ``revision`` is one of this code's migrations (a database from a newer release is
+    not: migrations only go forward, so this code cannot bring it to its schema)."""
+    from alembic.script import ScriptDirectory
+
+    if revision is None:
+        return True  # an empty database: every migration applies
+    script = ScriptDirectory(str(_MIGRATIONS))
+    return revision in {rev.revision for rev in script.walk_revisions()}

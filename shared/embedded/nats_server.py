@@ -14,7 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["NatsServerProcess", "find_nats_server", "free_port", "reload_nats_server"]
+__all__ = [
+    "NatsServerProcess",
+    "find_nats_server",
+    "free_port",
+    "nats_server_running",
+    "reload_nats_server",
+]
 
 CONFIG = "nats-server.conf"
 AUTH_INCLUDE = "auth.conf"
@@ -82,15 +88,25 @@ async def _signal_reload(pid: int, log: Path, timeout_s: float) -> None:
     raise RuntimeError(f"nats-server did not confirm the reload within {timeout_s}s; see {log}")
 
 
+def _running_pid(store_dir: Path) -> int | None:
+    """The pid of the nats-server running on ``store_dir`` (started by any process), if one is."""
+    try:
+        pid = int((store_dir / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _our_server(pid, (store_dir / CONFIG).resolve()) else None
+
+
+def nats_server_running(store_dir: Path) -> bool:
+    return _running_pid(store_dir) is not None
+
+
 async def reload_nats_server(store_dir: Path, timeout_s: float = 15.0) -> bool:
     """Make the nats-server of ``store_dir`` (started by another process) re-read its config, as
     ``nats-server --signal reload`` does; False when none is running there. Returns once the
     server has applied it: users removed from ``auth.conf`` are disconnected by then."""
-    try:
-        pid = int((store_dir / PID_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return False
-    if not _our_server(pid, (store_dir / CONFIG).resolve()):
+    pid = _running_pid(store_dir)
+    if pid is None:
         return False
     await _signal_reload(pid, store_dir / LOG_FILE, timeout_s)
     return True

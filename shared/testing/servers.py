@@ -137,8 +137,10 @@ def _asyncpg_dsn(url: str) -> str:
 
 
 @asynccontextmanager
-async def throwaway_database(admin_url: str | None, tmp_dir: Path) -> AsyncIterator[str]:
-    """A new, migrated database, dropped afterwards; yields its URL."""
+async def throwaway_database(
+    admin_url: str | None, tmp_dir: Path, *, migrated: bool = True
+) -> AsyncIterator[str]:
+    """A new database, migrated unless ``migrated=False``, dropped afterwards; yields its URL."""
     embedded: EmbeddedPostgres | None = None
     if not admin_url:
         if _answers("127.0.0.1", 5432):
@@ -153,7 +155,8 @@ async def throwaway_database(admin_url: str | None, tmp_dir: Path) -> AsyncItera
     finally:
         await admin.close()
     url = _with_database(admin_url, name)
-    await migrate(url)
+    if migrated:
+        await migrate(url)
     try:
         yield url
     finally:
