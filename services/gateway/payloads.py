@@ -6,6 +6,7 @@ validates them against the model, exactly as on NATS."""
 from __future__ import annotations
 
 import re
+import sys
 import typing
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
@@ -57,6 +58,7 @@ class Shape(HttpShape):
 
 
 _INTEGER = re.compile(r"-?[0-9]+")
+_MAX_DIGITS = sys.get_int_max_str_digits() or 4300
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 
 
@@ -65,7 +67,9 @@ def _scalar(annotation: Any, value: str) -> Any:
     number): an integer or number as written in JSON, ``true``/``false``; anything else, and a
     value that is not what its field takes, stays the string, for the service to refuse."""
     kinds = {get_args(a)[0] if get_origin(a) is typing.Annotated else a for a in _unwrap(annotation)}
-    if int in kinds and _INTEGER.fullmatch(value):
+    # Python converts at most ``sys.get_int_max_str_digits()`` digits (a plain ValueError past
+    # them): a longer integer stays the string, which its field refuses.
+    if int in kinds and _INTEGER.fullmatch(value) and len(value) <= _MAX_DIGITS:
         return int(value)
     if float in kinds and _NUMBER.fullmatch(value):
         return float(value)

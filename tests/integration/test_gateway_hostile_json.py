@@ -60,3 +60,13 @@ async def test_unstorable_text_in_a_body_or_a_query_is_a_400(
     if text == "a \x00 b":  # a URL carries code points as UTF-8, which a lone surrogate is not
         params = {"agent_config_id": str(agent), "session_id": text}
         _refused(await http.get("/v1/memories", params=params, headers=auth))
+
+
+@pytest.mark.parametrize(("path", "param"), [("/v1/dead-letters", "limit"), ("/v1/memories", "page_size")])
+async def test_a_query_integer_of_too_many_digits_is_a_400(
+    http: httpx.AsyncClient, service_token: str, agent: UUID, path: str, param: str
+) -> None:
+    """An integer query value past Python's 4,300-digit conversion limit answers 400, not the
+    500 of a ValueError in the gateway's typing of query values (found by the edge fuzz suite)."""
+    params = {param: "9" * 5000} | ({"agent_config_id": str(agent)} if path == "/v1/memories" else {})
+    _refused(await http.get(path, params=params, headers={"Authorization": f"Bearer {service_token}"}))

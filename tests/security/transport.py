@@ -19,7 +19,7 @@ from nats.aio.client import Client
 from contracts.operations import MEMORY_EXPORT, SESSION_SUBMIT, by_subject
 from tests.platform import publish_session
 
-__all__ = ["INTERFACES", "Interface", "OverHttp", "OverNats"]
+__all__ = ["INTERFACES", "Interface", "OverHttp", "OverNats", "query_value"]
 
 #: The interfaces every attack runs through (the ``interface`` fixture's parameters).
 INTERFACES = ("nats", "http")
@@ -87,7 +87,7 @@ class OverNats(Interface):
         return True
 
 
-def _query_value(key: str, value: Any) -> str:
+def query_value(key: str, value: Any) -> str:
     """A body value as a query string value (the gateway's reading of it is the inverse)."""
     if key == "principal" and isinstance(value, dict):
         ident = value.get("id")
@@ -126,7 +126,7 @@ class OverHttp(Interface):
             path = path.replace("{" + name + "}", quote(str(rest.pop(name, "")), safe=""))
         if op.http_method in ("GET", "DELETE"):
             params = [
-                (key, _query_value(key, item))
+                (key, query_value(key, item))
                 for key, value in rest.items()
                 if value is not None
                 for item in (value if isinstance(value, list) else [value])

@@ -50,6 +50,17 @@ def test_json_nested_to_the_limit_decodes() -> None:
     assert isinstance(decode_json(_nested(MAX_JSON_DEPTH)), dict)
 
 
+@pytest.mark.parametrize("digits", [4_301, 5_000, 100_000])
+def test_an_integer_of_too_many_digits_is_an_invalid_request(digits: int) -> None:
+    """An integer past Python's conversion limit (4,300 digits) in any field is bad input, not the
+    plain ValueError that answered INTERNAL (found by the edge fuzz suite)."""
+    with pytest.raises(InvalidRequest, match="too many digits"):
+        decode_json(b'{"limit": ' + b"9" * digits + b"}")
+    body = b'{"agent_config_id": "' + AGENT.encode() + b'", "wait": ' + b"1" * digits + b"}"
+    with pytest.raises(InvalidRequest, match="too many digits"):
+        parse_model(SaveRequest, body)
+
+
 @pytest.mark.parametrize(
     ("payload", "where"),
     [

@@ -32,13 +32,18 @@ _UNSTORABLE_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 
 def decode_json(body: bytes | str) -> Any:
     """The JSON value of ``body``, refusing (``INVALID_REQUEST``) what is not JSON, is nested
-    deeper than :data:`MAX_JSON_DEPTH`, or holds text no store can keep (:func:`check_storable`)."""
+    deeper than :data:`MAX_JSON_DEPTH`, holds an integer too long to convert, or holds text no
+    store can keep (:func:`check_storable`)."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidRequest("payload is not valid JSON") from exc
     except RecursionError as exc:
         raise InvalidRequest(f"payload nests deeper than {MAX_JSON_DEPTH} levels") from exc
+    except ValueError as exc:
+        # Python refuses to convert an integer of more than ``sys.get_int_max_str_digits()`` digits
+        # (4,300 by default: the conversion is quadratic) with a plain ValueError.
+        raise InvalidRequest("payload holds a number with too many digits") from exc
     raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
     # The walk is only needed when the bytes could hold something to refuse (the usual request
     # has neither an escape of that kind nor that many brackets): the hot path stays a decode.
