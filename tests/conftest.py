@@ -29,7 +29,7 @@ from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
 from shared.nats_auth.store import Identity
 from shared.settings import EngramSettings
-from shared.testing.servers import SecuredNatsServer, secured_nats_server, throwaway_database
+from tests.support.servers import SecuredNatsServer, secured_nats_server, throwaway_database
 
 # Hypothesis's timing checks (a deadline per example, "input generation is slow") measure the
 # machine, not the code: on a loaded 2-core machine they failed tests that pass idle.

@@ -31,7 +31,7 @@ from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedded.nats_server import NatsServerProcess
 from shared.process_memory import limit_malloc_arenas
 from shared.settings import EngramSettings
-from shared.testing.servers import nats_server, throwaway_database
+from tests.support.servers import nats_server, throwaway_database
 
 __all__ = [
     "KID",

@@ -38,10 +38,10 @@ import asyncpg
 import nats
 from nats.aio.client import Client
 
-from shared.testing.servers import nats_server, throwaway_database
 from tests.bench.measure import summary
 from tests.bench.soak import CUES, ENGRAM, _connection, rss_mib
 from tests.bench.write_path import _sessions
+from tests.support.servers import nats_server, throwaway_database
 
 DURABLES = (("ENGRAM_SESSIONS", "ingest"), ("ENGRAM_SESSIONS", "distill"), ("ENGRAM_MEMORY", "embed"))
 

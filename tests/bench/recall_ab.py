@@ -34,10 +34,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from contracts.subjects import RECALL
-from shared.testing.servers import nats_server
 from shared.time import utcnow
 from tests.bench import measure
 from tests.bench.recall import TOP_K, _copy, _dsn, _rows
+from tests.support.servers import nats_server
 
 STRATEGIES = ("last_k", "importance")
 

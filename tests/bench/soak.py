@@ -36,9 +36,9 @@ from uuid import UUID
 import nats
 from nats.aio.client import Client
 
-from shared.testing.servers import nats_server, throwaway_database
 from tests.bench.measure import summary
 from tests.bench.write_path import _sessions
+from tests.support.servers import nats_server, throwaway_database
 
 ENGRAM = Path(sys.executable).parent / "engram"
 CUES = ["upstream shard error", "Lyon warehouse", "ticket topic", "retry the items API", "order ships"]

@@ -38,8 +38,8 @@ from shared.nats_auth.permissions import (
     process_permissions,
 )
 from shared.nats_auth.render import NatsUser, render_authorization
-from shared.testing.nats_cluster import NatsCluster
 from tests.platform import until_nothing_missing
+from tests.support.nats_cluster import NatsCluster
 
 REPO = Path(__file__).resolve().parents[2]
 

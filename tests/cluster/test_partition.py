@@ -22,8 +22,8 @@ import pytest
 from nats.js.api import StreamConfig
 
 from shared.embedded.nats_server import find_nats_server
-from shared.testing.nats_cluster import ClusterNode
 from tests.platform import eventually
+from tests.support.nats_cluster import ClusterNode
 
 pytestmark = [pytest.mark.partition]
 

@@ -74,7 +74,6 @@ from shared.db.engine import Database
 from shared.entries import recall as queries
 from shared.lexical import query_weights, term_index
 from shared.settings import EngramSettings
-from shared.testing.servers import nats_server, throwaway_database
 from shared.time import utcnow
 from tests.eval.locomo import (
     CATEGORY_NAMES,
@@ -88,6 +87,7 @@ from tests.eval.locomo import (
     store,
     wait_indexed,
 )
+from tests.support.servers import nats_server, throwaway_database
 
 EMBEDDER = "all-MiniLM-L6-v2"
 TUNE = ("26", "30")

@@ -47,9 +47,9 @@ from services.cli.demo_data import demo_sessions
 from services.runtime import build_embedder, running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.settings import EngramSettings
-from shared.testing.servers import nats_server, throwaway_database
 from tests.eval.locomo import EvalError, _call, embedder_unavailable, wait_indexed
 from tests.platform import publish_session
+from tests.support.servers import nats_server, throwaway_database
 
 KID, SECRET = "eval", "e" * 48
 TOP_K = 10

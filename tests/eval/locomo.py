@@ -78,8 +78,8 @@ from contracts.subjects import CONFIG_PUT, MEMORY_SAVE, RECALL
 from services.runtime import running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.settings import EngramSettings
-from shared.testing.servers import nats_server, throwaway_database
 from tests.platform import request
+from tests.support.servers import nats_server, throwaway_database
 
 KID, SECRET = "eval", "e" * 48
 EMBEDDERS = ("hashing-384", "all-MiniLM-L6-v2")

@@ -22,7 +22,6 @@ from services.runtime import running_services
 from shared.db.engine import Database
 from shared.embedded.nats_server import NatsServerProcess
 from shared.settings import EngramSettings
-from shared.testing.servers import nats_server
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.faults.proxy import SlowLink
 from tests.faults.workload import (
@@ -37,6 +36,7 @@ from tests.faults.workload import (
     written_events,
 )
 from tests.platform import eventually
+from tests.support.servers import nats_server
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 

@@ -1,5 +1,5 @@
 """The two OpenAI-compatible adapters (the distiller and the embedder) as their tests build and call
-them against :class:`~shared.testing.FakeOpenAI`: fast backoff, closed after the test. What the
+them against :class:`~tests.support.FakeOpenAI`: fast backoff, closed after the test. What the
 adapters share — retries, timeouts, the breaker, refused and unreadable answers — is tested once
 for both (``test_model_endpoint.py``); each adapter's own file tests what is only its own."""
 

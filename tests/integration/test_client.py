@@ -18,8 +18,8 @@ from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
 from shared.nats_auth.store import Identity
 from shared.settings import EngramSettings
-from shared.testing.servers import SecuredNatsServer
 from tests.platform import eventually, session_payload
+from tests.support.servers import SecuredNatsServer
 
 pytestmark = pytest.mark.integration
 

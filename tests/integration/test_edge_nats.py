@@ -30,8 +30,8 @@ from contracts.requests import ConfigGet, ConfigReply
 from shared.access import Caller
 from shared.auth import TokenService
 from shared.edge import Edge, Handler, Observer
-from shared.testing.servers import nats_server
 from tests.platform import eventually
+from tests.support.servers import nats_server
 
 pytestmark = pytest.mark.integration
 

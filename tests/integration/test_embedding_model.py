@@ -25,9 +25,9 @@ from shared.db.engine import Database
 from shared.db.models import ENTRIES
 from shared.embedders import HashingEmbedder, MiniLMEmbedder
 from shared.settings import EngramSettings
-from shared.testing.servers import throwaway_database
 from shared.vectors.coverage import ForeignVectors, VectorCoverage, foreign_vectors
 from tests.platform import eventually, request
+from tests.support.servers import throwaway_database
 
 pytestmark = pytest.mark.integration
 

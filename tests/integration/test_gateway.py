@@ -19,9 +19,9 @@ from services.gateway.server import running_gateway
 from services.runtime import running_services
 from shared.nats_auth.permissions import SERVICES
 from shared.settings import EngramSettings
-from shared.testing.servers import secured_nats_server
 from shared.wire import MAX_REQUEST_BYTES
 from tests.platform import eventually, session_payload
+from tests.support.servers import secured_nats_server
 
 pytestmark = pytest.mark.integration
 

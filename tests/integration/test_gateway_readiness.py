@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 from contracts.errors import Unavailable
 from contracts.operations import RECALL
 from services.gateway.bridge import Bridge
-from shared.testing.servers import nats_server
+from tests.support.servers import nats_server
 
 pytestmark = pytest.mark.integration
 

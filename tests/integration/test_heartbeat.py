@@ -15,10 +15,10 @@ from services.runtime import running_services
 from shared.db.engine import Database
 from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.settings import EngramSettings
-from shared.testing.fake_openai import FakeOpenAI
-from shared.testing.servers import SecuredNatsServer
 from tests.faults.workload import audit_count
 from tests.platform import eventually, publish_session, session_payload
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.servers import SecuredNatsServer
 
 pytestmark = pytest.mark.integration
 

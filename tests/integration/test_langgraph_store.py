@@ -27,9 +27,9 @@ from shared.db.engine import Database
 from shared.db.models import AUDIT_LOG
 from shared.infra import Infra
 from shared.settings import EngramSettings
-from shared.testing.servers import SecuredNatsServer
 from tests.integration.test_readme import python_block
 from tests.security.support import mint
+from tests.support.servers import SecuredNatsServer
 
 pytestmark = pytest.mark.integration
 

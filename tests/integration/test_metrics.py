@@ -25,8 +25,8 @@ from contracts.subjects import SESSION_VALIDATED
 from services.runtime import SERVICES
 from shared.embedded.nats_server import free_port
 from shared.settings import EngramSettings
-from shared.testing.servers import SecuredNatsServer
 from tests.platform import eventually, publish_session, request, session_payload
+from tests.support.servers import SecuredNatsServer
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from sqlalchemy import Row, select, text
 
 from shared.db.engine import Database, known_revision, migrate
 from shared.db.models import ENTRIES
-from shared.testing.servers import throwaway_database
+from tests.support.servers import throwaway_database
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.infra import Infra
 from shared.resilience import CircuitBreaker
 from shared.settings import EngramSettings
-from shared.testing.fake_openai import FakeOpenAI
 from tests.platform import eventually, publish_session, session_payload
+from tests.support.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import pytest
 
 from contracts.errors import Unavailable
 from shared.resilience import CircuitBreaker
-from shared.testing import FakeOpenAI
 from tests.integration.openai_adapters import ADAPTERS, Adapter, Closing, closing
 from tests.platform import eventually
+from tests.support import FakeOpenAI
 
 __all__ = ["closing"]  # the fixture
 

@@ -18,9 +18,9 @@ from contracts.events import SessionEnded
 from services.distill.summary import summarize_trace
 from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.ports import Distiller, Lesson
-from shared.testing import FakeOpenAI
 from tests.factories import make_call, make_session, make_turn
 from tests.integration.openai_adapters import DISTILLER, Closing, closing
+from tests.support import FakeOpenAI
 
 MakeDistiller = Callable[..., OpenAICompatDistiller]
 __all__ = ["closing"]  # the fixture

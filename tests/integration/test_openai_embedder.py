@@ -15,8 +15,8 @@ import pytest
 from contracts.errors import EmbeddingDimensionMismatch, ErrorCode
 from shared.embedders import HashingEmbedder, OpenAICompatEmbedder
 from shared.resilience import CircuitBreaker
-from shared.testing import FakeOpenAI
 from tests.integration.openai_adapters import EMBEDDER, Closing, closing
+from tests.support import FakeOpenAI
 from tests.unit.embedder_suite import EmbedderSuite
 
 MakeEmbedder = Callable[..., OpenAICompatEmbedder]

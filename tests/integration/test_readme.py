@@ -16,8 +16,8 @@ from shared.db.engine import Database
 from shared.db.models import AuditRecord
 from shared.infra import Infra
 from shared.settings import EngramSettings
-from shared.testing.servers import SecuredNatsServer
 from tests.platform import eventually
+from tests.support.servers import SecuredNatsServer
 
 pytestmark = pytest.mark.integration
 

@@ -26,10 +26,10 @@ from shared.nats_auth.keys import new_user_seed, public_key_of
 from shared.nats_auth.permissions import Grant, Permissions
 from shared.nats_auth.render import NatsUser, render_authorization
 from shared.settings import EngramSettings
-from shared.testing.nats_cluster import NatsCluster
-from shared.testing.servers import SecuredNatsServer
 from shared.vectors.edge_lock import exclusive_edge_store
 from tests.platform import eventually, publish_session, session_payload
+from tests.support.nats_cluster import NatsCluster
+from tests.support.servers import SecuredNatsServer
 
 pytestmark = pytest.mark.integration
 

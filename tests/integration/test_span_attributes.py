@@ -24,9 +24,9 @@ from shared.access import Caller
 from shared.auth import TokenService
 from shared.edge import Edge
 from shared.embedded.nats_server import NatsServerProcess
-from shared.testing.servers import nats_server
 from tests.factories import AgentConfigsOf
 from tests.platform import eventually, request
+from tests.support.servers import nats_server
 
 pytestmark = pytest.mark.integration
 

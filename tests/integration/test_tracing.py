@@ -27,8 +27,8 @@ from nats.aio.msg import Msg
 
 from contracts.subjects import MEMORY_WRITTEN, SESSION_ENDED
 from shared.settings import EngramSettings
-from shared.testing.servers import SecuredNatsServer
 from tests.platform import session_payload
+from tests.support.servers import SecuredNatsServer
 
 pytestmark = pytest.mark.integration
 

@@ -26,10 +26,10 @@ from shared.db.models import AUDIT_LOG
 from shared.infra import Infra
 from shared.provenance import SIGNATURE_HEADER, MessageSigner
 from shared.settings import EngramSettings
-from shared.testing.servers import SecuredNatsServer
 from tests.conftest import TEST_KID
 from tests.platform import eventually, request
 from tests.security.support import report
+from tests.support.servers import SecuredNatsServer
 
 pytestmark = pytest.mark.integration
 
