@@ -52,6 +52,8 @@ pytestmark = [
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "bench-results" / "console"
 #: What a page gets to appear on a loaded 2-core machine (a bound, not a pause).
 WAIT_S = 60.0
+#: The lifetime of the token whose end the console must notice.
+SHORT_TTL_S = 20
 
 
 class _Foreign(BaseHTTPRequestHandler):
@@ -624,16 +626,18 @@ def test_a_session_ends_with_its_token(stack: tuple[EngramUp, dict[str, Any]]) -
     """A session opened with a token valid for a few seconds sends its browser back to sign-in
     once the token has expired (polled, bounded), whatever the session's own lifetime."""
     up, info = stack
+    # Long enough to sign in on a busy machine (the clock starts inside `engram token mint`),
+    # short against the session's own lifetime and the wait below.
     short = cli(
         "token", "mint", "--org", info["org_id"], "--kind", "end_user", "--id", "brief",
-        "--perm", "memory.read", "--agent-config", info["agent_config_id"], "--ttl", "3",
+        "--perm", "memory.read", "--agent-config", info["agent_config_id"], "--ttl", str(SHORT_TTL_S),
         "--data-dir", str(up.data_dir),
     ).stdout.strip()  # fmt: skip
     with httpx.Client(base_url=info["http_url"], timeout=60) as client:
         ticket = client.post("/console/tickets", headers={"Authorization": f"Bearer {short}"}).json()
         assert client.get(ticket["path"]).status_code == 303
         assert client.get("/console/memories").status_code == 200
-        deadline = time.monotonic() + WAIT_S
+        deadline = time.monotonic() + SHORT_TTL_S + WAIT_S
         while client.get("/console/memories").status_code == 200:
             assert time.monotonic() < deadline, "the session outlived its token"
             time.sleep(0.2)  # polling a condition, bounded by the deadline above
