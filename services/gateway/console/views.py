@@ -320,7 +320,10 @@ class Views:
                     continue
                 if field.annotation is bool:
                     config[name] = raw == "true"
-                elif _choices(field.annotation) or field.annotation in (int, float, str):
+                elif field.annotation is int or field.annotation is float:
+                    # A number box sends text; the operation takes JSON numbers only (strict).
+                    config[name] = _number(name, raw, int if field.annotation is int else float)
+                elif _choices(field.annotation) or field.annotation is str:
                     config[name] = raw
                 else:
                     try:
@@ -375,6 +378,13 @@ def _time(value: Any) -> datetime | None:
     except ValueError as exc:
         raise InvalidRequest(f"not a date and time: {str(value)[:40]!r}") from exc
     return parsed if parsed.tzinfo else parsed.astimezone()
+
+
+def _number(name: str, raw: str, kind: type[int] | type[float]) -> int | float:
+    try:
+        return kind(raw.strip())
+    except ValueError as exc:
+        raise InvalidRequest(f"{name}: not a number", {"loc": [name]}) from exc
 
 
 def _choices(annotation: Any) -> tuple[str, ...]:
