@@ -22,12 +22,23 @@ class _FirstUse:
 
     _console: Console | None = None
 
-    def __getattr__(self, name: str) -> Any:
+    def _real(self) -> Console:
         if self._console is None:
             from rich.console import Console
 
             self._console = Console()
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+    # Dunders are looked up on the type, not through __getattr__: rich's live displays (Progress)
+    # enter the console as a context manager.
+    def __enter__(self) -> Console:
+        return self._real().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._real().__exit__(*exc)
 
 
 console = cast("Console", _FirstUse())
