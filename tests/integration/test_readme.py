@@ -94,8 +94,12 @@ async def test_readme_platform_snippet_publishes_and_saves(
 
 
 def _http_block() -> str:
+    """The bash block of the README's "HTTP API" section (the one that starts from engram up's
+    connection file; the identity-provider section has curl commands of its own)."""
     (block,) = [
-        b for b in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.DOTALL) if "/v1/" in b
+        b
+        for b in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.DOTALL)
+        if "/v1/" in b and ".engram/connection.json" in b
     ]
     return block
 

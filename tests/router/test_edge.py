@@ -319,7 +319,7 @@ async def test_a_known_agent_config_is_one_the_organization_used(tokens: TokenSe
     assert answers == ["NOT_FOUND", "FORBIDDEN", "OK"]
     assert len(seen.calls) == 1
     # A later page is the page token's to refuse (bound to its filters); another's stays FORBIDDEN.
-    later = {"agent_config_id": str(uuid4()), "page_token": "t"}
+    later = {"agent_config_id": str(uuid4()), "page_token": "body.mac"}
     assert code(await call(edge, MEMORY_LIST.subject, later, mint(tokens))) == "OK"
     foreign = {**later, "agent_config_id": str(FOREIGN_AGENT)}
     assert code(await call(edge, MEMORY_LIST.subject, foreign, mint(tokens))) == "FORBIDDEN"
