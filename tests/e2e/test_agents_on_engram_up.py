@@ -14,6 +14,7 @@ from mcp import Client, StdioServerParameters
 from tests.engram_up import ENGRAM, EngramUp, clean_env, cli, stack_dir
 from tests.integration.test_readme import python_block
 from tests.mcp_clients import ok
+from tests.platform import eventually
 
 pytestmark = [
     pytest.mark.e2e,
@@ -50,7 +51,14 @@ async def test_engram_mcp_and_the_langgraph_store_on_engram_up() -> None:
         async with Client(params, read_timeout_seconds=60) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             saved = ok(await client.call_tool("remember", {"text": "Releases are cut on Thursdays."}))
-            recalled = ok(await client.call_tool("recall", {"cue": "when are releases cut"}))
+            recalled: dict[str, Any] = {}
+
+            async def found() -> bool:
+                # Semantic legs see a memory once embed has indexed it, moments after the save.
+                recalled.update(ok(await client.call_tool("recall", {"cue": "when are releases cut"})))
+                return saved["ids"][0] in [r["id"] for r in recalled["results"]]
+
+            await eventually(found, timeout=60, what="the remembered memory in recall")
         assert {"remember", "recall", "expand", "forget", "list_memories", "memory_feedback"} <= names
         assert saved["ids"][0] in [r["id"] for r in recalled["results"]]
         assert "Releases are cut on Thursdays." in recalled["context"]
