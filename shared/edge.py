@@ -337,7 +337,7 @@ async def answer(
     try:
         credential = await tokens.verify(bearer_from_headers(headers))
         # Before any other work: a flood over its budget costs a token check and a bucket each.
-        if quotas is not None:
+        if quotas is not None and quotas.enabled:
             await quotas.charge(op.quota_class, credential.org_id, credential.token_id)
         request = parse_model(op.request, body, max_bytes=op.max_request_bytes)
         annotate_memory_operation(span, op.subject, request)
