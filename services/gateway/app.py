@@ -19,13 +19,14 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from contracts.errors import EngramError, InvalidRequest, NotFound, Unauthenticated
 from contracts.operations import MEMORY_EXPORT, OPERATIONS, Operation
 from services.gateway.bridge import Bridge
 from services.gateway.console import console_mount
+from services.gateway.console.web import PREFIX as CONSOLE_PREFIX
 from services.gateway.docs import docs_routes
 from services.gateway.payloads import Shape, decode_object, read_limited
 from shared.auth import TokenVerifier
@@ -253,10 +254,14 @@ def build_app(
         async with mcp_app.router.lifespan_context(mcp_app):
             yield
 
-    return Starlette(
+    async def console_root(request: Request) -> Response:
+        return RedirectResponse(f"{CONSOLE_PREFIX}/", status_code=303)
+
+    app = Starlette(
         routes=[
             *routes(bridge),
             Route("/mcp", endpoint=mcp_app),
+            Route(CONSOLE_PREFIX, console_root, methods=["GET"]),
             console_mount(bridge, tokens),
             *docs_routes(),
         ],
@@ -264,3 +269,7 @@ def build_app(
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
+    # No silent 307 from ``/v1/memories/`` (an empty entry id) to another operation's route: a
+    # path no route has is a NOT_FOUND envelope. Only the console's bare prefix redirects, above.
+    app.router.redirect_slashes = False
+    return app

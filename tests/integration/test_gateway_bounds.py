@@ -141,6 +141,23 @@ async def test_a_405_names_every_method_of_the_path(
     assert {m.strip() for m in reply.headers["allow"].split(",")} == allowed
 
 
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PATCH"])
+async def test_an_empty_entry_id_is_a_404_envelope_not_a_redirect(
+    http: httpx.AsyncClient, service_token: str, method: str
+) -> None:
+    """``/v1/memories/`` names no entry: NOT_FOUND in the envelope (Starlette once answered it with
+    a bare 307 to ``/v1/memories``, another operation's route)."""
+    reply = await http.request(method, "/v1/memories/", headers=bearer(service_token), follow_redirects=False)
+    assert reply.status_code == 404, reply.text
+    assert reply.json()["error"]["code"] == "NOT_FOUND"
+
+
+async def test_the_console_prefix_alone_still_leads_to_the_console(http: httpx.AsyncClient) -> None:
+    reply = await http.get("/console", follow_redirects=False)
+    assert reply.status_code == 303
+    assert reply.headers["location"] == "/console/"
+
+
 async def _raw(gateway: str, head: bytes) -> tuple[bytes, bytes]:
     """Send ``head`` as it is (a client library refuses URLs this long); the status line and body."""
     url = urlsplit(gateway)

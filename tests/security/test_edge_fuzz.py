@@ -393,8 +393,8 @@ def _decode(op: Operation[Any, Any], response: httpx.Response, batch: Batch, lab
         lines = [json.loads(line) for line in response.text.splitlines() if line.strip()]
         return dict(lines[-1]) if lines and "error" in lines[-1] else {"entries": lines}
     if response.is_redirect:
-        # Starlette sends a path with a trailing slash to the route without it (an empty entry id:
-        # ``/v1/memories/`` → ``/v1/memories``): an answer, not a failure.
+        # An empty entry id (``/v1/memories/``) once drew Starlette's silent 307 to another route.
+        batch.problem(f"{label}: HTTP {response.status_code} redirect without an envelope")
         return {"redirect": response.headers.get("location")}
     try:
         data = response.json()
