@@ -75,9 +75,6 @@ Rep = TypeVar("Rep", bound=BaseModel)
 Handler = Callable[[Caller, Req], Awaitable[Rep]]
 #: Told each successful reply and its seconds (e.g. recall's latency per strategy that ran).
 Observer = Callable[[Rep, float], None]
-#: Run once a reply has reached the NATS server (the admin API reloads the embedded nats-server's
-#: users then: a reload forgets the reply rights of requests in flight, its own included).
-Then = Callable[[], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -87,17 +84,12 @@ class Route(Generic[Req, Rep]):
     op: Operation[Req, Rep]
     handler: Handler[Req, Rep]
     observe: Observer[Rep] | None = None
-    then: Then | None = None
 
 
 def route(
-    op: Operation[Req, Rep],
-    handler: Handler[Req, Rep],
-    *,
-    observe: Observer[Rep] | None = None,
-    then: Then | None = None,
+    op: Operation[Req, Rep], handler: Handler[Req, Rep], *, observe: Observer[Rep] | None = None
 ) -> Route[Req, Rep]:
-    return Route(op, handler, observe, then)
+    return Route(op, handler, observe)
 
 
 class Edge:
@@ -149,15 +141,10 @@ class Edge:
         if sorted(given) != sorted(expected):
             raise RuntimeError(f"{group} serves {sorted(given)}; the operation table says {sorted(expected)}")
         for r in routes:
-            self.serve(r.op, r.handler, observe=r.observe, then=r.then)
+            self.serve(r.op, r.handler, observe=r.observe)
 
     def serve(
-        self,
-        op: Operation[Req, Rep],
-        handler: Handler[Req, Rep],
-        *,
-        observe: Observer[Rep] | None = None,
-        then: Then | None = None,
+        self, op: Operation[Req, Rep], handler: Handler[Req, Rep], *, observe: Observer[Rep] | None = None
     ) -> None:
         """Serve ``op`` by ``handler`` (in ``op``'s queue group, once :meth:`start` subscribes)."""
         if op.subject in self._routes:
@@ -168,7 +155,7 @@ class Edge:
             raise RuntimeError(
                 f"{op.name} checks its agent config's organization: give the edge agent_configs"
             )
-        self._routes[op.subject] = Route(op, handler, observe, then)
+        self._routes[op.subject] = Route(op, handler, observe)
 
     async def start(self, nc: Client, *, tracer_provider: TracerProvider | None = None) -> None:
         """Subscribe every operation in its queue group on ``nc``. With ``tracer_provider`` each
@@ -239,19 +226,14 @@ class Edge:
         except Exception as exc:  # answer() maps the handler's failures; this is the edge's own
             log.exception("%s: request not handled", r.op.name)
             data = _json(error_reply(exc))
-        if msg.reply:  # a publish without a reply inbox is answered to no one
-            try:
-                await nc.publish(msg.reply, data)
-            except Exception as exc:  # e.g. a reply over the server's max_payload
-                log.exception("%s: reply of %d bytes not sent", r.op.name, len(data))
-                with contextlib.suppress(Exception):
-                    await nc.publish(msg.reply, _json(error_reply(exc)))
-        if r.then is not None:
-            try:
-                await nc.flush()
-                await r.then()
-            except Exception:
-                log.exception("%s: what follows the reply failed", r.op.name)
+        if not msg.reply:  # a publish without a reply inbox is answered to no one
+            return
+        try:
+            await nc.publish(msg.reply, data)
+        except Exception as exc:  # e.g. a reply over the server's max_payload
+            log.exception("%s: reply of %d bytes not sent", r.op.name, len(data))
+            with contextlib.suppress(Exception):
+                await nc.publish(msg.reply, _json(error_reply(exc)))
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Take no more requests and answer those already delivered, within ``grace_s``.

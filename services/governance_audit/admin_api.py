@@ -67,8 +67,6 @@ class Admin:
         self._db = infra.db
         self._tokens = TokenService(infra.settings.signing_keys(), infra.settings.token_issuer)
         self._registry = NatsIdentities(infra.settings.data_dir.resolve())
-        #: The registry changed since the server last reloaded it (:meth:`apply_nats`).
-        self._nats_changed = False
 
     # -- organizations -----------------------------------------------------------------------
 
@@ -112,7 +110,7 @@ class Admin:
         for name in clients:
             self._registry.revoke(name)
         if clients:
-            self._nats_changed = True
+            await self._reload_nats()
         return _org(row)
 
     # -- agent configs -----------------------------------------------------------------------
@@ -177,7 +175,7 @@ class Admin:
             )
         except ValueError as exc:  # a name in use or reserved
             raise InvalidRequest(str(exc), {"name": request.name}) from exc
-        self._nats_changed = True
+        await self._reload_nats()
         async with self._db.transaction() as session:
             await self._audit(
                 session,
@@ -208,7 +206,7 @@ class Admin:
             agent_config_id,
         )
         identity, _ = self._registry.rotate(request.name, token_id=token_id, permissions=permissions)
-        self._nats_changed = True
+        await self._reload_nats()
         facts = {**_client_facts(identity, token_id, permissions), "previous_token_id": old.token_id}
         await self._revoke_token(caller, org_id, old.token_id, "admin.client_rotated", facts)
         return _credentials(identity, org_id, token, token_id, expires, agent_config_id)
@@ -216,7 +214,7 @@ class Admin:
     async def revoke_client(self, caller: Caller, request: ClientRevoke) -> PlatformClient:
         self._active_client(request.name)
         record = self._registry.revoke(request.name)
-        self._nats_changed = True
+        await self._reload_nats()
         facts = {"name": record.name, "nats_public_key": record.public_key, "token_id": record.token_id}
         await self._revoke_token(caller, UUID(record.org_id), record.token_id, "admin.client_revoked", facts)
         return _client(record)
@@ -313,15 +311,13 @@ class Admin:
             raise NotFound("no active platform client of that name", {"name": name})
         return record
 
-    async def apply_nats(self) -> None:
-        """Make the running nats-server admit the registry's clients now (disconnecting removed
-        keys), once the reply that changed them has left (``shared.edge.Then``): a reload forgets
-        the reply rights of requests in flight, so one before the reply would lose it."""
+    async def _reload_nats(self) -> None:
+        """Make the running nats-server apply the registry before the reply: a minted client is
+        admitted, a removed key disconnected and refused. (The reply itself survives the reload:
+        the services may publish to the registry's clients' inboxes outright, ``shared.nats_auth.store``.)"""
         from shared.embedded.nats_server import reload_nats_server
 
-        if self._nats_changed:
-            self._nats_changed = False
-            await reload_nats_server(self._registry.data_dir / "nats")
+        await reload_nats_server(self._registry.data_dir / "nats")
 
     async def _audit(
         self,

@@ -22,7 +22,7 @@ from pydantic import SecretStr
 
 from contracts.common import Principal
 from contracts.connection import connection_file
-from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
+from shared.auth import ALL_PERMISSIONS, DEPLOYMENT_PERMISSIONS, TokenService
 from shared.embedded.nats_server import NatsServerProcess
 from shared.embedded.postgres import EmbeddedPostgres
 from shared.nats_auth.store import NatsIdentities, write_private
@@ -60,8 +60,8 @@ class DevIdentity:
         return self.tokens().mint(
             org_id=self.org_id,
             principal=Principal(kind="service", id="engram-dev"),
-            # Whoever runs `engram up` runs the deployment: its operator, too.
-            permissions=ALL_PERMISSIONS | {OPERATOR},
+            # Whoever runs `engram up` runs the deployment: its operator and tenants' admin, too.
+            permissions=ALL_PERMISSIONS | DEPLOYMENT_PERMISSIONS,
             ttl_seconds=ttl_seconds,
         )
 

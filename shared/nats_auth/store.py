@@ -28,6 +28,8 @@ from shared.nats_auth.keys import new_user_seed, public_key_of
 from shared.nats_auth.permissions import (
     ALL_IN_ONE,
     GATEWAY,
+    Grant,
+    Permissions,
     all_in_one_permissions,
     audit_reader_permissions,
     dead_letter_reader_permissions,
@@ -262,10 +264,26 @@ class NatsIdentities:
         run: dict[str, str] = state["run"]
         if not run:
             return
+        active = [raw for raw in state["clients"].values() if raw.get("revoked_at") is None]
+        # The inboxes the services answer, allowed outright: nats-server forgets the reply rights
+        # of requests in flight when it reloads its users (observed with 2.15), so without this a
+        # request answered during `engram credentials`' or the admin API's reload — that request
+        # among them — would lose its reply.
+        inboxes = [f"_INBOX_{DEV_CLIENT}", *(str(raw["inbox_prefix"]) for raw in active)]
+        if GATEWAY in run:
+            inboxes.append(service_inbox(GATEWAY))
+        replies = Permissions(
+            publish=(
+                Grant(
+                    "replies to this data dir's clients (they outlive a reload)",
+                    tuple(f"{i}.>" for i in inboxes),
+                ),
+            )
+        )
         users = [
             NatsUser(
                 run[ALL_IN_ONE],
-                all_in_one_permissions(),
+                all_in_one_permissions() | replies,
                 "engram up: every service in one process (the union of the service identities)",
             ),
             NatsUser(
@@ -279,7 +297,7 @@ class NatsIdentities:
         ]
         if GATEWAY in run:
             users.append(NatsUser(run[GATEWAY], gateway_permissions(), "engram up's HTTP gateway"))
-        for raw in sorted(state["clients"].values(), key=lambda r: str(r["name"])):
+        for raw in sorted(active, key=lambda r: str(r["name"])):
             if raw.get("revoked_at") is None:
                 users.append(
                     NatsUser(

@@ -24,7 +24,6 @@ from shared.db.models import AuditRecord
 from shared.embedded.nats_server import NatsServerProcess
 from shared.infra import Infra
 from shared.settings import EngramSettings
-from tests.platform import eventually
 from tests.security.transport import Interface
 from tests.support.servers import SecuredNatsServer
 
@@ -133,8 +132,8 @@ async def test_onboarding_a_client_then_revoking_it(
     assert "nats_nkey_seed" not in clients[0]
     assert "token" not in clients[0]
 
-    # The server reloads its users as soon as the reply has left.
-    await eventually(lambda: _admitted(nats_proc.url, creds), what="the minted client admitted by NATS")
+    # Admitted by the time the reply came: the server reloaded its users before it.
+    assert await _admitted(nats_proc.url, creds)
     client = await nats.connect(
         nats_proc.url, nkeys_seed_str=creds["nats_nkey_seed"], inbox_prefix=creds["nats_inbox_prefix"]
     )
@@ -152,14 +151,9 @@ async def test_onboarding_a_client_then_revoking_it(
 
     revoked = _ok(await interface(s.ADMIN_CLIENT_REVOKE, {"name": name}, operator))
     assert revoked["revoked_at"] is not None
-
-    async def refused() -> bool:
-        return not await _admitted(nats_proc.url, creds)
-
-    # The NATS identity: the server reloads its users as the reply leaves (a reload forgets the
-    # reply rights of requests in flight, so the next request waits for it: docs/adr/0099).
-    await eventually(refused, what="the revoked client's NATS identity refused")
-    # The token, on whatever connection it comes.
+    # At once: the NATS identity (the server reloaded its users before the reply), and the token
+    # on whatever connection it comes.
+    assert not await _admitted(nats_proc.url, creds)
     assert _code(await _save(interface, creds["token"], agent)) == "UNAUTHENTICATED"
 
     async with db.read() as session:
@@ -190,9 +184,9 @@ async def test_rotation_refuses_the_old_key_and_token(
     )
     name = f"rot-{uuid4().hex[:8]}"
     old = _ok(await interface(s.ADMIN_CLIENT_MINT, {"org_id": str(org), "name": name}, operator))
-    await eventually(lambda: _admitted(nats_proc.url, old), what="the minted client admitted by NATS")
+    assert await _admitted(nats_proc.url, old)
     new = _ok(await interface(s.ADMIN_CLIENT_ROTATE, {"name": name}, operator))
-    await eventually(lambda: _admitted(nats_proc.url, new), what="the rotated key admitted by NATS")
+    assert await _admitted(nats_proc.url, new)
     assert not await _admitted(nats_proc.url, old)
     assert new["nats_public_key"] != old["nats_public_key"]
     assert new["token_id"] != old["token_id"]
