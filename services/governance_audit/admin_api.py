@@ -155,9 +155,9 @@ class Admin:
     # -- platform clients --------------------------------------------------------------------
 
     async def mint_client(self, caller: Caller, request: ClientMint) -> ClientCredentials:
-        self._require_registry()
         async with self._db.read() as session:
             await _active_org(session, request.org_id)
+        self._require_registry()
         token, token_id, expires = self._mint(
             request.org_id,
             Principal(kind="service", id=request.name),
@@ -188,8 +188,8 @@ class Admin:
         return _credentials(identity, request.org_id, token, token_id, expires, request.agent_config_id)
 
     async def rotate_client(self, caller: Caller, request: ClientRotate) -> ClientCredentials:
-        self._require_registry()
         old = self._active_client(request.name)
+        self._require_registry()
         org_id = UUID(old.org_id)
         async with self._db.read() as session:
             await _active_org(session, org_id)
