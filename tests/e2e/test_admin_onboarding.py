@@ -78,7 +78,12 @@ async def _bash(script: str, env: dict[str, str], cwd: Path) -> str:
 
 
 async def test_the_readme_onboards_an_organization_through_the_admin_api(
-    engram: Infra, gateway: str, provider: OidcProvider, tokens: TokenService, tmp_path: Path
+    engram: Infra,
+    gateway: str,
+    settings: EngramSettings,
+    provider: OidcProvider,
+    tokens: TokenService,
+    tmp_path: Path,
 ) -> None:
     """The README's commands onboard ``ORG`` and its runner's session becomes recallable memory
     with the provider's token; the platform client's file holds a NATS identity and a token, the
@@ -91,6 +96,7 @@ async def test_the_readme_onboards_an_organization_through_the_admin_api(
         **{k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")},
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         "URL": gateway,
+        "NATS_URL": settings.nats_url,
         "ENGRAM_TOKEN": operator,
         "ORG": str(ORG),
         "ENGRAM_OIDC_ISSUER": provider.issuer,
@@ -121,11 +127,17 @@ async def test_the_readme_onboards_an_organization_through_the_admin_api(
 
     listing = await _bash(
         'engram credentials list --url "$URL" --all\n'
-        'engram credentials agent-config-list --url "$URL" --org "$ORG"',
+        # Over NATS, as a client's file says (its NATS identity, the operator's token).
+        'engram credentials mint --url "$URL" --org "$ORG" --name acme-ops \\\n'
+        '  --nats-url "$NATS_URL" --out ops.json\n'
+        'engram credentials agent-config-list --connection ops.json --org "$ORG"',
         env,
         tmp_path,
     )
-    lines = [json.loads(line) for line in listing.splitlines()]
+    lines = [json.loads(line) for line in listing.splitlines() if line.startswith("{")]
+    minted = await _bash('engram token mint --url "$URL" --org "$ORG" --kind actor --id carol', env, tmp_path)
+    credential, _ = tokens.check(minted.strip())
+    assert (credential.org_id, credential.principal.ref) == (ORG, "actor:carol")
     clients = {c["name"]: c for c in lines if "name" in c and c.get("org_id") == str(ORG)}
     assert clients["acme-runner"]["revoked_at"] is None
     assert clients["acme-batch"]["revoked_at"] is not None
