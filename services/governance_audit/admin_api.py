@@ -81,7 +81,8 @@ class Admin:
                 .returning(col(Organization.org_id))
             )
             if inserted.first() is None:
-                raise InvalidRequest("this organization is registered already", {"org_id": str(org_id)})
+                # Registered already: answered as it is (a retried create changes nothing).
+                return _org(await _org_row(session, org_id))
             await self._audit(session, caller, org_id, "admin.org_created", {"name": request.name})
         return _org(row)
 
