@@ -4,13 +4,15 @@ a machine crash, not only a process crash. Its storage limit (``max_file_store``
 what the store holds plus 75% of the filesystem's free space when it starts (nats-server's own
 default, minus its blind spot for what is already stored). JetStream refuses publishes beyond it
 cleanly ("insufficient resources"); a write that meets a full disk instead leaves the stream
-failing until the server restarts (docs/adr/0099-full-disks.md). With ``auth`` it admits only
+failing until the server restarts, which :func:`restart_after_full_disk` does once space is free
+again (docs/adr/0099-full-disks.md). With ``auth`` it admits only
 the users of ``auth.conf`` beside its config (``shared.nats_auth.store`` writes it), and reloads
 them on SIGHUP."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import signal
@@ -25,6 +27,7 @@ __all__ = [
     "free_port",
     "nats_server_running",
     "reload_nats_server",
+    "restart_after_full_disk",
 ]
 
 CONFIG = "nats-server.conf"
@@ -32,6 +35,12 @@ AUTH_INCLUDE = "auth.conf"
 PID_FILE = "nats-server.pid"
 #: Of the free space at start, the share JetStream may fill (nats-server's default rule).
 STORE_SHARE_OF_FREE = 0.75
+#: What nats-server logs when a write to its store failed (a full disk): the stream then fails
+#: every write until the server restarts.
+_WRITE_FAILED = b"critical write error"
+#: Free space the store's filesystem needs before a restart is worth trying (a message block).
+RESTART_FREE_BYTES = 8 * 2**20
+log = logging.getLogger(__name__)
 LOG_FILE = "nats-server.log"
 _RELOADED = b"Reloaded server configuration"
 _RELOAD_FAILED = b"Failed to reload server configuration"
@@ -194,6 +203,24 @@ class NatsServerProcess:
             await asyncio.sleep(0.05)
         raise RuntimeError("nats-server did not start listening in time")
 
+    def log_size(self) -> int:
+        path = self.store_dir / LOG_FILE
+        return path.stat().st_size if path.exists() else 0
+
+    def write_failed_since(self, offset: int) -> bool:
+        """Whether the server logged a failed store write after byte ``offset`` of its log."""
+        path = self.store_dir / LOG_FILE
+        if not path.exists():
+            return False
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            return _WRITE_FAILED in handle.read().lower()
+
+    async def restart(self) -> None:
+        """Stop and start again on the same port, store and users (clients reconnect)."""
+        await self.stop()
+        await self.start()
+
     async def reload(self, timeout_s: float = 15.0) -> None:
         """Apply a rewritten ``auth.conf``; returns once the server has."""
         if self._proc is None or self._proc.poll() is not None:
@@ -215,3 +242,24 @@ class NatsServerProcess:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait(5)
+
+
+async def restart_after_full_disk(server: NatsServerProcess, interval_s: float = 2.0) -> None:
+    """Watch ``server``'s log; after a store write failed (its filesystem full), restart it once
+    that filesystem has :data:`RESTART_FREE_BYTES` free again — the streams then take writes
+    again, nothing acknowledged is lost (it was synced before it was acknowledged). Runs until
+    cancelled."""
+    offset = server.log_size()
+    while True:
+        await asyncio.sleep(interval_s)
+        if not server.write_failed_since(offset):
+            offset = server.log_size()
+            continue
+        if shutil.disk_usage(server.store_dir).free < RESTART_FREE_BYTES:
+            continue  # still full: JetStream could not write anyway
+        log.warning(
+            "nats-server could not write to its store (disk full); restarting it now that %s has space",
+            server.store_dir,
+        )
+        await server.restart()
+        offset = server.log_size()

@@ -8,6 +8,8 @@ development client its own, and platform clients get theirs from ``engram creden
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -24,7 +26,7 @@ from pydantic import SecretStr
 from contracts.common import Principal
 from contracts.connection import connection_file
 from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
-from shared.embedded.nats_server import NatsServerProcess
+from shared.embedded.nats_server import NatsServerProcess, restart_after_full_disk
 from shared.embedded.postgres import EmbeddedPostgres
 from shared.metrics import JETSTREAM_MAX_STORAGE, refreshing, set_filesystem
 from shared.nats_auth.store import NatsIdentities, write_private
@@ -172,11 +174,19 @@ async def embedded_stack(
         )
         # What fills up first on a full disk, shown before it does (docs/adr/0099-full-disks.md).
         stores = {"postgres": postgres.pgdata} if postgres is not None else {}
+        watcher = None
         if nats is not None:
             stores["nats"] = nats.store_dir
             JETSTREAM_MAX_STORAGE.set(nats.max_file_store)
-        with refreshing(partial(record_filesystems, stores)):
-            yield settings
+            watcher = asyncio.create_task(restart_after_full_disk(nats), name="nats-full-disk")
+        try:
+            with refreshing(partial(record_filesystems, stores)):
+                yield settings
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
     finally:
         connection_file(data_dir).unlink(missing_ok=True)
         if nats is not None:

@@ -356,3 +356,100 @@ async def test_full_disks_answer_unavailable_and_the_stack_recovers_once_space_i
     assert saved == sum(expected.values()), "memory.saved counts lost or doubled"
     assert dead_letters == 0, "an outage was dead-lettered"
     assert corrupt == [], corrupt
+
+
+async def test_a_jetstream_filesystem_filled_by_something_else_recovers_once_space_is_freed() -> None:
+    """JetStream's filesystem filled *below* its storage limit (by something else — its limit was
+    set from the free space at start): a write meets ENOSPC and nats-server leaves the stream
+    failing every write. ``engram up`` restarts it once space is free again; publishes that
+    timed out meanwhile are retried by the platform and nothing acknowledged is lost."""
+    with stack_dir() as data_dir, tmpfs(data_dir / "nats", NATS_FS_MB):
+        with EngramUp(data_dir, data_dir / "up.log", env={"ENGRAM_EMBEDDER": "hashing-384"}) as up:
+            info = await up.connection()
+            connection = ConnectionInfo.model_validate(info)
+            org, agent = UUID(info["org_id"]), UUID(info["agent_config_id"])
+            before = sessions(org, agent, range(20))
+            during = sessions(org, agent, range(20, 60))
+            db = Database(info["database_url"])
+            nc = await nats.connect(connection.nats_url, **connection.nats_options())
+            http = httpx.AsyncClient(base_url=info["http_url"], timeout=30)
+            nats_log = data_dir / "nats" / "nats-server.log"
+            sending: asyncio.Future[Any] | None = None
+            try:
+                await raise_cap(db, org, agent)
+                platform = Platform(http, nc, connection.token)
+
+                async def distilled(n: int) -> bool:
+                    return await audit_count(db, org, "distill.completed") >= n
+
+                await platform.send(before, [])
+                await eventually(
+                    lambda: distilled(len(before)), timeout=120, interval=0.2, what="first distilled"
+                )
+
+                ballast = data_dir / "nats" / "ballast"
+                ballast_bytes = fill(ballast, 0)
+                filled = time.monotonic()
+                sending = asyncio.ensure_future(platform.send(during, []))
+
+                async def write_failed() -> bool:
+                    return b"critical write error" in nats_log.read_bytes().lower()
+
+                await eventually(write_failed, timeout=120, interval=0.2, what="a store write failed")
+                # The stream stays failed while the disk is full: the platform's publishes fail.
+                await eventually(
+                    lambda: _true(sum(platform.nats_errors.values()) > 0),
+                    timeout=60,
+                    interval=0.2,
+                    what="a publish failed",
+                )
+                failed_while_full = Counter(platform.nats_errors)
+                full_for = time.monotonic() - filled
+
+                ballast.unlink()
+                freed = time.monotonic()
+                await asyncio.wait_for(sending, 300)
+                everything = before + during
+                await eventually(
+                    lambda: distilled(len(everything)),
+                    timeout=300,
+                    interval=0.2,
+                    what="every session distilled",
+                )
+                recovered = time.monotonic() - freed
+                await eventually(
+                    lambda: _empty_outbox(db), timeout=120, interval=0.2, what="outbox published"
+                )
+                result = await ledger(db, org, expected_lessons(everything))
+            finally:
+                if sending is not None and not sending.done():
+                    sending.cancel()
+                    await asyncio.gather(sending, return_exceptions=True)
+                await http.aclose()
+                with suppress(Exception):
+                    await asyncio.wait_for(nc.close(), 5)
+                await db.close()
+        up_log = up.output()
+    restarted = up_log.count("restarting it now that")
+    print(
+        f"\nFAULT disk-full-jetstream-fs: sessions={len(everything)} nats_fs_mb={NATS_FS_MB} "
+        f"ballast_mb={ballast_bytes / 2**20:.1f} full_s={full_for:.1f} "
+        f"nats_failed={sum(failed_while_full.values())} restarts={restarted} recovered_s={recovered:.1f} "
+        f"lost={len(result.lost)} duplicated={len(result.duplicated)}"
+    )
+    print(f"jetstream filesystem full: {result.summary()}; failed publishes {dict(failed_while_full)}")
+    assert restarted >= 1, "nats-server was not restarted"
+    assert result.lost == [], "lessons lost"
+    assert result.duplicated == [], "lessons stored twice"
+    assert result.unexpected == []
+    assert result.miscounted == [], "reinforcement counts off"
+    assert result.completed == len(everything), "distill.completed lost or doubled"
+    assert result.chain_ok, result.chain_reason
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _empty_outbox(db: Database) -> bool:
+    return await outbox_size(db) == 0
