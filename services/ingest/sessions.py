@@ -79,8 +79,8 @@ class Verified:
 
 
 async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
-    """A batch of ``session.ended``: rejects are dead-lettered, valid sessions within their
-    organization's budget forwarded (the batch acks them after)."""
+    """A batch of ``session.ended``: valid sessions within their organization's budget are
+    forwarded, then the rejects dead-lettered (the batch acks them after)."""
     verified: list[tuple[Msg, Verified, Credential]] = []
     rejected: list[tuple[Msg, Rejection]] = []
     for msg in batch.msgs:
@@ -98,8 +98,9 @@ async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
                 # The verified bytes as they came; the caller's token stays behind.
                 verified.append((msg, Verified(session, msg.data, inject_trace_headers({})), credential))
     within = await _within_budget(infra, verified, rejected)
-    await batch.dead_letter(rejected)
+    # Those taken go first: a flood's dead letters do not delay the others' sessions.
     await forward(infra, within)
+    await batch.dead_letter(rejected)
 
 
 async def _within_budget(
@@ -121,7 +122,6 @@ async def _within_budget(
                     "sessions", v.session.org_id, credential.token_id, at=_published_at(msg)
                 )
             except RateLimited as exc:
-                log.info("session.ended rejected: %s %s", exc.code, exc.message)
                 rejected.append((msg, _rejection(exc, credential, v.session)))
                 continue
         within.append(v)
@@ -206,10 +206,18 @@ async def _check(infra: Infra, msg: Msg) -> tuple[SessionEnded, Credential] | Re
     session: SessionEnded | None = None
     try:
         credential = await infra.tokens.verify(bearer_from_headers(msg.headers))
+        published = _published_at(msg)
+        if published is not None and infra.quotas.enabled and msg.metadata.num_delivered <= 1:
+            # Right after the token: a session whose organization's budget is known to be spent
+            # is refused before it is read (a flood costs a token check and a dead letter each).
+            # One that may fit is read first, so that a session taken before spends nothing —
+            # and so is a redelivery, which may have been taken on its first delivery.
+            infra.quotas.refuse_known("sessions", credential.org_id, credential.token_id, at=published)
         session = parse_model(SessionEnded, msg.data, max_bytes=MAX_SESSION_BYTES)
         authorize(credential, session)
     except EngramError as exc:
-        log.info("session.ended rejected: %s %s", exc.code, exc.message)
+        if not isinstance(exc, RateLimited):  # a flood is counted (dead letters), not logged each
+            log.info("session.ended rejected: %s %s", exc.code, exc.message)
         return _rejection(exc, credential, session)
     return session, credential
 
