@@ -11,7 +11,9 @@ each, on one stack (a fresh nats-server, a throwaway database, the services in-p
 3. **flood, over budget** — organization A at the same ten times, held to the default budget.
 
 The flooder runs in a process of its own (``tests/bench/flooder.py``): its client work is not the
-services'. ``--phases`` runs only some of the floods. Per phase: B's recall p50/p99 and publish → first ``memory.written`` p50/p99, and the ratios to
+services'. ``--phases`` runs only some of the floods.
+
+Per phase: B's recall p50/p99 and publish → first ``memory.written`` p50/p99, and the ratios to
 phase 1 (goal: recall p99 within 1.5x, sessions within 2x); what the flooder got (answers,
 ``RATE_LIMITED``, timeouts); and the count of lost sessions — every published session of B must
 produce its lessons, every one of A's is taken or dead-lettered ``RATE_LIMITED`` (0 lost). The bare
