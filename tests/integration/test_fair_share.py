@@ -15,6 +15,7 @@ from uuid import UUID, uuid4
 
 import nats
 import pytest
+import redis.asyncio as redis_asyncio
 from nats.aio.client import Client
 
 from contracts.common import Principal
@@ -25,6 +26,7 @@ from shared.access import Caller
 from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.edge import Edge, FairQueue
 from shared.quotas import Quotas, QuotaSettings
+from tests.conftest import TEST_REDIS_URL
 from tests.platform import eventually
 from tests.support.servers import nats_server
 
@@ -231,3 +233,60 @@ async def test_the_fair_queue_takes_keys_in_turn_within_each_keys_share() -> Non
     assert not waiting.done()
     fair.done(a)
     assert await asyncio.wait_for(waiting, 5) == (a, "a3")
+
+
+async def test_two_replicas_spend_one_budget_and_answer_every_request(
+    tmp_path: Path, tokens: TokenService
+) -> None:
+    """Two instances of a service (one queue group, their own connections, one Redis): an
+    organization's budget is one budget across them — exactly its burst answered, every other
+    request RATE_LIMITED, none left unanswered — and another organization has its own."""
+    probe = redis_asyncio.from_url(TEST_REDIS_URL, socket_connect_timeout=1)
+    try:
+        await probe.ping()
+    except Exception:
+        pytest.skip("no Redis at 127.0.0.1:6379 (CI starts one): replicas cannot share a budget")
+    finally:
+        await probe.aclose()
+    burst = 6
+    settings = QuotaSettings.model_validate({"org": {"read": {"rate": 0.01, "burst": burst}}})
+    a, b = uuid4(), uuid4()
+    async with nats_server(tmp_path / "nats") as server:
+        client = await nats.connect(server.url)
+        edges: list[Edge] = []
+        conns: list[Client] = []
+        quotas = [Quotas(settings, redis_url=TEST_REDIS_URL) for _ in range(2)]
+        handled: list[int] = []
+        try:
+            for i, q in enumerate(quotas):
+
+                async def config_get(_: Caller, request: ConfigGet, i: int = i) -> ConfigReply:
+                    handled.append(i)
+                    return ConfigReply(
+                        agent_config_id=request.agent_config_id, version=1, config=MemoryConfig()
+                    )
+
+                conn = await nats.connect(server.url)
+                conns.append(conn)
+                edge = Edge(tokens, quotas=q)
+                edge.serve(CONFIG_GET, config_get)
+                await edge.start(conn)
+                await conn.flush()
+                edges.append(edge)
+            replies = [
+                await asyncio.wait_for(await _ask(client, _headers(tokens, a), n), 20) for n in range(20)
+            ]
+            other = await asyncio.wait_for(await _ask(client, _headers(tokens, b), 100), 20)
+        finally:
+            for edge in edges:
+                await edge.stop()
+            for conn in conns:
+                await conn.close()
+            for q in quotas:
+                await q.aclose()
+            await client.close()
+    codes = [r["error"]["code"] if "error" in r else "OK" for r in replies]  # type: ignore[index]
+    assert codes.count("OK") == burst  # one budget, not one per replica
+    assert codes.count("RATE_LIMITED") == 20 - burst
+    assert other["version"] == 1
+    assert set(handled) == {0, 1}, handled  # both replicas answered
