@@ -100,7 +100,29 @@ async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
     within = await _within_budget(infra, verified, rejected)
     # Those taken go first: a flood's dead letters do not delay the others' sessions.
     await forward(infra, within)
-    await batch.dead_letter(rejected)
+    if not rejected:
+        return
+    # The rejects are written behind the next batch, not in front of it: the sessions taken are
+    # acked now, and the batch's dead letters (then its acks) are a task of their own — one at a
+    # time, so a flood's letters never pile up more than a batch behind.
+    previous = _letters.pop(id(infra), None)
+    if previous is not None:
+        await previous
+    refused = {id(m) for m, _ in rejected}
+    await batch.ack(m for m in batch.msgs if id(m) not in refused)
+
+    why = {id(m): rejection for m, rejection in rejected}
+
+    async def letters(each: Batch) -> None:  # the batch, or one message of it when retried alone
+        await each.dead_letter([(m, why[id(m)]) for m in each.msgs if id(m) in why])
+
+    task = asyncio.create_task(batch.hand_over().settle(letters), name="ingest dead letters")
+    _letters[id(infra)] = task
+    task.add_done_callback(lambda t: _letters.pop(id(infra), None) if _letters.get(id(infra)) is t else None)
+
+
+#: Per process (its Infra), the batch of rejects being dead-lettered now, if any.
+_letters: dict[int, asyncio.Task[bool]] = {}
 
 
 async def _within_budget(
