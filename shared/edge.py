@@ -23,9 +23,8 @@ once, before it waits behind anything — and queues what it admitted per organi
 tasks answer those queues round-robin, and no organization holds more than half of them at once
 (at least one), so one organization's backlog delays another's request by at most the requests
 already running, never by its length. An organization with ``org_queue`` requests already waiting
-for one operation, or whose oldest waiting one has waited a quarter of its caller's patience, is
-answered ``RATE_LIMITED`` (retry after 1 s) instead of queued behind them: a flood without a budget
-is refused, not left to time out, and cannot fill the process's queue.
+for one operation is answered ``RATE_LIMITED`` (retry after 1 s) instead of queued behind them: a
+flood without a budget is refused, not left to time out, and cannot fill the process's queue.
 One organization's requests are answered one at a time, in arrival order (its share, with the
 default two workers).
 
@@ -96,9 +95,6 @@ _LEFT_LOG_EVERY_S = 10.0
 DEFAULT_WORKERS = 2
 #: Admitted requests one organization may have waiting for one operation before it is refused.
 DEFAULT_ORG_QUEUE = 64
-#: An organization whose oldest waiting request has waited this share of its caller's patience
-#: is refused more (they would wait until their callers gave up: a 429 is the better answer).
-_BACKLOG_SHARE = 0.25
 
 Req = TypeVar("Req", bound=BaseModel)
 Rep = TypeVar("Rep", bound=BaseModel)
@@ -151,11 +147,6 @@ class FairQueue(Generic[T]):
 
     def qsize(self) -> int:
         return sum(len(q) for q in self._waiting.values())
-
-    def head(self, key: UUID) -> T | None:
-        """``key``'s item waiting longest, if any."""
-        waiting = self._waiting.get(key)
-        return waiting[0] if waiting else None
 
     def put(self, key: UUID, item: T) -> bool:
         """Queue ``item`` under ``key``; False (not queued) when ``depth`` of its items wait."""
@@ -321,10 +312,7 @@ class Edge:
         fair: FairQueue[_Admitted],
     ) -> None:
         """Admit ``r``'s requests in arrival order: the token verified and the budget charged,
-        a refusal answered at once; what is admitted waits in its organization's queue — unless
-        that queue is full, or its oldest request has waited a quarter of its caller's patience
-        (more would wait until their callers time out: they are refused instead)."""
-        patience = r.op.timeout_s or self._default_wait_s
+        a refusal answered at once; what is admitted waits in its organization's queue."""
         while True:
             arrived, msg = await queue.get()
             try:
@@ -333,13 +321,6 @@ class Edge:
                 started = time.perf_counter()
                 try:
                     credential = await admit(self._tokens, r.op, msg.headers, self._quotas)
-                    head = fair.head(credential.org_id)
-                    if head is not None and self._clock() - head.arrived > patience * _BACKLOG_SHARE:
-                        raise RateLimited(
-                            f"this organization's requests for {r.op.name} wait here longer than "
-                            f"{patience * _BACKLOG_SHARE:.1f} s already; retry after 1 s",
-                            {"retry_after_s": 1},
-                        )
                     if not fair.put(credential.org_id, _Admitted(arrived, msg, credential)):
                         raise RateLimited(
                             f"{self._org_queue} requests of this organization already wait for "

@@ -147,44 +147,6 @@ async def test_an_organization_with_its_queue_full_is_refused_at_once_and_anothe
         await edge.stop()
 
 
-async def test_an_organization_whose_queue_waits_too_long_is_refused_instead_of_timing_out(
-    nc: Client, tokens: TokenService
-) -> None:
-    """Once an organization's oldest waiting request has waited a quarter of its caller's
-    patience, more of its requests are refused at once: they would wait until their callers give
-    up. Another organization's request is still queued and answered."""
-    a, b = uuid4(), uuid4()
-    now = [0.0]
-    handler = Held(holding=a)
-    edge = await _edge(nc, tokens, handler, default_wait_s=10.0, clock=lambda: now[0])
-    try:
-        first = await _ask(nc, _headers(tokens, a), 0)
-        await asyncio.wait_for(handler.entered.wait(), 20)
-        second = await _ask(nc, _headers(tokens, a), 1)
-
-        async def queued() -> bool:
-            return edge.waiting == 1
-
-        await eventually(queued, timeout=20, what="A's second request queued")
-        now[0] = 2.0  # a fifth of the patience: still taken
-        third = await _ask(nc, _headers(tokens, a), 2)
-
-        async def both_queued() -> bool:
-            return edge.waiting == 2
-
-        await eventually(both_queued, timeout=20, what="A's third request queued")
-        now[0] = 3.0  # the second has waited 3 s of 10: more than a quarter
-        refused = await asyncio.wait_for(await _ask(nc, _headers(tokens, a), 3), 20)
-        assert refused["error"]["code"] == "RATE_LIMITED"  # type: ignore[index]
-        assert (await asyncio.wait_for(await _ask(nc, _headers(tokens, b), 100), 20))["version"] == 1
-        handler.release.set()
-        await asyncio.wait_for(asyncio.gather(first, second, third), 20)
-        assert [n for org, n in handler.handled if org == a] == [0, 1, 2]
-    finally:
-        handler.release.set()
-        await edge.stop()
-
-
 async def test_a_request_over_its_budget_is_refused_before_it_waits_behind_its_own_backlog(
     nc: Client, tokens: TokenService
 ) -> None:
