@@ -17,7 +17,7 @@ FastStream's per-message chain cost ~0.2 ms a request here, most of what kept ``
 times the bare round trip (docs/adr/0003-request-reply-edge.md). Other instances of the queue group
 share the load. The streams' consumers stay on FastStream.
 
-Fair share between organizations (docs/adr/0099-fair-share.md): each operation admits its requests
+Fair share between organizations (docs/adr/0100-fair-share.md): each operation admits its requests
 in arrival order — token verified, budget charged (:mod:`shared.quotas`), a refusal answered at
 once, before it waits behind anything — and queues what it admitted per organization. ``workers``
 tasks answer those queues round-robin, and no organization holds more than half of them at once

@@ -182,7 +182,7 @@ class EngramSettings(BaseSettings):
         le=64,
         description="Requests of one operation a service answers at once; one organization holds at most "
         "half of them (at least one), so another's request never waits behind its backlog "
-        "(docs/adr/0099-fair-share.md).",
+        "(docs/adr/0100-fair-share.md).",
     )
     edge_org_queue: int = Field(
         default=64,

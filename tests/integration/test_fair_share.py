@@ -1,4 +1,4 @@
-"""Fair share at the request-reply edge on a real nats-server (docs/adr/0099-fair-share.md): one
+"""Fair share at the request-reply edge on a real nats-server (docs/adr/0100-fair-share.md): one
 organization's backlog does not stand between another organization and its answer, an
 organization with its queue full is refused RATE_LIMITED at once (not left to time out), and a
 request over its budget is refused before it waits behind anything — all by order and count, not
