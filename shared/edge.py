@@ -16,7 +16,9 @@ The edge serves on nats-py directly, one queue subscription per operation, not t
 FastStream's per-message chain cost ~0.2 ms a request here, most of what kept ``last_k`` above five
 times the bare round trip (docs/adr/0003-request-reply-edge.md). Like
 FastStream's core subscribers, each subscription answers its requests one at a time, in arrival
-order; other instances of the queue group share the load. The streams' consumers stay on
+order — or, for an operation whose row says so (``Operation.concurrency``: ``memory.save``, whose
+work is mostly waiting on JetStream), several at once, taken in arrival order; other instances of
+the queue group share the load. The streams' consumers stay on
 FastStream.
 
 A request that has waited here longer than its caller waits (the operation's ``timeout_s``, else
@@ -182,42 +184,79 @@ class Edge:
         return sum(q.qsize() for q in self._queues)
 
     async def _work(self, nc: Client, r: Route[Any, Any], queue: asyncio.Queue[tuple[float, Msg]]) -> None:
-        """Answer ``r``'s requests one at a time, in arrival order; leave those whose caller has
-        stopped waiting, and (once a stop gave up draining) those not started yet."""
+        """Answer ``r``'s requests in arrival order, one at a time (or up to the operation's
+        ``concurrency`` at once); leave those whose caller has stopped waiting, and (once a stop
+        gave up draining) those not started yet."""
         patience = r.op.timeout_s or self._default_wait_s
+        slots = asyncio.Semaphore(r.op.concurrency)
         left, logged_at = 0, -_LEFT_LOG_EVERY_S  # logged at most every few seconds, with a count
         while True:
             arrived, msg = await queue.get()
+            handed_over = False
             try:
-                now = self._clock()
-                if self._stopping:  # left for its caller's timeout, as a stopped FastStream did
-                    continue
-                if now - arrived > patience:
-                    REQUESTS_LEFT.labels(r.op.subject).inc()
-                    left += 1
-                    if now - logged_at >= _LEFT_LOG_EVERY_S:
-                        log.warning(
-                            "%s: left %d request(s) that waited here longer than their callers wait "
-                            "(%.0f s); %d queued",
-                            r.op.name,
-                            left,
-                            patience,
-                            queue.qsize(),
-                        )
-                        left, logged_at = 0, now
-                    continue
-                task = asyncio.current_task()
-                assert task is not None
-                self._running.add(task)
-                self._idle.clear()
+                await slots.acquire()
                 try:
-                    await self._serve(nc, r, msg)
+                    now = self._clock()
+                    if self._stopping:  # left for its caller's timeout, as a stopped FastStream did
+                        continue
+                    if now - arrived > patience:
+                        REQUESTS_LEFT.labels(r.op.subject).inc()
+                        left += 1
+                        if now - logged_at >= _LEFT_LOG_EVERY_S:
+                            log.warning(
+                                "%s: left %d request(s) that waited here longer than their callers "
+                                "wait (%.0f s); %d queued",
+                                r.op.name,
+                                left,
+                                patience,
+                                queue.qsize(),
+                            )
+                            left, logged_at = 0, now
+                        continue
+                    if r.op.concurrency == 1:
+                        task = asyncio.current_task()
+                        assert task is not None
+                        self._begin(task)
+                        try:
+                            await self._serve(nc, r, msg)
+                        finally:
+                            self._end(task)
+                    else:
+                        # Answered beside the others; its slot and queue entry are freed when done.
+                        self._begin(asyncio.create_task(self._alongside(nc, r, msg, slots, queue)))
+                        handed_over = True
                 finally:
-                    self._running.discard(task)
-                    if not self._running:
-                        self._idle.set()
+                    if not handed_over:
+                        slots.release()
             finally:
-                queue.task_done()
+                if not handed_over:
+                    queue.task_done()
+
+    async def _alongside(
+        self,
+        nc: Client,
+        r: Route[Any, Any],
+        msg: Msg,
+        slots: asyncio.Semaphore,
+        queue: asyncio.Queue[tuple[float, Msg]],
+    ) -> None:
+        try:
+            await self._serve(nc, r, msg)
+        finally:
+            task = asyncio.current_task()
+            assert task is not None
+            self._end(task)
+            slots.release()
+            queue.task_done()
+
+    def _begin(self, task: asyncio.Task[Any]) -> None:
+        self._running.add(task)
+        self._idle.clear()
+
+    def _end(self, task: asyncio.Task[Any]) -> None:
+        self._running.discard(task)
+        if not self._running:
+            self._idle.set()
 
     async def _serve(self, nc: Client, r: Route[Any, Any], msg: Msg) -> None:
         # Nothing may escape to nats-py: its error callback would drop it without a word.
