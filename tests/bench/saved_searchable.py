@@ -43,6 +43,7 @@ from shared.process_memory import settle_heap
 from shared.vectors.edge_lock import exclusive_edge_store
 from tests.bench import measure
 from tests.bench.embedder_throughput import make_cues, make_texts
+from tests.bench.write_path import uncapped
 
 GOAL = 0.85
 
@@ -247,6 +248,7 @@ async def _run(
     cues = make_cues(4000, seed=5)
     batch = EMBED_WRITTEN.batch_size
     await nc.subscribe("engram.memory.written", cb=stages.on_written)
+    await uncapped(nc, token, agent, timeout=30)  # no pruning while counting
     # Something to find, and everything warm: the seed goes through the same path.
     _say("seed saves")
     await save_all(nc, token, agent, seed_texts, "seed", args.window, stages)
