@@ -76,7 +76,7 @@ cluster-bench: install
 ## Benchmarks: write-path throughput and latency, recall latency per strategy at 10k/100k
 ## entries plus embed throughput, each with the bare NATS round trip as yardstick; elective saves
 ## to searchable against the embedder alone in the same run, per stage, with recall p50/p99 while
-## they run (docs/adr/0099-write-path-throughput.md); the default
+## they run (docs/adr/0100-write-path-throughput.md); the default
 ## embedder's single-cue latency and batch throughput against torch's on the same texts; recall
 ## over HTTP beside NATS (what the gateway adds); recall through MCP (in-process and streamable
 ## HTTP) and EngramStore get/search beside the NATS yardstick; and how fast the `engram` commands

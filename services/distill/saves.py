@@ -4,7 +4,7 @@ a time.
 Per batch: one transaction reads which saves are already done, claims the agent configs, claims
 the inbox rows and runs every save through the save path (entries, outbox, audit) — one
 transaction, one audit append and one outbox insert for the batch instead of one of each per save
-(docs/adr/0099-write-path-throughput.md). After the commit each waiting caller gets its own
+(docs/adr/0100-write-path-throughput.md). After the commit each waiting caller gets its own
 outcome and the batch acks them. A save that cannot be saved (its agent config belongs to another
 organization) is dead-lettered and its caller told why; a batch that fails otherwise is tried
 again one save at a time (``shared.consumer``), where a save's own error is that save's answer.

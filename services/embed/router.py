@@ -6,7 +6,7 @@ worker that embeds, upserts and marks it, and only then settles it. The hand-ove
 few batches, so while the model embeds the subscriber goes on loading; the worker then takes
 every batch waiting (up to :data:`MERGE_ROWS` rows) in one embedding call, one vector upsert and
 one mark — under load the model gets big batches however the pulls happened to cut the stream
-(docs/adr/0099-write-path-throughput.md). Every batch is kept from redelivery by its heartbeat
+(docs/adr/0100-write-path-throughput.md). Every batch is kept from redelivery by its heartbeat
 (``shared.consumer``) from the moment it is fetched until it is settled: embedding can outlast
 the short ack_wait. Should the merged work fail, each batch is worked and settled on its own, as
 if it had come alone (a batch that fails then is tried a message at a time).

@@ -1,4 +1,4 @@
-"""Elective saves a batch at a time (docs/adr/0099-write-path-throughput.md): one transaction for
+"""Elective saves a batch at a time (docs/adr/0100-write-path-throughput.md): one transaction for
 the batch, yet each save takes effect once, is audited on its own and its waiting caller gets its
 own outcome — and a save that cannot be saved is refused alone."""
 
