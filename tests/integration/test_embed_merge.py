@@ -1,6 +1,6 @@
-"""embed's worker takes every loaded batch waiting in one embedding call (docs/adr/0100-write-path-throughput.md): each
-entry is indexed once and every batch acked — and when the merged call fails, each batch is
-worked alone, as if it had come by itself."""
+"""embed's worker takes every loaded batch waiting in one embedding call
+(docs/adr/0100-write-path-throughput.md): each entry is indexed once and every batch acked — and
+when the merged call fails, each batch is worked alone, as if it had come by itself."""
 
 from __future__ import annotations
 
