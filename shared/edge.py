@@ -26,7 +26,9 @@ already running, never by its length. An organization with ``org_queue`` request
 for one operation is answered ``RATE_LIMITED`` (retry after 1 s) instead of queued behind them: a
 flood without a budget is refused, not left to time out, and cannot fill the process's queue.
 One organization's requests are answered one at a time, in arrival order (its share, with the
-default two workers).
+default two workers) — or, for an operation whose row asks for more workers
+(``Operation.concurrency``: ``memory.save``, docs/adr/0101-write-path-throughput.md), up to half
+of them at once.
 
 A request that has waited here longer than its caller waits (the operation's ``timeout_s``, else
 the edge's ``default_wait_s``) is left unanswered, not worked on: its caller has given up, and
@@ -278,8 +280,11 @@ class Edge:
         self._nc = nc
         if tracer_provider is not None:
             self._tracer = tracer_provider.get_tracer("engram.edge")
-        share = max(1, self._workers_per_op // 2)
         for subject, r in self._routes.items():
+            # An operation whose row asks for more (``Operation.concurrency``: ``memory.save``,
+            # whose work is mostly waiting on JetStream) gets that many workers.
+            workers = max(self._workers_per_op, r.op.concurrency)
+            share = max(1, workers // 2)
             # The subscription's callback only notes the arrival: how long a request then waits
             # behind others is known, and one that outwaited its caller is left (``_work``).
             queue: asyncio.Queue[tuple[float, Msg]] = asyncio.Queue()
@@ -295,7 +300,7 @@ class Edge:
             )
             self._workers += [
                 asyncio.create_task(self._work(nc, r, fair), name=f"edge {r.op.name} {i}")
-                for i in range(self._workers_per_op)
+                for i in range(workers)
             ]
             self._subscriptions.append(await nc.subscribe(subject, queue=r.op.queue_group, cb=on_request))
 
