@@ -241,7 +241,7 @@ class OrgSettings(SQLModel, table=True):
 class Organization(SQLModel, table=True):
     """An organization registered through the admin API (``engram.admin.org.*``). Tokens of an
     organization never registered still work (organizations were implicit before); a disabled one's
-    are refused (docs/adr/0100-admin-api.md)."""
+    are refused (docs/adr/0102-admin-api.md)."""
 
     __tablename__ = "organizations"
 

@@ -156,7 +156,7 @@ Rep = TypeVar("Rep", bound=BaseModel)
 #: What a token must hold for the operation at all (``shared.auth`` checks it; handlers may check
 #: more, e.g. ``memory.admin`` to act on another owner's memory). ``deployment.operator`` and
 #: ``tenant.admin`` are the deployment's, no organization's (``shared.auth.OPERATOR``,
-#: ``shared.auth.TENANT_ADMIN``: docs/adr/0100-admin-api.md).
+#: ``shared.auth.TENANT_ADMIN``: docs/adr/0102-admin-api.md).
 Permission = Literal[
     "memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator", "tenant.admin"
 ]
@@ -234,6 +234,10 @@ class Operation(Generic[Req, Rep]):
     #: handler reads the agent config's memory config anyway, which makes the same check (recall,
     #: feedback, config), or the request names none.
     agent_config: AgentConfigCheck | None = None
+    #: How many of its requests one instance answers at once, taken in arrival order (1: one at a
+    #: time). More only where a request mostly waits (``memory.save`` on JetStream's ack, or on
+    #: the outcome with ``wait``), so answering one at a time would bound the rate by latency.
+    concurrency: int = 1
 
     @property
     def reply(self) -> type[Rep]:
@@ -343,6 +347,7 @@ def _op(
     wait_field: str | None = None,
     quota: QuotaClass | None = None,
     agent_config: AgentConfigCheck | None = None,
+    concurrency: int = 1,
 ) -> Operation[Req, Rep]:
     """One row of the table: the wire facts positionally — subject, HTTP route (``"GET /v1/x"``),
     permission, request and reply models — and the rest by name (``client``: the client method's
@@ -375,6 +380,7 @@ def _op(
         max_request_bytes=max_request_bytes,
         quota_class=quota or _QUOTA_OF[permission],
         agent_config=agent_config,
+        concurrency=concurrency,
     )
 
 
@@ -383,7 +389,7 @@ def _op(
 MEMORY_SAVE: Operation[SaveRequest, Accepted | SaveOutcome] = _op(
     s.MEMORY_SAVE, "POST /v1/memories", "memory.write", SaveRequest, Accepted, SaveOutcome,
     served_by="ingest", client=("save", "agent_config_id", "entries"), wait_field="wait",
-    agent_config="owned",
+    agent_config="owned", concurrency=32,
     summary="Save memories now (elective save): 202 once durably accepted, or the outcome with wait.",
     tool=("remember", (
         "Store a fact, preference or lesson worth keeping beyond this conversation (a user's stated "
@@ -523,7 +529,7 @@ OPS_LAG = _op(
     "(the whole deployment's: its operator's only).",
 )
 
-# Administration of tenants (SPEC 11): the deployment operator's, tenant.admin (docs/adr/0100-admin-api.md).
+# Administration of tenants (SPEC 11): the deployment operator's, tenant.admin (docs/adr/0102-admin-api.md).
 ADMIN_ORG_CREATE = _op(
     s.ADMIN_ORG_CREATE, "POST /v1/admin/organizations", "tenant.admin", OrgCreate, Organization,
     served_by="governance-audit", client=("admin_create_org", "name"),
@@ -710,8 +716,8 @@ DISTILL_SESSIONS = Consumer(
     signed=True, summary="Distill lessons from verified sessions and save them, a batch per transaction.",
 )
 DISTILL_SAVES = Consumer(
-    "distill", "distill-saves", SAVE_ACCEPTED, batch_size=32, timeout_s=1.0, dead_letter_source="save",
-    signed=True, batched=False, summary="Run an accepted elective save through the save path.",
+    "distill", "distill-saves", SAVE_ACCEPTED, batch_size=100, timeout_s=0.02, dead_letter_source="save",
+    signed=True, summary="Run accepted elective saves through the save path, a batch per transaction.",
 )
 EMBED_WRITTEN = Consumer(
     "embed", "embed", MEMORY_WRITTEN, batch_size=256, timeout_s=0.02, dead_letter_source="embed",

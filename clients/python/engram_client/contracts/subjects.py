@@ -91,7 +91,7 @@ AUDIT_VERIFY = "engram.audit.verify"
 OPS_DEAD_LETTERS = "engram.ops.dead_letters"
 OPS_LAG = "engram.ops.lag"
 
-# -- administration of tenants (request-reply, the deployment's operator: docs/adr/0100-admin-api.md)
+# -- administration of tenants (request-reply, the deployment's operator: docs/adr/0102-admin-api.md)
 ADMIN_ORG_CREATE = "engram.admin.org.create"
 ADMIN_ORG_LIST = "engram.admin.org.list"
 ADMIN_ORG_DISABLE = "engram.admin.org.disable"
