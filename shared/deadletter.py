@@ -33,6 +33,7 @@ __all__ = [
     "dead_letter_all",
     "delivery_key",
     "is_jetstream",
+    "record_dead_letter",
     "refuse_forged",
 ]
 
@@ -104,9 +105,33 @@ async def dead_letter(
 ) -> bool:
     """Queue ``msg`` for the dead-letter stream and audit it; False if this delivery was already
     dead-lettered (a redelivery after a crash), in which case nothing is written twice."""
+    return await record_dead_letter(
+        session,
+        key=delivery_key(msg),
+        subject=msg.subject,
+        data=msg.data,
+        deliveries=msg.metadata.num_delivered if is_jetstream(msg) else 1,
+        rejection=rejection,
+        consumer=consumer,
+        source=source,
+    )
+
+
+async def record_dead_letter(
+    session: AsyncSession,
+    *,
+    key: str,
+    subject: str,
+    data: bytes,
+    deliveries: int,
+    rejection: Rejection,
+    consumer: str,
+    source: str,
+) -> bool:
+    """Queue what failed (``data`` as published on ``subject``, tried ``deliveries`` times) for
+    the dead-letter stream and audit it, once per ``key`` of ``consumer``; False if it already was
+    (also what a worker that is no stream consumer uses: webhook deliveries)."""
     org_id, code, reason = rejection.org_id, rejection.code, rejection.reason
-    key = delivery_key(msg)
-    deliveries = msg.metadata.num_delivered if is_jetstream(msg) else 1
     if not await claim_inbox(session, f"{consumer}:dlq", key):
         return False
     await audit.append(
@@ -126,17 +151,17 @@ async def dead_letter(
             )
         ],
     )
-    kept, kinds = redact_pii(msg.data.decode("utf-8", "replace"))
+    kept, kinds = redact_pii(data.decode("utf-8", "replace"))
     letter = DeadLetter(
         event_id=uuid5(NAMESPACE_URL, f"engram-dlq:{consumer}:{key}"),
-        source_subject=msg.subject,
+        source_subject=subject,
         original_event_id=rejection.original_event_id,
         code=code,
         reason=reason,
         details=rejection.details,
         deliveries=deliveries,
         original_b64=base64.b64encode(kept.encode()).decode(),
-        original_sha256=hashlib.sha256(msg.data).hexdigest(),
+        original_sha256=hashlib.sha256(data).hexdigest(),
         redactions=kinds,
         org_id=org_id,
     )

@@ -96,8 +96,14 @@ async def _api(probe: Probe, subject: str, body: dict[str, object]) -> dict[str,
 def _create(name: str, filter_subject: str, **config: object) -> dict[str, object]:
     return {
         "stream_name": STREAM,
-        "config": {"name": name, "durable_name": name, "filter_subject": filter_subject, "ack_policy": "explicit",
-                   "deliver_policy": "all", **config},
+        "config": {
+            "name": name,
+            "durable_name": name,
+            "filter_subject": filter_subject,
+            "ack_policy": "explicit",
+            "deliver_policy": "all",
+            **config,
+        },
     }
 
 
@@ -116,7 +122,8 @@ async def test_a_client_follows_its_own_organizations_feed(server: tuple[NatsSer
         orgs = {UUID(json.loads(m.data)["org_id"]) for m in msgs}
         for m in msgs:
             await m.ack()
-        assert len(msgs) == 3 and orgs == {ORG_A}, (len(msgs), orgs)
+        assert len(msgs) == 3
+        assert orgs == {ORG_A}, orgs
         assert not probe.errors, probe.errors
         # And live, as a core subscription of its organization's subjects.
         assert not await probe.subscribe_refused(s.feed_subject(ORG_A), None)
@@ -132,8 +139,16 @@ async def test_a_client_cannot_reach_another_organizations_feed(
     probe = await _probe(server, "client-a")
     b_feed = s.feed_subject(ORG_B)
     try:
-        for subject in (b_feed, s.feed_subject(ORG_B, "memory.written"), "engram.feed.>", "engram.feed.*.>",
-                        ">", "engram.memory.written", "engram.audit.*.*", "$JS.>"):
+        for subject in (
+            b_feed,
+            s.feed_subject(ORG_B, "memory.written"),
+            "engram.feed.>",
+            "engram.feed.*.>",
+            ">",
+            "engram.memory.written",
+            "engram.audit.*.*",
+            "$JS.>",
+        ):
             assert await probe.subscribe_refused(subject, None), subject
 
         refused = [
@@ -160,23 +175,36 @@ async def test_a_client_cannot_reach_another_organizations_feed(
             assert await _api(probe, subject, _create("client-a", b_feed)) is None, subject
 
         # A's allowed create subject, with B's filter in the body: the server refuses the mismatch.
-        answer = await _api(probe, f"$JS.API.CONSUMER.CREATE.{STREAM}.client-a.{s.feed_subject(ORG_A)}",
-                            _create("client-a", b_feed))
-        assert answer is not None and "error" in answer, answer
         answer = await _api(
             probe,
             f"$JS.API.CONSUMER.CREATE.{STREAM}.client-a.{s.feed_subject(ORG_A)}",
-            {"stream_name": STREAM, "config": {"name": "client-a", "durable_name": "client-a",
-                                               "filter_subjects": [b_feed], "ack_policy": "explicit"}},
+            _create("client-a", b_feed),
         )
-        assert answer is not None and "error" in answer, answer
+        assert answer is not None
+        assert "error" in answer, answer
+        answer = await _api(
+            probe,
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.client-a.{s.feed_subject(ORG_A)}",
+            {
+                "stream_name": STREAM,
+                "config": {
+                    "name": "client-a",
+                    "durable_name": "client-a",
+                    "filter_subjects": [b_feed],
+                    "ack_policy": "explicit",
+                },
+            },
+        )
+        assert answer is not None
+        assert "error" in answer, answer
         # A push consumer delivering to A's inbox with A's filter in the subject and B's in the body.
         answer = await _api(
             probe,
             f"$JS.API.CONSUMER.CREATE.{STREAM}.client-a.{s.feed_subject(ORG_A)}",
             _create("client-a", b_feed, deliver_subject="_INBOX_client-a.stolen"),
         )
-        assert answer is not None and "error" in answer, answer
+        assert answer is not None
+        assert "error" in answer, answer
 
         # Nor can it write into anyone's feed.
         for subject in (s.feed_subject(ORG_A, "memory.written"), s.feed_subject(ORG_B, "audit.memory.saved")):
