@@ -598,7 +598,9 @@ MEMORY_PURGED = Stream(
 )
 FEED = Stream(
     name="feed",
-    subject=f"{s.FEED_PREFIX}.*.>",
+    # ``engram.feed.>``, not ``engram.feed.*.>``: the webhooks durable's filter then matches no
+    # per-organization grant (``…CREATE.ENGRAM_FEED.*.engram.feed.*.>``, the gateway's).
+    subject=f"{s.FEED_PREFIX}.>",
     payload=FeedEvent,
     jetstream="ENGRAM_FEED",
     published_by=("ingest", "distill", "recall", "governance-audit"),
