@@ -24,7 +24,7 @@ class Endpoint:
     #: Fail (HTTP 503) the first this-many attempts of each webhook-id.
     fail_first: int = 0
     fail_all: bool = False
-    #: Verified deliveries: the parsed body, and the headers.
+    #: Verified deliveries: the parsed body, with the headers (``_headers``) and bytes (``_body``).
     received: list[dict[str, Any]] = field(default_factory=list)
     #: Attempts per webhook-id (failed ones included).
     attempts: dict[str, int] = field(default_factory=dict)
@@ -73,7 +73,7 @@ class Receiver:
         except WebhookVerificationError:
             endpoint.forged += 1
             return 401
-        endpoint.received.append({**payload, "_headers": headers})
+        endpoint.received.append({**payload, "_headers": headers, "_body": body})
         return 204
 
 
