@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -21,11 +22,17 @@ import httpx
 import nats
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
+from sqlalchemy import insert, select
 
 from contracts import subjects as s
 from contracts.common import Principal
+from services.governance_audit.webhooks.api import new_secret
+from services.governance_audit.webhooks.delivery import FEED_RETENTION_S, WebhookDelivery
 from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.db.engine import Database
+from shared.db.models import WEBHOOK_DELIVERIES, WEBHOOKS
 from shared.settings import EngramSettings
+from shared.time import utcnow
 from tests.conftest import nats_options
 from tests.platform import eventually
 from tests.support.servers import SecuredNatsServer
@@ -189,7 +196,7 @@ async def test_each_organization_sees_exactly_its_own_feed(
         assert {e["data"]["org_id"] for e in a.received} == {str(org_a)}
         assert {e["data"]["org_id"] for e in b.received} == {str(org_b)}
         assert a.forged == b.forged == 0
-        assert not any(MARKER in json.dumps(e) for e in a.received + b.received)
+        assert not any(MARKER.encode() in e["_body"] for e in a.received + b.received)
         assert all(e["_headers"]["webhook-id"] == e["data"]["event_id"] for e in a.received)
 
         # A's NATS platform client, through its own durable on A's feed.
@@ -300,6 +307,54 @@ async def test_webhooks_and_the_feed_belong_to_their_organization(
 
     deleted = await http.delete(f"/v1/webhooks/{webhook}", headers=admin(tokens, org_a))
     assert deleted.status_code == 200, deleted.text
+
+
+async def test_delivered_rows_older_than_the_feed_are_pruned_and_others_kept(db: Database) -> None:
+    """The worker drops delivered rows past the feed's retention; newer delivered, pending and dead
+    rows stay."""
+    webhook, now = uuid4(), utcnow()
+    async with db.transaction() as session:
+        await session.execute(
+            insert(WEBHOOKS).values(
+                id=webhook, org_id=uuid4(), url="http://x", secret=new_secret(), created_at=now
+            )
+        )
+        old = now - timedelta(seconds=FEED_RETENTION_S + 60)
+        for state, delivered_at in (
+            ("delivered", old),
+            ("delivered", now),
+            ("dead", None),
+            ("pending", None),
+        ):
+            await session.execute(
+                insert(WEBHOOK_DELIVERIES).values(
+                    webhook_id=webhook,
+                    org_id=uuid4(),
+                    event_id=uuid4(),
+                    event="memory.written",
+                    subject="s",
+                    payload=b"{}",
+                    state=state,
+                    next_attempt_at=now + timedelta(days=1),
+                    created_at=old,
+                    delivered_at=delivered_at,
+                )
+            )
+    worker = WebhookDelivery(db, attempts=1, backoff_s=(1.0,), timeout_s=1.0, allow_private=True)
+    try:
+        await worker._prune_delivered()
+    finally:
+        await worker.finished()
+    async with db.read() as session:
+        left = (
+            await session.execute(
+                select(WEBHOOK_DELIVERIES.c.state, WEBHOOK_DELIVERIES.c.delivered_at).where(
+                    WEBHOOK_DELIVERIES.c.webhook_id == webhook
+                )
+            )
+        ).all()
+    assert sorted(state for state, _ in left) == ["dead", "delivered", "pending"]
+    assert all(at is None or at > now - timedelta(days=1) for _, at in left)
 
 
 async def _true(value: bool) -> bool:

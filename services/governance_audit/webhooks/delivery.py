@@ -27,17 +27,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 from uuid import UUID, uuid4
 
 import httpx
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from standardwebhooks.webhooks import Webhook
 
 from contracts.errors import EngramError
+from contracts.operations import FEED, JETSTREAMS
 from services.governance_audit.webhooks.targets import check_target
 from shared.background import PeriodicWorker
 from shared.db.engine import Database
@@ -53,6 +55,9 @@ log = logging.getLogger(__name__)
 #: The dead letters' source (``engram.dlq.webhook``) and the consumer name of their keys.
 SOURCE = "webhook"
 _CONSUMER = "webhook-delivery"
+#: Delivered rows are kept as long as the feed stream keeps the events, pruned this often.
+FEED_RETENTION_S = next(d.max_age_seconds for d in JETSTREAMS if d.name == FEED.jetstream)
+_PRUNE_EVERY_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,7 @@ class WebhookDelivery(PeriodicWorker):
         self._own_client = client is None
         self._client = client or httpx.AsyncClient(follow_redirects=False, timeout=timeout_s)
         self.delivered = 0
+        self._next_prune = 0.0
 
     async def finished(self) -> None:
         if self._own_client:
@@ -123,7 +129,17 @@ class WebhookDelivery(PeriodicWorker):
     async def tick(self) -> None:
         while await self._round() == self._batch and not self.stopping:
             pass
+        if time.monotonic() >= self._next_prune:
+            await self._prune_delivered()
         self.interval_s = await self._until_next_due()
+
+    async def _prune_delivered(self) -> None:
+        """Delivered rows older than the feed keeps its events go (the bytes of an event need not
+        outlive the stream's copy); dead ones stay until replayed or their webhook is deleted."""
+        self._next_prune = time.monotonic() + _PRUNE_EVERY_S
+        cutoff = utcnow() - timedelta(seconds=FEED_RETENTION_S)
+        async with self._db.transaction() as session:
+            await session.execute(delete(D).where(D.c.state == "delivered", D.c.delivered_at < cutoff))
 
     async def _round(self) -> int:
         """Claim what is due, attempt it, record the outcomes; how many were claimed."""
