@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ class Endpoint:
     #: Fail (HTTP 503) the first this-many attempts of each webhook-id.
     fail_first: int = 0
     fail_all: bool = False
-    #: Verified deliveries: the parsed body, with the headers (``_headers``) and bytes (``_body``).
+    #: Verified deliveries: the parsed body, with the headers (``_headers``), bytes (``_body``) and
+    #: arrival (``_at``, ``time.perf_counter()``).
     received: list[dict[str, Any]] = field(default_factory=list)
     #: Attempts per webhook-id (failed ones included).
     attempts: dict[str, int] = field(default_factory=dict)
@@ -73,7 +75,7 @@ class Receiver:
         except WebhookVerificationError:
             endpoint.forged += 1
             return 401
-        endpoint.received.append({**payload, "_headers": headers, "_body": body})
+        endpoint.received.append({**payload, "_headers": headers, "_body": body, "_at": time.perf_counter()})
         return 204
 
 
