@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 from uuid import uuid4
 
 import pytest
+from pydantic import ValidationError
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from contracts import subjects as s
-from contracts.errors import InvalidRequest
+from contracts.errors import Forbidden, InvalidRequest
+from contracts.feeds import WebhookRegister
 from services.gateway.events import sse_frame
 from services.governance_audit.webhooks.api import new_secret
 from services.governance_audit.webhooks.delivery import Attempt, signed_request
@@ -90,8 +92,8 @@ def test_webhooks_choose_events_and_never_get_records_of_webhooks() -> None:
 )
 async def test_internal_addresses_are_refused_by_default(url: str) -> None:
     """Loopback, private, link-local (cloud metadata), CGNAT, unspecified and multicast targets are
-    refused unless the deployment allows private networks."""
-    with pytest.raises(InvalidRequest):
+    refused (FORBIDDEN) unless the deployment allows private networks."""
+    with pytest.raises(Forbidden):
         await check_target(url, allow_private=False)
     await check_target(url, allow_private=True)
 
@@ -113,6 +115,39 @@ async def test_malformed_targets_are_refused_even_when_private_networks_are_allo
 
 async def test_a_public_address_is_accepted() -> None:
     await check_target("https://93.184.215.14/hook", allow_private=False)
+
+
+async def test_a_host_that_cannot_resolve_is_forbidden_not_a_crash() -> None:
+    """A label longer than DNS allows (IDNA refuses to encode it) is refused like any unresolvable
+    host, and a bracketed host that is no IPv6 address like any host Engram may not call."""
+    with pytest.raises(Forbidden):
+        await check_target(f"https://{'0' * 200}/x", allow_private=False)
+    for allow_private in (False, True):
+        with pytest.raises(Forbidden):
+            await check_target("http://[00]/x", allow_private=allow_private)
+
+
+@pytest.mark.parametrize(
+    ("url", "valid"),
+    [
+        ("https://hooks.example.com/engram?x=1", True),
+        ("http://127.0.0.1:65535/a", True),
+        ("http://[::1]:8080/a", True),
+        ("http://h:65536/", False),
+        ("http://h:0/", False),
+        ("http://u@h/", False),
+        ("ftp://h/", False),
+        ("http://" + "a" * 254, False),
+    ],
+)
+def test_the_request_model_refuses_malformed_urls(url: str, valid: bool) -> None:
+    """Scheme, user info, port range and host length are the model's: schema-valid means well formed."""
+    try:
+        WebhookRegister(url=url)
+    except ValidationError:
+        assert not valid
+    else:
+        assert valid
 
 
 def test_a_signed_request_verifies_with_standardwebhooks_and_only_with_its_secret() -> None:

@@ -23,14 +23,20 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
-from contracts.errors import InvalidRequest
+from contracts.errors import Forbidden, InvalidRequest
 
 __all__ = ["check_target"]
 
 
 async def check_target(url: str, *, allow_private: bool) -> None:
-    """Refuse ``url`` (``INVALID_REQUEST``) unless it is one Engram may call."""
-    parts = urlsplit(url)
+    """Refuse ``url`` unless it is one Engram may call: ``FORBIDDEN`` for where it points (a
+    non-public address, or a host that does not resolve, so cannot be shown to be public);
+    ``INVALID_REQUEST`` for a malformed URL (the request model's pattern already refuses those)."""
+    try:
+        parts = urlsplit(url)
+        parts.hostname  # noqa: B018 (parses a bracketed host: "[00]" is no IPv6 address)
+    except ValueError:
+        raise Forbidden("a webhook URL's host must be a name or an address that Engram may call") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidRequest("a webhook URL is http:// or https:// with a host")
     if parts.username is not None or parts.password is not None:
@@ -43,12 +49,14 @@ async def check_target(url: str, *, allow_private: bool) -> None:
         return
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
-    except OSError:
-        raise InvalidRequest("the webhook URL's host does not resolve") from None
+    except (OSError, UnicodeError):  # UnicodeError: a label IDNA cannot encode (over 63 characters)
+        raise Forbidden(
+            "a webhook URL's host must resolve to a public address; this one does not resolve"
+        ) from None
     for info in infos:
         address = ipaddress.ip_address(info[4][0])
         if not address.is_global or address.is_multicast:
-            raise InvalidRequest(
+            raise Forbidden(
                 "a webhook URL may not point at a loopback, private, link-local or reserved address "
                 "(the deployment's operator may allow it: ENGRAM_WEBHOOK_ALLOW_PRIVATE_NETWORKS)"
             )

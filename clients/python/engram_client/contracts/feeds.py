@@ -27,7 +27,11 @@ __all__ = [
 
 #: Where a webhook may point: an http(s) URL (the deployment refuses its own internals unless
 #: told otherwise: ``ENGRAM_WEBHOOK_ALLOW_PRIVATE_NETWORKS``).
-_URL = r"^https?://[^\s/?#@]+(?::[0-9]{1,5})?(?:/[^\s#]*)?$"
+_URL = (
+    r"^https?://(?:\[[0-9A-Fa-f:.]{2,45}\]|[^\s/?#@:\[\]]{1,253})"
+    r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?"
+    r"(?:/[^\s#]*)?$"
+)
 
 
 class FeedEvent(RootModel[MemoryWritten | MemoryPurged | AuditEvent]):
