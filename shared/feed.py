@@ -1,4 +1,4 @@
-"""Each organization's feed (SPEC 11, docs/adr/0099-tenant-feeds.md): the outbox relay publishes a
+"""Each organization's feed (SPEC 11, docs/adr/0100-tenant-feeds.md): the outbox relay publishes a
 copy of every ``memory.written``, ``memory.purged`` and ``audit.<kind>`` event on
 ``engram.feed.<org_id>.<event>`` (the ``ENGRAM_FEED`` stream), so that an organization's platform
 clients, ``GET /v1/events`` and its webhooks can follow its own events — and, by subject

@@ -1,5 +1,5 @@
 """``GET /v1/events``: the caller's organization's feed as Server-Sent Events (SPEC 11,
-docs/adr/0099-tenant-feeds.md).
+docs/adr/0100-tenant-feeds.md).
 
 Each event is one message of ``engram.feed.<org_id>.>`` in the ``ENGRAM_FEED`` stream: ``id`` is
 its stream sequence, ``event`` what it is (``memory.written``, ``memory.purged``,

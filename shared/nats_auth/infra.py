@@ -52,7 +52,7 @@ How to read the lists (all `allow` lists; everything not allowed is refused):
 * Every service process runs `ensure_streams` (INFO/CREATE/UPDATE on Engram's streams) and an
   outbox relay over the one shared outbox table, which publishes whichever rows it claims:
   memory.written/purged, engram.audit.*.*, engram.dlq.> and each organization's feed copy of the
-  first three, engram.feed.<org_id>.<event> (docs/adr/0099-tenant-feeds.md).
+  first three, engram.feed.<org_id>.<event> (docs/adr/0100-tenant-feeds.md).
 * A durable pull consumer's rights name its stream, durable name and filter subject; no
   CONSUMER.DELETE/UPDATE, no STREAM.DELETE/PURGE for anyone.
 * Replies: request handlers answer through `allow_responses`; nobody may publish to inboxes.

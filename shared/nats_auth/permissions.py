@@ -284,7 +284,7 @@ def platform_permissions(
 
 
 def feed_follower_permissions(org_id: UUID, consumer: str) -> Permissions:
-    """Following one organization's feed (``engram.feed.<org_id>.>``, docs/adr/0099-tenant-feeds.md)
+    """Following one organization's feed (``engram.feed.<org_id>.>``, docs/adr/0100-tenant-feeds.md)
     and nothing else: live, as a core subscription; or durably, through the one consumer named
     ``consumer`` (the client's name: unique to it) on ENGRAM_FEED, created only with a filter
     inside its organization — the filter is part of the create subject, and nats-server refuses a

@@ -1,5 +1,5 @@
 """Tenant feed benchmark: how long after a save an organization's SSE client and webhook receiver
-have its ``memory.written`` event (docs/adr/0099-tenant-feeds.md).
+have its ``memory.written`` event (docs/adr/0100-tenant-feeds.md).
 
 One stack on this machine (a fresh nats-server, a throwaway database, the services and the HTTP
 gateway in-process, hashing embedder). One organization saves one entry at a time at ``--rate``

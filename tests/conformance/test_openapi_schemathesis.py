@@ -75,7 +75,7 @@ async def _schemathesis(gateway: str, tmp: Path, phases: str, *headers: str) -> 
         "false",
         "--generation-database",
         "none",
-        # A stream that ends only when the token expires (docs/adr/0099-tenant-feeds.md): its
+        # A stream that ends only when the token expires (docs/adr/0100-tenant-feeds.md): its
         # refusals and its events are tested in tests/integration/test_tenant_feeds.py.
         "--exclude-path",
         "/v1/events",

@@ -1,4 +1,4 @@
-"""A feed per tenant end to end (SPEC 11, docs/adr/0099-tenant-feeds.md), on the real stack: NATS
+"""A feed per tenant end to end (SPEC 11, docs/adr/0100-tenant-feeds.md), on the real stack: NATS
 with the generated users, the services, Postgres, the HTTP gateway, and a webhook receiver that
 verifies every request with the ``standardwebhooks`` library.
 

@@ -1,4 +1,4 @@
-"""Where a webhook may point (the SSRF rule, docs/adr/0099-tenant-feeds.md).
+"""Where a webhook may point (the SSRF rule, docs/adr/0100-tenant-feeds.md).
 
 A tenant chooses the URL and Engram makes the request, from inside the deployment: a URL naming
 Postgres, NATS' monitoring port, a cloud metadata endpoint (169.254.169.254) or any other internal

@@ -71,7 +71,7 @@ DEAD_LETTER_PREFIX = "engram.dlq"
 #: ``engram.feed.<org_id>.<event>``: one organization's copy of its ``memory.written``,
 #: ``memory.purged`` and ``audit.<kind>`` events (the same bytes), in the ``ENGRAM_FEED`` stream —
 #: what that organization's platform clients, ``GET /v1/events`` and its webhooks follow
-#: (docs/adr/0099-tenant-feeds.md). ``<event>`` is the original subject without ``engram.``.
+#: (docs/adr/0100-tenant-feeds.md). ``<event>`` is the original subject without ``engram.``.
 FEED_PREFIX = "engram.feed"
 #: The events a feed carries (``audit`` stands for every ``audit.<kind>``).
 FEED_EVENTS = ("memory.written", "memory.purged", "audit")

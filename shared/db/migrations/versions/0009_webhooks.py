@@ -4,7 +4,7 @@ Revision ID: 0009
 Revises: 0008
 Create Date: 2026-12-03
 
-Two new tables (docs/adr/0099-tenant-feeds.md): ``webhooks`` (one row per registered endpoint,
+Two new tables (docs/adr/0100-tenant-feeds.md): ``webhooks`` (one row per registered endpoint,
 with its signing secret) and ``webhook_deliveries`` (one row per event and webhook: its state,
 attempts and when it is tried next; the due ones are found through a partial index). Nothing
 existing changes, so the release before this one runs on a database that has them.
