@@ -89,6 +89,7 @@ bench: install-model
 	$(BIN)/python -m tests.bench.gateway
 	$(BIN)/python -m tests.bench.agents
 	$(BIN)/python -m tests.bench.noisy_neighbour
+	$(BIN)/python -m tests.bench.feeds
 	$(BIN)/python -m tests.bench.startup
 
 ## Resident size of `engram up` under steady load for 10 minutes (should stay flat within ±10%).

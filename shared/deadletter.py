@@ -34,6 +34,7 @@ __all__ = [
     "dead_letter_all",
     "delivery_key",
     "is_jetstream",
+    "record_dead_letter",
     "refuse_forged",
 ]
 
@@ -107,21 +108,65 @@ async def dead_letter(
     return bool(await _dead_letter_many(session, [(msg, rejection)], consumer=consumer, source=source))
 
 
+async def record_dead_letter(
+    session: AsyncSession,
+    *,
+    key: str,
+    subject: str,
+    data: bytes,
+    deliveries: int,
+    rejection: Rejection,
+    consumer: str,
+    source: str,
+) -> bool:
+    """Queue what failed (``data`` as published on ``subject``, tried ``deliveries`` times) for
+    the dead-letter stream and audit it, once per ``key`` of ``consumer``; False if it already was
+    (also what a worker that is no stream consumer uses: webhook deliveries)."""
+    failed = _Failed(key, subject, data, deliveries, rejection)
+    return bool(await _record_many(session, [failed], consumer=consumer, source=source))
+
+
+@dataclass(frozen=True)
+class _Failed:
+    key: str
+    subject: str
+    data: bytes
+    deliveries: int
+    rejection: Rejection
+
+
 async def _dead_letter_many(
     session: AsyncSession, rejected: Sequence[tuple[Msg, Rejection]], *, consumer: str, source: str
 ) -> int:
-    """:func:`dead_letter` for several messages in a handful of statements whatever their number
-    (one inbox claim, one audit append per organization, one outbox insert): a flood refused a
-    batch at a time costs its neighbours little. Returns how many were not dead-lettered before."""
-    keyed: dict[str, tuple[Msg, Rejection]] = {}
-    for msg, rejection in rejected:
-        keyed.setdefault(delivery_key(msg), (msg, rejection))
+    failed = [
+        _Failed(
+            delivery_key(msg),
+            msg.subject,
+            msg.data,
+            msg.metadata.num_delivered if is_jetstream(msg) else 1,
+            rejection,
+        )
+        for msg, rejection in rejected
+    ]
+    return await _record_many(session, failed, consumer=consumer, source=source)
+
+
+async def _record_many(
+    session: AsyncSession, failed: Sequence[_Failed], *, consumer: str, source: str
+) -> int:
+    """:func:`record_dead_letter` for several failures in a handful of statements whatever their
+    number (one inbox claim, one audit append per organization, one outbox insert): a flood
+    refused a batch at a time costs its neighbours little. Returns how many were not
+    dead-lettered before."""
+    keyed: dict[str, _Failed] = {}
+    for each in failed:
+        keyed.setdefault(each.key, each)
     claimed = await claim_inbox_many(session, f"{consumer}:dlq", list(keyed))
-    todo = [(key, msg, rejection) for key, (msg, rejection) in keyed.items() if key in claimed]
+    todo = [each for key, each in keyed.items() if key in claimed]
     by_org: dict[UUID, list[audit.AuditEntry]] = {}
     letters: list[tuple[str, BaseModel, UUID, dict[str, str] | None]] = []
-    for key, msg, rejection in todo:
-        deliveries = msg.metadata.num_delivered if is_jetstream(msg) else 1
+    for each in todo:
+        rejection = each.rejection
         by_org.setdefault(rejection.org_id, []).append(
             audit.AuditEntry(
                 kind=f"{source}.rejected",
@@ -130,22 +175,22 @@ async def _dead_letter_many(
                     "code": rejection.code,
                     "reason": rejection.reason,
                     "event_id": rejection.original_event_id,
-                    "delivery": key,
-                    "deliveries": deliveries,
+                    "delivery": each.key,
+                    "deliveries": each.deliveries,
                 },
             )
         )
-        kept, kinds = redact_pii(msg.data.decode("utf-8", "replace"))
+        kept, kinds = redact_pii(each.data.decode("utf-8", "replace"))
         letter = DeadLetter(
-            event_id=uuid5(NAMESPACE_URL, f"engram-dlq:{consumer}:{key}"),
-            source_subject=msg.subject,
+            event_id=uuid5(NAMESPACE_URL, f"engram-dlq:{consumer}:{each.key}"),
+            source_subject=each.subject,
             original_event_id=rejection.original_event_id,
             code=rejection.code,
             reason=rejection.reason,
             details=rejection.details,
-            deliveries=deliveries,
+            deliveries=each.deliveries,
             original_b64=base64.b64encode(kept.encode()).decode(),
-            original_sha256=hashlib.sha256(msg.data).hexdigest(),
+            original_sha256=hashlib.sha256(each.data).hexdigest(),
             redactions=kinds,
             org_id=rejection.org_id,
         )

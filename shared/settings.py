@@ -342,6 +342,27 @@ class EngramSettings(BaseSettings):
     page_token_ttl_s: int = Field(
         default=3600, ge=60, description="Seconds a list or export page token stays valid."
     )
+    webhook_attempts: int = Field(
+        default=8,
+        ge=1,
+        le=100,
+        description="Attempts to deliver one event to a webhook before it is dead-lettered "
+        "(engram.dlq.webhook; replay with POST /v1/webhooks/{id}/replay).",
+    )
+    webhook_backoff_s: tuple[float, ...] = Field(
+        default=(5.0, 30.0, 120.0, 600.0, 1800.0, 3600.0),
+        description="Seconds before a webhook delivery is tried again, by failed attempt (a JSON "
+        "list; the last step repeats).",
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, le=60, description="Seconds a webhook receiver has to answer one delivery."
+    )
+    webhook_allow_private_networks: bool = Field(
+        default=False,
+        description="Let webhooks point at loopback, private, link-local and other non-public "
+        "addresses (tests, a receiver on the same private network). Off: such URLs are refused at "
+        "registration and at every delivery, so a tenant cannot reach the deployment's internals.",
+    )
 
     # -- Telemetry and logs --------------------------------------------------------------------
     otel_exporter: str = Field(

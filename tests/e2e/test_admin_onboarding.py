@@ -56,7 +56,8 @@ def settings(
 
 def _blocks() -> list[str]:
     """The bash blocks of "Onboarding through the admin API": onboarding, a session, a recall."""
-    section = README.read_text().split("### Onboarding through the admin API", 1)[1].split("\n## ", 1)[0]
+    section = README.read_text().split("### Onboarding through the admin API", 1)[1]
+    section = section.split("\n## ", 1)[0].split("\n### ", 1)[0]
     return [part.split("```", 1)[0] for part in section.split("```bash\n")[1:]]
 
 

@@ -289,6 +289,15 @@ def _bases(w: World) -> dict[str, dict[str, Any]]:
             "ttl_seconds": 600,
         },
         "admin.token.revoke": {"org_id": str(uuid4()), "token_id": "fuzz-token"},
+        # A private address: refused (no DNS lookup, nothing registered that would call out).
+        "webhooks.register": {
+            "url": "http://127.0.0.1:9/fuzz",
+            "description": "fuzz",
+            "events": ["memory.written"],
+        },
+        "webhooks.list": {},
+        "webhooks.delete": {"webhook_id": str(uuid4())},
+        "webhooks.replay": {"webhook_id": str(uuid4()), "event_ids": [str(uuid4())]},
     }
 
 

@@ -85,6 +85,11 @@ def bodies(
             "permissions": ["memory.read", "memory.write", "memory.admin", "memory.purge"],
         },
         "engram.admin.token.revoke": {"org_id": str(org), "token_id": "any"},
+        # A private address: refused whoever asks (no DNS lookup, no delivery leaves the machine).
+        "engram.webhooks.register": {"url": "http://127.0.0.1:9/hook"},
+        "engram.webhooks.list": {},
+        "engram.webhooks.delete": {"webhook_id": str(agent)},
+        "engram.webhooks.replay": {"webhook_id": str(agent)},
     }
 
 

@@ -60,6 +60,7 @@ def test_public_requests_are_every_request_subject_of_the_contract() -> None:
         subjects.HEALTH_PREFIX,
         # Internal core NATS, like liveness: the admin API's revocations to every process.
         subjects.ADMIN_REVOKED,
+        subjects.FEED_PREFIX,
     }
     assert constants - streamed - prefixes == set(PUBLIC_REQUESTS)
 

@@ -50,6 +50,17 @@ from engram_client.contracts.events import (
     MemoryWritten,
     SessionEnded,
 )
+from engram_client.contracts.feeds import (
+    FeedEvent,
+    WebhookCreated,
+    WebhookDelete,
+    WebhookDeleted,
+    WebhookList,
+    WebhookPage,
+    WebhookRegister,
+    WebhookReplay,
+    WebhookReplayed,
+)
 from engram_client.contracts.governance import (
     DeleteRequest,
     ExportRequest,
@@ -110,6 +121,7 @@ __all__ = [
     "DISTILL_SESSIONS",
     "EMBED_PURGED",
     "EMBED_WRITTEN",
+    "FEED",
     "INGEST_SESSIONS",
     "JETSTREAMS",
     "MAX_REQUEST_BYTES",
@@ -135,6 +147,11 @@ __all__ = [
     "SESSION_SUBMIT",
     "SESSION_VALIDATED",
     "STREAMS",
+    "WEBHOOKS_DELETE",
+    "WEBHOOKS_FANOUT",
+    "WEBHOOKS_LIST",
+    "WEBHOOKS_REGISTER",
+    "WEBHOOKS_REPLAY",
     "Consumer",
     "HttpMethod",
     "Operation",
@@ -156,7 +173,7 @@ Rep = TypeVar("Rep", bound=BaseModel)
 #: What a token must hold for the operation at all (``shared.auth`` checks it; handlers may check
 #: more, e.g. ``memory.admin`` to act on another owner's memory). ``deployment.operator`` and
 #: ``tenant.admin`` are the deployment's, no organization's (``shared.auth.OPERATOR``,
-#: ``shared.auth.TENANT_ADMIN``: docs/adr/0102-admin-api.md).
+#: ``shared.auth.TENANT_ADMIN``: docs/adr/0103-admin-api.md).
 Permission = Literal[
     "memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator", "tenant.admin"
 ]
@@ -529,7 +546,7 @@ OPS_LAG = _op(
     "(the whole deployment's: its operator's only).",
 )
 
-# Administration of tenants (SPEC 11): the deployment operator's, tenant.admin (docs/adr/0102-admin-api.md).
+# Administration of tenants (SPEC 11): the deployment operator's, tenant.admin (docs/adr/0103-admin-api.md).
 ADMIN_ORG_CREATE = _op(
     s.ADMIN_ORG_CREATE, "POST /v1/admin/organizations", "tenant.admin", OrgCreate, Organization,
     served_by="governance-audit", client=("admin_create_org", "name"),
@@ -591,6 +608,27 @@ ADMIN_TOKEN_REVOKE = _op(
     served_by="governance-audit", client=("admin_revoke_token", "org_id", "token_id"),
     summary="Refuse a token (by its id) from now on, before it expires.",
 )
+WEBHOOKS_REGISTER = _op(
+    s.WEBHOOKS_REGISTER, "POST /v1/webhooks", "memory.admin", WebhookRegister, WebhookCreated,
+    served_by="governance-audit", client=("register_webhook", "url"),
+    summary="Register a webhook for the organization's feed (Standard Webhooks, signed with the "
+    "secret answered this once); events from now on are delivered at least once, with retries.",
+)
+WEBHOOKS_LIST = _op(
+    s.WEBHOOKS_LIST, "GET /v1/webhooks", "memory.admin", WebhookList, WebhookPage,
+    served_by="governance-audit", client="webhooks",
+    summary="The organization's webhooks and their deliveries' counts (never their secrets).",
+)
+WEBHOOKS_DELETE = _op(
+    s.WEBHOOKS_DELETE, "DELETE /v1/webhooks/{webhook_id}", "memory.admin", WebhookDelete,
+    WebhookDeleted, served_by="governance-audit", client=("delete_webhook", "webhook_id"),
+    summary="Remove a webhook; deliveries still waiting are dropped.",
+)
+WEBHOOKS_REPLAY = _op(
+    s.WEBHOOKS_REPLAY, "POST /v1/webhooks/{webhook_id}/replay", "memory.admin", WebhookReplay,
+    WebhookReplayed, served_by="governance-audit", client=("replay_webhook", "webhook_id"),
+    summary="Deliver a webhook's dead-lettered events again (or the named events), from the first try.",
+)
 # fmt: on
 
 ADMIN_OPERATIONS: tuple[Operation[Any, Any], ...] = (
@@ -627,6 +665,10 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     OPS_DEAD_LETTERS,
     OPS_LAG,
     *ADMIN_OPERATIONS,
+    WEBHOOKS_REGISTER,
+    WEBHOOKS_LIST,
+    WEBHOOKS_DELETE,
+    WEBHOOKS_REPLAY,
 )
 
 # -- streams ------------------------------------------------------------------------------------
@@ -676,6 +718,18 @@ MEMORY_PURGED = Stream(
     published_by=("distill", "governance-audit"),
     summary="What was erased (ids and scope), counts, and who asked.",
 )
+FEED = Stream(
+    name="feed",
+    # ``engram.feed.>``, not ``engram.feed.*.>``: the webhooks durable's filter then matches no
+    # per-organization grant (``…CREATE.ENGRAM_FEED.*.engram.feed.*.>``, the gateway's).
+    subject=f"{s.FEED_PREFIX}.>",
+    payload=FeedEvent,
+    jetstream="ENGRAM_FEED",
+    published_by=("ingest", "distill", "recall", "governance-audit"),
+    summary="engram.feed.<org_id>.<event>: one organization's copy of its memory.written, "
+    "memory.purged and audit.<kind> events (ids and metadata, never text); its platform clients "
+    "may follow their own organization's and no other.",
+)
 
 STREAMS: tuple[Stream, ...] = (
     SESSION_ENDED,
@@ -701,6 +755,7 @@ STREAMS: tuple[Stream, ...] = (
         summary="engram.dlq.<source>: an event that could not be processed, with the reason and "
         "original bytes.",
     ),
+    FEED,
 )
 
 # -- stream consumers ---------------------------------------------------------------------------
@@ -728,6 +783,10 @@ EMBED_PURGED = Consumer(
     "embed", "embed-purge", MEMORY_PURGED, batch_size=256, timeout_s=0.02, dead_letter_source="embed",
     signed=True, summary="Delete the vectors of purged and pruned entries.",
 )
+WEBHOOKS_FANOUT = Consumer(
+    "governance-audit", "webhooks", FEED, batch_size=100, timeout_s=0.05, dead_letter_source="webhook",
+    signed=True, summary="Queue each feed event for its organization's webhooks (delivered by a worker).",
+)
 
 CONSUMERS: tuple[Consumer, ...] = (
     INGEST_SESSIONS,
@@ -735,6 +794,7 @@ CONSUMERS: tuple[Consumer, ...] = (
     DISTILL_SAVES,
     EMBED_WRITTEN,
     EMBED_PURGED,
+    WEBHOOKS_FANOUT,
 )
 # fmt: on
 
@@ -780,6 +840,11 @@ JETSTREAMS: tuple[StreamDef, ...] = (
         "ENGRAM_DLQ",
         max_age_seconds=7 * 24 * 3600,
         description="Events that could not be processed, with the reason.",
+    ),
+    _jetstream(
+        "ENGRAM_FEED",
+        max_age_seconds=7 * 24 * 3600,
+        description="Each organization's feed: copies of its memory and audit events; never memory text.",
     ),
 )
 

@@ -8,7 +8,7 @@ Create Date: 2026-12-03
 the organization was disabled — its tokens and platform clients are refused from then on.
 ``revoked_tokens`` holds the ids (``jti``) of tokens refused before they expire, with that expiry
 so a row can be dropped once it no longer matters. Every service reads both at start and follows
-``engram.admin.revoked`` after (docs/adr/0102-admin-api.md).
+``engram.admin.revoked`` after (docs/adr/0103-admin-api.md).
 """
 from collections.abc import Sequence
 
