@@ -1,7 +1,7 @@
 """administration of tenants: registered organizations and revoked tokens
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-03
 
 ``organizations`` holds what the admin API registers (``engram.admin.org.*``): a name, and when
@@ -16,8 +16,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision: str = "0009"
-down_revision: str | None = "0008"
+revision: str = "0010"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
