@@ -122,7 +122,6 @@ schema: install
 	$(BIN)/python -m engram_client.generate
 	$(BIN)/python -m shared.nats_auth.infra
 	$(BIN)/python -m services.config_reference
-	$(BIN)/python -m services.mcp.initialize_export
 ifneq ($(NPM),)
 	cd $(TS) && npm run --silent generate
 endif

@@ -410,11 +410,8 @@ def mcp(
     The agent is who ENGRAM_TOKEN says, and nobody else: the connection file's own token (engram
     up's, with every permission) is never used for it."""
     import asyncio
-    import threading
 
     from engram_client.contracts.connection import ConnectionInfo, connection_file
-
-    from services.mcp.early import EarlyStdio
 
     if not token:
         raise typer.BadParameter(
@@ -437,30 +434,13 @@ def mcp(
         if base is not None and base.nats_url == url
         else ConnectionInfo(nats_url=url)
     )
-    # The client waits for the answer to initialize: it is given from the record of the SDK's
-    # answer while a thread loads the SDK and the server, which then serve the session
-    # (services/mcp/early.py; docs/adr/0092-commands-that-start-fast.md).
-    early = EarlyStdio.claim()
-    loading = threading.Thread(target=_load_mcp_server, name="engram-mcp-load", daemon=True)
-    loading.start()
-    early.answer_initialize()
-    loading.join()
-
+    # The MCP SDK (most of what this command imports) is loaded only once the arguments are good.
     from services.mcp.caller import Caller
     from services.mcp.stdio import serve_stdio
     from shared.logging import setup_logging
 
     setup_logging("WARNING", json=False)
-    asyncio.run(serve_stdio(info, Caller(token=token, agent_config_id=target, session_id=session), early))
-
-
-def _load_mcp_server() -> None:
-    """Import what ``engram mcp`` serves with (a failure is raised again where it is imported)."""
-    import contextlib
-
-    for module in ("services.mcp.stdio", "shared.logging"):
-        with contextlib.suppress(Exception):
-            __import__(module)  # not importlib's: `python -X importtime` lists what __import__ loads
+    asyncio.run(serve_stdio(info, Caller(token=token, agent_config_id=target, session_id=session)))
 
 
 @app.command()

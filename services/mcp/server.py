@@ -19,7 +19,6 @@ import nats.errors
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from nats.aio.client import Client
 from pydantic import BaseModel, ValidationError
@@ -177,14 +176,6 @@ class _EngramMCPServer(MCPServer):
         super().__init__("engram", tools=list(tools), **options)
         self._allowed = {tool.name: list(tool.fn_metadata.arg_model.model_fields) for tool in tools}
 
-    async def run_stdio_async(self, stdin: Any = None, stdout: Any = None) -> None:
-        """Serve over stdio — on ``stdin`` and ``stdout`` (anyio text files, or objects that read
-        and write lines as they do) when given: ``engram mcp``'s wire after its early answer
-        (``services/mcp/early.py``)."""
-        async with stdio_server(stdin, stdout) as (read_stream, write_stream):
-            lowlevel = self._lowlevel_server
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
-
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
     ) -> CallToolResult | InputRequiredResult:
@@ -223,7 +214,7 @@ def _tool(decl: ToolDecl, tools: _Tools) -> Tool:
     )
 
 
-def build_server(nc: Client, callers: CallerSource, *, timeout: float = 10.0) -> _EngramMCPServer:
+def build_server(nc: Client, callers: CallerSource, *, timeout: float = 10.0) -> MCPServer:
     """An MCP server whose tools reach Engram over ``nc`` as the caller ``callers`` names."""
     tools = _Tools(nc, callers, timeout)
     # The SDK calls logging.basicConfig with this level (a no-op where Engram's logging is set up):

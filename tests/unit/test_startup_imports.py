@@ -1,12 +1,11 @@
 """What the ``engram`` commands import, read from ``python -X importtime`` of the command itself
 (docs/adr/0092-commands-that-start-fast.md): ``engram --help`` nothing of the client or the server,
 a command that only talks to a running deployment the thin client and nothing of the server, and
-``engram mcp`` its first answer on the standard library alone and nothing of the server's storage,
-vectors or embedder at all. An import of such a module put back at module level fails here."""
+``engram mcp`` nothing of the server's storage, vectors or embedder. An import of such a module
+put back at module level fails here."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -105,21 +104,6 @@ def test_a_command_that_talks_to_engram_loads_only_the_thin_client(args: list[st
     )
     assert "engram_client.client" in modules  # it got as far as the client
     assert offending(modules, NOT_FOR_THE_CLIENT) == []
-
-
-def test_the_early_answer_needs_only_the_standard_library() -> None:
-    """``engram mcp`` answers ``initialize`` from ``services.mcp.early`` while the SDK loads."""
-    code = (
-        "import json, sys; before = set(sys.modules); import services.mcp.early; "
-        "print(json.dumps(sorted(set(sys.modules) - before)))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=clean_env(), check=True
-    )
-    loaded = json.loads(done.stdout)
-    assert "services.mcp.early" in loaded
-    ours = {"services", "services.mcp", "services.mcp.early"}
-    assert [m for m in loaded if m not in ours and m.split(".")[0] not in sys.stdlib_module_names] == []
 
 
 def test_engram_mcp_loads_nothing_of_the_server(tmp_path: Path) -> None:
