@@ -49,6 +49,7 @@ MODEL_MODULES = (
     "contracts.config",
     "contracts.recall",
     "contracts.governance",
+    "contracts.feeds",
 )
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 _JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

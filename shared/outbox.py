@@ -24,6 +24,7 @@ from sqlmodel import col
 from shared.background import PeriodicWorker
 from shared.db.engine import Database
 from shared.db.models import INBOX, OUTBOX, OutboxMessage
+from shared.feed import feed_copy_subject
 from shared.metrics import OUTBOX_BACKLOG, OUTBOX_PUBLISHED
 from shared.provenance import MessageSigner
 from shared.telemetry import inject_trace_headers
@@ -212,16 +213,22 @@ class OutboxRelay(PeriodicWorker):
             )
             if not rows:
                 return 0
+            publishes = [(row.subject, row.payload, row.headers, str(row.event_id)) for row in rows]
+            # Each organization's copy of its memory and audit events (shared.feed): the same
+            # bytes and message id, on its own subject in ENGRAM_FEED (a stream of its own, so
+            # the id is no duplicate there).
+            for row in rows:
+                feed = feed_copy_subject(row.subject, row.payload)
+                if feed is not None:
+                    publishes.append((feed, row.payload, {}, str(row.event_id)))
             await asyncio.gather(
                 *(
                     self._js.publish(
-                        row.subject,
-                        row.payload,
-                        headers=self._signer.sign(
-                            row.subject, row.payload, {**row.headers, "Nats-Msg-Id": str(row.event_id)}
-                        ),
+                        subject,
+                        payload,
+                        headers=self._signer.sign(subject, payload, {**headers, "Nats-Msg-Id": msg_id}),
                     )
-                    for row in rows
+                    for subject, payload, headers, msg_id in publishes
                 )
             )
             await session.execute(

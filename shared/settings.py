@@ -176,6 +176,21 @@ class EngramSettings(BaseSettings):
         "a class left out is not limited. Over budget: `RATE_LIMITED` (HTTP 429 with `Retry-After`); a "
         "session is dead-lettered. Shared by replicas through `ENGRAM_REDIS_URL`. Empty: no limits.",
     )
+    edge_workers: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Requests of one operation a service answers at once; one organization holds at most "
+        "half of them (at least one), so another's request never waits behind its backlog "
+        "(docs/adr/0100-fair-share.md).",
+    )
+    edge_org_queue: int = Field(
+        default=64,
+        ge=1,
+        le=100_000,
+        description="Requests of one organization that may wait for one operation in a service; more are "
+        "answered `RATE_LIMITED` (retry after 1 s) instead of queued.",
+    )
 
     # -- distill -------------------------------------------------------------------------------
     distill_model_url: str = Field(
@@ -326,6 +341,27 @@ class EngramSettings(BaseSettings):
     )
     page_token_ttl_s: int = Field(
         default=3600, ge=60, description="Seconds a list or export page token stays valid."
+    )
+    webhook_attempts: int = Field(
+        default=8,
+        ge=1,
+        le=100,
+        description="Attempts to deliver one event to a webhook before it is dead-lettered "
+        "(engram.dlq.webhook; replay with POST /v1/webhooks/{id}/replay).",
+    )
+    webhook_backoff_s: tuple[float, ...] = Field(
+        default=(5.0, 30.0, 120.0, 600.0, 1800.0, 3600.0),
+        description="Seconds before a webhook delivery is tried again, by failed attempt (a JSON "
+        "list; the last step repeats).",
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, le=60, description="Seconds a webhook receiver has to answer one delivery."
+    )
+    webhook_allow_private_networks: bool = Field(
+        default=False,
+        description="Let webhooks point at loopback, private, link-local and other non-public "
+        "addresses (tests, a receiver on the same private network). Off: such URLs are refused at "
+        "registration and at every delivery, so a tenant cannot reach the deployment's internals.",
     )
 
     # -- Telemetry and logs --------------------------------------------------------------------

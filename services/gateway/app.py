@@ -28,6 +28,7 @@ from services.gateway.bridge import Bridge
 from services.gateway.console import console_mount
 from services.gateway.console.web import PREFIX as CONSOLE_PREFIX
 from services.gateway.docs import docs_routes
+from services.gateway.events import EVENTS_PATH, events_endpoint
 from services.gateway.payloads import Shape, decode_object, read_limited
 from shared.auth import TokenVerifier
 from shared.metrics import HTTP_REQUESTS, HTTP_SECONDS, exposition
@@ -207,8 +208,8 @@ def _by_method(endpoints: dict[str, Endpoint]) -> Endpoint:
     return endpoint
 
 
-def routes(bridge: Bridge) -> list[Route]:
-    """Every route of the table (one per path), and the probes."""
+def routes(bridge: Bridge, tokens: TokenVerifier) -> list[Route]:
+    """Every route of the table (one per path), the event feed, and the probes."""
     by_path: dict[str, dict[str, Endpoint]] = {}
     for op in OPERATIONS:
         endpoint = _export_endpoint(bridge) if op is MEMORY_EXPORT else _operation_endpoint(bridge, op)
@@ -216,7 +217,10 @@ def routes(bridge: Bridge) -> list[Route]:
     table = [
         Route(path, _by_method(endpoints), methods=list(endpoints)) for path, endpoints in by_path.items()
     ]
-    return table + _probes(bridge)
+    events = Route(
+        EVENTS_PATH, _counted("events", events_endpoint(bridge, tokens, error_response)), methods=["GET"]
+    )
+    return [*table, events, *_probes(bridge)]
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -259,7 +263,7 @@ def build_app(
 
     app = Starlette(
         routes=[
-            *routes(bridge),
+            *routes(bridge, tokens),
             Route("/mcp", endpoint=mcp_app),
             Route(CONSOLE_PREFIX, console_root, methods=["GET"]),
             console_mount(bridge, tokens),

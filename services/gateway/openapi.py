@@ -15,13 +15,16 @@ import copy
 import sys
 from typing import Any
 
+from contracts import subjects as s
 from contracts.common import PRINCIPAL_REF_PATTERN
 from contracts.errors import ERROR_ENVELOPE_SCHEMA
+from contracts.feeds import FeedEvent
 from contracts.governance import EntryView
-from contracts.operations import MEMORY_EXPORT, OPERATIONS, Operation
+from contracts.operations import MEMORY_EXPORT, OPERATIONS, WEBHOOKS_LIST, Operation
 from contracts.schema_export import component_schema, document_main, engram_version
 from services.gateway.app import JSONL
 from services.gateway.docs import OPENAPI_FILE
+from services.gateway.events import EVENTS_PATH
 from services.gateway.payloads import Shape
 from shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
@@ -159,12 +162,56 @@ def _probe(
     }
 
 
+def _events(schemas: dict[str, Any]) -> dict[str, Any]:
+    """``GET /v1/events`` (services/gateway/events.py): a stream, so no operation of the table."""
+    event = component_schema(FeedEvent, schemas, _SCHEMAS)
+    return {
+        "get": {
+            "operationId": "events",
+            "summary": "The organization's feed as Server-Sent Events: its memory.written, memory.purged "
+            "and audit records (ids and metadata, never memory text). Each event's id is its position "
+            "in the ENGRAM_FEED stream; reconnect with Last-Event-ID to resume after it, losing nothing "
+            "the stream still keeps. Without one, events from now on (from_start=true: all kept).",
+            "tags": ["gateway"],
+            "parameters": [
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"},
+                    "description": "Resume after this event (its id).",
+                },
+                {
+                    "name": "last_event_id",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"},
+                    "description": "The same, for clients that cannot set the header.",
+                },
+                {"name": "from_start", "in": "query", "required": False, "schema": {"type": "boolean"}},
+            ],
+            "responses": {
+                "200": {
+                    "description": "text/event-stream: `id: <seq>`, `event: <memory.written | "
+                    "memory.purged | audit.<kind>>`, `data: <FeedEvent JSON>`; comment lines keep an "
+                    "idle stream open. It ends when the token expires.",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}, "x-event-data": event}},
+                },
+                **{k: v for k, v in _errors(WEBHOOKS_LIST).items() if k != "429"},
+            },
+            "x-nats-subject": s.feed_subject("{org_id}"),
+            "x-engram-permission": "memory.admin",
+        }
+    }
+
+
 def build_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document, as JSON-compatible data."""
     schemas: dict[str, Any] = {"ErrorReply": ERROR_ENVELOPE_SCHEMA}
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
         paths.setdefault(op.http_path, {})[op.http_method.lower()] = _operation(op, schemas)
+    paths[EVENTS_PATH] = _events(schemas)
     paths["/healthz"] = _probe("Liveness: the gateway answers.", {"200": "Alive."})
     paths["/readyz"] = _probe(
         "Readiness: NATS reachable and every service (ingest, distill, embed, recall, "

@@ -15,6 +15,8 @@ from services.governance_audit.export import export_page
 from services.governance_audit.inspect import get_entry, list_entries
 from services.governance_audit.manage import manage_entry
 from services.governance_audit.ops_api import dead_letters, lag
+from services.governance_audit.webhooks.api import Webhooks
+from services.governance_audit.webhooks.fanout import subscribe_fanout
 from shared.access import Caller
 from shared.cache import ResultCache
 from shared.edge import route
@@ -26,8 +28,11 @@ __all__ = ["build_router"]
 QUEUE = "governance-audit"
 
 
-def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None = None) -> NatsRouter:
+def build_router(
+    infra: Infra, erasures: Erasures, webhooks: Webhooks, results: ResultCache | None = None
+) -> NatsRouter:
     router = NatsRouter()
+    subscribe_fanout(router, infra, webhooks.wake)
     pages = PageTokens(infra.settings.signing_keys(), ttl_s=infra.settings.page_token_ttl_s)
     db = infra.db
 
@@ -61,6 +66,10 @@ def build_router(infra: Infra, erasures: Erasures, results: ResultCache | None =
             route(ops.MEMORY_DELETE, erasures.delete),
             route(ops.MEMORY_PURGE, erasures.purge),
             route(ops.MEMORY_PRUNE, erasures.prune),
+            route(ops.WEBHOOKS_REGISTER, webhooks.register),
+            route(ops.WEBHOOKS_LIST, webhooks.list),
+            route(ops.WEBHOOKS_DELETE, webhooks.delete),
+            route(ops.WEBHOOKS_REPLAY, webhooks.replay),
         ],
     )
     return router

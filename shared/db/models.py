@@ -25,6 +25,8 @@ __all__ = [
     "LEXICAL_TERMS",
     "OUTBOX",
     "RECALLS",
+    "WEBHOOKS",
+    "WEBHOOK_DELIVERIES",
     "AuditHead",
     "AuditRecord",
     "Erasure",
@@ -297,6 +299,46 @@ AUDIT_LOG = cast(sa.Table, AuditRecord.__table__)  # type: ignore[attr-defined]
 AUDIT_HEADS = cast(sa.Table, AuditHead.__table__)  # type: ignore[attr-defined]
 RECALLS = cast(sa.Table, RecallRecord.__table__)  # type: ignore[attr-defined]
 ERASURES = cast(sa.Table, Erasure.__table__)  # type: ignore[attr-defined]
+
+# An organization's webhooks and their deliveries (services/governance_audit/webhooks; migration 0009).
+WEBHOOKS = sa.Table(
+    "webhooks",
+    SQLModel.metadata,
+    sa.Column("id", sa.Uuid, primary_key=True),
+    sa.Column("org_id", sa.Uuid, nullable=False, index=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("description", sa.Text),
+    # The feed events delivered (None: all).
+    sa.Column("events", JSONB),
+    # The Standard Webhooks signing secret (whsec_…): answered once at registration, never again.
+    sa.Column("secret", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+WEBHOOK_DELIVERIES = sa.Table(
+    "webhook_deliveries",
+    SQLModel.metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("webhook_id", sa.Uuid, sa.ForeignKey("webhooks.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("org_id", sa.Uuid, nullable=False),
+    sa.Column("event_id", sa.Uuid, nullable=False),
+    # The feed event (memory.written, audit.memory.saved, …), its subject and its bytes (no text).
+    sa.Column("event", sa.String(128), nullable=False),
+    sa.Column("subject", sa.String(256), nullable=False),
+    sa.Column("payload", sa.LargeBinary, nullable=False),
+    # pending (first try or a retry), delivered, dead (dead-lettered; replayable)
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("last_error", sa.String(300)),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("delivered_at", sa.DateTime(timezone=True)),
+    sa.UniqueConstraint("webhook_id", "event_id", name="uq_webhook_deliveries_event"),
+    sa.Index(
+        "ix_webhook_deliveries_due",
+        "next_attempt_at",
+        postgresql_where=sa.text("state = 'pending'"),
+    ),
+)
 
 # hybrid's lexical statistics per owner scope (shared/lexical.py). Triggers keep them in step with
 # memory_entries (migration 0006, which owns their definition); only read from Python.

@@ -49,9 +49,10 @@ no secret crosses the wire and this file holds none.
 
 How to read the lists (all `allow` lists; everything not allowed is refused):
 * Subjects match whole tokens (`*` one token, `>` the rest), so streams and consumers are named.
-* Every service process runs `ensure_streams` (INFO/CREATE/UPDATE on the four streams) and an
+* Every service process runs `ensure_streams` (INFO/CREATE/UPDATE on Engram's streams) and an
   outbox relay over the one shared outbox table, which publishes whichever rows it claims:
-  memory.written/purged, engram.audit.*.* and engram.dlq.>.
+  memory.written/purged, engram.audit.*.*, engram.dlq.> and each organization's feed copy of the
+  first three, engram.feed.<org_id>.<event> (docs/adr/0102-tenant-feeds.md).
 * A durable pull consumer's rights name its stream, durable name and filter subject; no
   CONSUMER.DELETE/UPDATE, no STREAM.DELETE/PURGE for anyone.
 * Replies: request handlers answer through `allow_responses`; nobody may publish to inboxes.
@@ -65,7 +66,11 @@ How to read the lists (all `allow` lists; everything not allowed is refused):
   into a tenant.
 * Organizations: give each platform client its own user and inbox prefix (copy the `platform`
   block: new variable, new prefix such as `_INBOX_acme`). Two organizations sharing one user could
-  read each other's replies. Tokens still decide tenancy; NATS bounds what a connection can reach."""
+  read each other's replies. Tokens still decide tenancy; NATS bounds what a connection can reach.
+  The `platform` block belongs to no organization, so it follows no feed; to let a client follow
+  its organization's, add what `platform_permissions(prefix, org_id=ORG, consumer=NAME)` renders
+  (shared/nats_auth/permissions.py; `engram up` does it for minted clients): a subscription to
+  engram.feed.ORG.> and one consumer named NAME on ENGRAM_FEED filtered within it."""
 
 _COMMENTS = {
     "ingest": "ingest: consumes engram.session.ended, serves engram.memory.save; hands verified sessions\n"

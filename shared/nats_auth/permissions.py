@@ -13,11 +13,13 @@ can read a reply or a pulled message meant for someone else.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from uuid import UUID
 
 from contracts import subjects as s
-from contracts.operations import CONSUMERS, JETSTREAMS, OPERATIONS, Consumer, consumers_of
+from contracts.operations import CONSUMERS, FEED, JETSTREAMS, OPERATIONS, Consumer, consumers_of
 
 __all__ = [
     "ALL_IN_ONE",
@@ -30,6 +32,8 @@ __all__ = [
     "all_in_one_permissions",
     "audit_reader_permissions",
     "dead_letter_reader_permissions",
+    "feed_follower_permissions",
+    "feed_reader_permissions",
     "gateway_permissions",
     "platform_permissions",
     "process_name",
@@ -50,6 +54,8 @@ EDGE_VECTOR_PROCESS = ("embed", "recall")
 #: The request-reply subjects platforms may call (SPEC 4.2, 5, 7): the public API besides
 #: publishing ``engram.session.ended`` — every operation of the table.
 PUBLIC_REQUESTS: tuple[str, ...] = tuple(op.subject for op in OPERATIONS)
+#: A JetStream consumer name that is one subject token and no wildcard.
+_CONSUMER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -124,10 +130,18 @@ def _inbox(prefix: str) -> Grant:
 #: publishes whichever committed rows it claims, whichever service wrote them.
 _RELAY = Grant(
     "outbox relay",
-    (s.MEMORY_WRITTEN, s.MEMORY_PURGED, f"{s.AUDIT}.*.*", f"{s.DEAD_LETTER_PREFIX}.>"),
+    (
+        s.MEMORY_WRITTEN,
+        s.MEMORY_PURGED,
+        f"{s.AUDIT}.*.*",
+        f"{s.DEAD_LETTER_PREFIX}.>",
+        # each organization's copy of those (shared/feed.py)
+        s.feed_subject("*"),
+    ),
 )
-#: Every service process runs ``shared.bus.ensure_streams`` at start-up for all four streams;
-#: nothing else of the stream API (no DELETE, PURGE, MSG.DELETE, SNAPSHOT ...).
+#: Every service process runs ``shared.bus.ensure_streams`` at start-up for all four streams, and
+#: reads their info for the usage metrics (``record_stream_usage``); nothing else of the stream
+#: API (no DELETE, PURGE, MSG.DELETE, SNAPSHOT ...).
 _ENSURE_STREAMS = Grant(
     "ensure_streams",
     tuple(f"$JS.API.STREAM.{op}.{d.name}" for d in JETSTREAMS for op in ("INFO", "CREATE", "UPDATE")),
@@ -248,18 +262,51 @@ def all_in_one_permissions() -> Permissions:
 # -- clients ----------------------------------------------------------------------------------
 
 
-def platform_permissions(inbox_prefix: str) -> Permissions:
+def platform_permissions(
+    inbox_prefix: str, *, org_id: UUID | None = None, consumer: str | None = None
+) -> Permissions:
     """A platform client (an agent runner, a backend): publishes ended sessions (a JetStream
     publish needs nothing but the subject and a reply inbox for the ack) and calls the public
-    requests. It reads nothing but its own inbox, publishes no internal subject and touches no
-    ``$JS.API``. Tenancy still comes from the bearer token in each message."""
-    return Permissions(
+    requests. It reads nothing but its own inbox and, given its organization, that
+    organization's feed (:func:`feed_follower_permissions`); it publishes no internal subject and
+    touches no other ``$JS.API``. Tenancy still comes from the bearer token in each message."""
+    rights = Permissions(
         publish=(
             Grant("ended sessions (JetStream; the ack comes back on its inbox)", (s.SESSION_ENDED,)),
             Grant("the public requests", PUBLIC_REQUESTS),
         ),
         subscribe=(_inbox(inbox_prefix),),
         inbox_prefix=inbox_prefix,
+    )
+    if org_id is None:
+        return rights
+    return rights | feed_follower_permissions(org_id, consumer or inbox_prefix.removeprefix("_INBOX_"))
+
+
+def feed_follower_permissions(org_id: UUID, consumer: str) -> Permissions:
+    """Following one organization's feed (``engram.feed.<org_id>.>``, docs/adr/0102-tenant-feeds.md)
+    and nothing else: live, as a core subscription; or durably, through the one consumer named
+    ``consumer`` (the client's name: unique to it) on ENGRAM_FEED, created only with a filter
+    inside its organization — the filter is part of the create subject, and nats-server refuses a
+    request whose filter differs from it. No DURABLE.CREATE (it would not check the filter), no
+    DIRECT.GET or STREAM.MSG.GET (they read any message), no other consumer's name."""
+    feed, stream = s.feed_subject(org_id), FEED.jetstream
+    if not _CONSUMER_NAME.fullmatch(consumer):
+        raise ValueError(f"not a consumer name: {consumer!r}")
+    return Permissions(
+        publish=(
+            Grant(
+                f"its own consumer {stream}/{consumer}, filtered within {feed}",
+                (
+                    f"$JS.API.CONSUMER.CREATE.{stream}.{consumer}.{feed}",
+                    f"$JS.API.CONSUMER.INFO.{stream}.{consumer}",
+                    f"$JS.API.CONSUMER.DELETE.{stream}.{consumer}",
+                    f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}",
+                    f"$JS.ACK.{stream}.{consumer}.>",
+                ),
+            ),
+        ),
+        subscribe=(Grant("its organization's feed, live", (feed,)),),
     )
 
 
@@ -268,8 +315,23 @@ def gateway_permissions() -> Permissions:
     comes back on its inbox) and make the public requests, each with its HTTP caller's token
     unchanged — under its own inbox, ``_INBOX_engram-gateway``. No internal subject, no
     ``$JS.API``, no subscription but its inbox: it holds no business logic, so it needs no more —
-    but for asking whether each service runs (``/readyz``; shared/liveness.py)."""
-    liveness = Permissions(publish=(Grant("liveness probes (/readyz)", (f"{s.HEALTH_PREFIX}.*",)),))
+    but for asking whether each service runs (``/readyz``; shared/liveness.py) and for reading a
+    caller's feed (``GET /v1/events``): ephemeral consumers on ENGRAM_FEED whose filter is one
+    organization's feed, no acks (``AckPolicy.NONE``), removed by the server once idle (no DELETE).
+    Which organization's is the verified token's (services/gateway/events.py)."""
+    stream = FEED.jetstream
+    liveness = Permissions(
+        publish=(
+            Grant("liveness probes (/readyz)", (f"{s.HEALTH_PREFIX}.*",)),
+            Grant(
+                f"ephemeral readers of one organization's feed on {stream} (GET /v1/events)",
+                (
+                    f"$JS.API.CONSUMER.CREATE.{stream}.*.{s.feed_subject('*')}",
+                    f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*",
+                ),
+            ),
+        )
+    )
     return platform_permissions(service_inbox(GATEWAY)) | liveness
 
 
@@ -293,6 +355,11 @@ def _stream_reader(stream: str, inbox_prefix: str) -> Permissions:
         subscribe=(_inbox(inbox_prefix),),
         inbox_prefix=inbox_prefix,
     )
+
+
+def feed_reader_permissions(inbox_prefix: str) -> Permissions:
+    """Every organization's feed (``engram up``'s development client, whose operator runs it all)."""
+    return _stream_reader(FEED.jetstream, inbox_prefix)
 
 
 def audit_reader_permissions(inbox_prefix: str) -> Permissions:

@@ -31,6 +31,7 @@ from shared.nats_auth.permissions import (
     all_in_one_permissions,
     audit_reader_permissions,
     dead_letter_reader_permissions,
+    feed_reader_permissions,
     gateway_permissions,
     platform_permissions,
     service_inbox,
@@ -244,9 +245,10 @@ class NatsIdentities:
                 run[DEV_CLIENT],
                 platform_permissions(f"_INBOX_{DEV_CLIENT}")
                 | audit_reader_permissions(f"_INBOX_{DEV_CLIENT}")
-                | dead_letter_reader_permissions(f"_INBOX_{DEV_CLIENT}"),
-                "the development client (connection.json): a platform client that may read the audit "
-                "and dead-letter streams",
+                | dead_letter_reader_permissions(f"_INBOX_{DEV_CLIENT}")
+                | feed_reader_permissions(f"_INBOX_{DEV_CLIENT}"),
+                "the development client (connection.json): a platform client that may read the audit, "
+                "dead-letter and feed streams",
             ),
         ]
         if GATEWAY in run:
@@ -256,8 +258,11 @@ class NatsIdentities:
                 users.append(
                     NatsUser(
                         raw["public_key"],
-                        platform_permissions(raw["inbox_prefix"]),
-                        f"platform client {raw['name']!r} of organization {raw['org_id']}",
+                        platform_permissions(
+                            raw["inbox_prefix"], org_id=UUID(raw["org_id"]), consumer=raw["name"]
+                        ),
+                        f"platform client {raw['name']!r} of organization {raw['org_id']}: its "
+                        f"organization's feed through its consumer {raw['name']!r} on ENGRAM_FEED",
                     )
                 )
         write_private(self.auth_file, render_authorization([*users, *extra], _HEADER))

@@ -126,6 +126,8 @@ RELAY = [
     "engram.audit.config.changed",
     "engram.dlq.session",
     "engram.dlq.distill",
+    f"engram.feed.{uuid4()}.memory.written",
+    f"engram.feed.{uuid4()}.audit.memory.saved",
 ]
 ENSURE_STREAMS = [f"$JS.API.STREAM.{op}.{s.name}" for s in STREAMS for op in ("INFO", "CREATE", "UPDATE")]
 REQUESTS = [
@@ -141,6 +143,10 @@ REQUESTS = [
     "engram.audit.verify",
     "engram.ops.dead_letters",
     "engram.ops.lag",
+    "engram.webhooks.register",
+    "engram.webhooks.list",
+    "engram.webhooks.delete",
+    "engram.webhooks.replay",
 ]
 RECALL = ["engram.recall", "engram.recall.expand", "engram.memory.feedback"]
 INGEST = ["engram.memory.save", "engram.session.submit"]
@@ -156,7 +162,7 @@ CONSUMERS = {  # (stream, durable, filter subject) per service, as services/*/ro
         ("ENGRAM_MEMORY", "embed-purge", "engram.memory.purged"),
     ],
     "recall": [],
-    "governance-audit": [],
+    "governance-audit": [("ENGRAM_FEED", "webhooks", "engram.feed.>")],
 }
 ALL_CONSUMERS = [c for cs in CONSUMERS.values() for c in cs]
 
@@ -416,6 +422,9 @@ def _cases() -> dict[str, UserCase]:
             ("engram.save.accepted", None),
             ("engram.save.result.*", None),
             ("engram.dlq.>", None),
+            # every organization's feed (a platform user of no organization follows none)
+            ("engram.feed.>", None),
+            (f"engram.feed.{uuid4()}.>", None),
             # answering liveness probes as a service would
             ("engram.health.distill", "distill"),
             # other tenants' requests, with their tokens (posing as a service)
@@ -482,13 +491,39 @@ def _cases() -> dict[str, UserCase]:
         ],
     )
     # The HTTP gateway: a platform client's rights under its own inbox, and the liveness probes.
+    # GET /v1/events: ephemeral readers of one organization's feed each. Pulling is by consumer
+    # name, so the gateway could pull any feed consumer's messages (the webhooks durable's too:
+    # unacked, they come back after ack_wait) — it may read every organization's feed anyway.
+    gateway_feed = [
+        f"$JS.API.CONSUMER.CREATE.ENGRAM_FEED.sse1.engram.feed.{uuid4()}.>",
+        "$JS.API.CONSUMER.MSG.NEXT.ENGRAM_FEED.sse1",
+        "$JS.API.CONSUMER.MSG.NEXT.ENGRAM_FEED.webhooks",
+    ]
     cases["gateway"] = UserCase(
         allowed_pub=[
             *cases["platform"].allowed_pub,
             *(f"engram.health.{name}" for name in CONSUMERS),
+            *gateway_feed,
         ],
         allowed_sub=[("_INBOX_engram-gateway.>", None), ("_INBOX_engram-gateway.abc.*", None)],
-        refused_pub=[x for x in cases["platform"].refused_pub if not x.startswith("engram.health.")],
+        refused_pub=[
+            *(
+                x
+                for x in cases["platform"].refused_pub
+                if not x.startswith("engram.health.") and x not in gateway_feed
+            ),
+            # the feed: only with one organization's filter; no other consumer API
+            "$JS.API.CONSUMER.CREATE.ENGRAM_FEED.sse1",
+            "$JS.API.CONSUMER.CREATE.ENGRAM_FEED",
+            "$JS.API.CONSUMER.CREATE.ENGRAM_FEED.sse1.engram.feed.>",
+            "$JS.API.CONSUMER.CREATE.ENGRAM_FEED.webhooks.engram.feed.>",
+            "$JS.API.CONSUMER.DURABLE.CREATE.ENGRAM_FEED.sse1",
+            "$JS.API.CONSUMER.DELETE.ENGRAM_FEED.webhooks",
+            "$JS.API.CONSUMER.INFO.ENGRAM_FEED.webhooks",
+            f"$JS.ACK.ENGRAM_FEED.webhooks.{JS_ACK_SAMPLE}",
+            "$JS.API.STREAM.MSG.GET.ENGRAM_FEED",
+            "$JS.API.DIRECT.GET.ENGRAM_FEED",
+        ],
         refused_sub=[
             *((subject, queue) for subject, queue in cases["platform"].refused_sub),
             ("_INBOX_platform.>", None),
@@ -605,6 +640,7 @@ def test_every_contract_subject_is_in_the_matrix() -> None:
         subjects.DEAD_LETTER_PREFIX,
         subjects.SAVE_RESULT_PREFIX,
         subjects.HEALTH_PREFIX,
+        subjects.FEED_PREFIX,
     }
     assert constants - streamed - prefixes == set(REQUESTS) == set(PUBLIC_REQUESTS)
     conf = AUTH_CONF.read_text()

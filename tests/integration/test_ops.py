@@ -195,7 +195,7 @@ async def test_lag_counts_streams_and_durable_consumers(
     operator = _operator(tokens)
     reply = await request(nc, OPS_LAG, {}, operator)
     streams = {s["stream"]: s for s in reply["streams"]}
-    assert set(streams) == {"ENGRAM_SESSIONS", "ENGRAM_MEMORY", "ENGRAM_AUDIT", "ENGRAM_DLQ"}
+    assert set(streams) == {"ENGRAM_SESSIONS", "ENGRAM_MEMORY", "ENGRAM_AUDIT", "ENGRAM_DLQ", "ENGRAM_FEED"}
     sessions = (await observer_nc.jetstream().stream_info("ENGRAM_SESSIONS")).state
     assert 0 < streams["ENGRAM_SESSIONS"]["last_seq"] <= sessions.last_seq
 

@@ -10,7 +10,7 @@ for every raw value:
 - every column of every table of every schema in Postgres (``information_schema``), bytes included;
 - the vector store: each point written through the :class:`~shared.ports.VectorIndex` port, and
   every file the Qdrant Edge store keeps on disk;
-- every message (data and headers) of ``ENGRAM_MEMORY``, ``ENGRAM_AUDIT`` and ``ENGRAM_DLQ``;
+- every message (data and headers) of ``ENGRAM_MEMORY``, ``ENGRAM_AUDIT``, ``ENGRAM_DLQ`` and ``ENGRAM_FEED``;
 - the cue-vector cache in Redis, when it runs;
 - every log record at DEBUG (``caplog``) and every line of the JSON handler ``shared.logging``
   installs.
@@ -53,7 +53,7 @@ from tests.platform import eventually, publish_session, request, session_payload
 pytestmark = pytest.mark.integration
 
 ALICE = {"kind": "end_user", "id": "alice"}
-SCANNED_STREAMS = ("ENGRAM_MEMORY", "ENGRAM_AUDIT", "ENGRAM_DLQ")
+SCANNED_STREAMS = ("ENGRAM_MEMORY", "ENGRAM_AUDIT", "ENGRAM_DLQ", "ENGRAM_FEED")
 #: Kinds whose values are also searched without separators ("4111111111111111").
 _SEPARATED_KINDS = {"CARD", "IBAN", "NATIONAL_ID", "PHONE"}
 

@@ -99,7 +99,7 @@ def _http_block() -> str:
     (block,) = [
         b
         for b in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.DOTALL)
-        if "/v1/" in b and ".engram/connection.json" in b
+        if "/v1/" in b and ".engram/connection.json" in b and "/v1/webhooks" not in b
     ]
     return block
 

@@ -220,7 +220,7 @@ async def test_streams_are_replicated_three_times_on_a_cluster(
             _env_file=None,  # type: ignore[call-arg]
         )
         async with running_services(settings, ["ingest", "governance-audit"]) as infra:
-            for stream in ("ENGRAM_SESSIONS", "ENGRAM_MEMORY", "ENGRAM_AUDIT", "ENGRAM_DLQ"):
+            for stream in ("ENGRAM_SESSIONS", "ENGRAM_MEMORY", "ENGRAM_AUDIT", "ENGRAM_DLQ", "ENGRAM_FEED"):
                 info = await infra.js.stream_info(stream)
                 assert info.config.num_replicas == 3
                 assert info.cluster is not None

@@ -266,6 +266,15 @@ def _bases(w: World) -> dict[str, dict[str, Any]]:
         "audit.verify": {},
         "ops.dead_letters": {"source": "ingest", "limit": 10},
         "ops.lag": {},
+        # A private address: refused (no DNS lookup, nothing registered that would call out).
+        "webhooks.register": {
+            "url": "http://127.0.0.1:9/fuzz",
+            "description": "fuzz",
+            "events": ["memory.written"],
+        },
+        "webhooks.list": {},
+        "webhooks.delete": {"webhook_id": str(uuid4())},
+        "webhooks.replay": {"webhook_id": str(uuid4()), "event_ids": [str(uuid4())]},
     }
 
 

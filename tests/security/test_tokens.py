@@ -69,6 +69,11 @@ def bodies(
         "engram.audit.verify": {},
         "engram.ops.dead_letters": {"limit": 10},
         "engram.ops.lag": {},
+        # A private address: refused whoever asks (no DNS lookup, no delivery leaves the machine).
+        "engram.webhooks.register": {"url": "http://127.0.0.1:9/hook"},
+        "engram.webhooks.list": {},
+        "engram.webhooks.delete": {"webhook_id": str(agent)},
+        "engram.webhooks.replay": {"webhook_id": str(agent)},
     }
 
 

@@ -46,7 +46,7 @@ def test_the_document_and_the_gateway_have_the_same_routes(document: dict[str, A
     them: routes are built without touching NATS)."""
     served = {
         (method.lower(), route.path)
-        for route in routes(None)  # type: ignore[arg-type]
+        for route in routes(None, None)  # type: ignore[arg-type]
         if isinstance(route, Route)
         for method in route.methods or ()
         if method != "HEAD"

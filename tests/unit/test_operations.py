@@ -140,7 +140,8 @@ def test_permissions_consumers_match_the_table() -> None:
             subject
             for subject in permissions.service_permissions(service).publish_subjects()
             # governance-audit's ephemeral dead-letter readers (``ENGRAM_DLQ.>``) are no durables
-            if subject.startswith("$JS.API.CONSUMER.CREATE.") and not subject.endswith(">")
+            if subject.startswith("$JS.API.CONSUMER.CREATE.")
+            and not subject.startswith("$JS.API.CONSUMER.CREATE.ENGRAM_DLQ.")
         }
         expected = {
             f"$JS.API.CONSUMER.CREATE.{c.stream.jetstream}.{c.durable}.{c.stream.subject}"
@@ -235,6 +236,7 @@ def test_every_subject_constant_is_in_the_table() -> None:
         subjects.DEAD_LETTER_PREFIX,
         subjects.SAVE_RESULT_PREFIX,
         subjects.HEALTH_PREFIX,
+        subjects.FEED_PREFIX,
     }
     table = {op.subject for op in OPERATIONS} | {stream.subject for stream in STREAMS}
     assert constants - prefixes <= table

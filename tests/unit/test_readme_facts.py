@@ -30,7 +30,7 @@ _UNIT_S = {None: 1, "": 1, "s": 1, "h": 3600, "day": 86400, "days": 86400}
 #: An ``ENGRAM_*`` variable named in code or docs (``ENGRAM_NATS_NKEY_<USER>`` stops at the ``<``).
 _VARIABLE = re.compile(r"\bENGRAM_[A-Z0-9_]*[A-Z0-9]\b")
 #: Read by the test suite only (its own servers and data), not a deployment's configuration.
-_TEST_ONLY = ("ENGRAM_TEST_", "ENGRAM_EVAL_", "ENGRAM_SECURITY_", "ENGRAM_CRASH_")
+_TEST_ONLY = ("ENGRAM_TEST_", "ENGRAM_EVAL_", "ENGRAM_SECURITY_", "ENGRAM_CRASH_", "ENGRAM_CLUSTER_")
 
 
 def _prose() -> str:

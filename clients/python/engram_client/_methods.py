@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from engram_client.contracts import operations as ops
 from engram_client.contracts.operations import Operation
 from engram_client.contracts.events import SessionEnded
+from engram_client.contracts.feeds import WebhookCreated, WebhookDeleted, WebhookPage, WebhookReplayed
 from engram_client.contracts.governance import GetReply, ManageReply, Page, PruneReply, PurgeReceipt
 from engram_client.contracts.ops import DeadLetterPage, LagReply
 from engram_client.contracts.recall import ExpandReply, FeedbackReply, RecallReply
@@ -126,6 +127,27 @@ class OperationMethods:
         whole deployment's: its operator's only). (``engram.ops.lag``, ``GET /v1/lag``)"""
         return await self._call(ops.OPS_LAG, {**fields})
 
+    async def register_webhook(self, url: str, **fields: Any) -> WebhookCreated:
+        """Register a webhook for the organization's feed (Standard Webhooks, signed with the secret
+        answered this once); events from now on are delivered at least once, with retries.
+        (``engram.webhooks.register``, ``POST /v1/webhooks``)"""
+        return await self._call(ops.WEBHOOKS_REGISTER, {"url": url, **fields})
+
+    async def webhooks(self, **fields: Any) -> WebhookPage:
+        """The organization's webhooks and their deliveries' counts (never their secrets).
+        (``engram.webhooks.list``, ``GET /v1/webhooks``)"""
+        return await self._call(ops.WEBHOOKS_LIST, {**fields})
+
+    async def delete_webhook(self, webhook_id: UUID, **fields: Any) -> WebhookDeleted:
+        """Remove a webhook; deliveries still waiting are dropped. (``engram.webhooks.delete``, ``DELETE
+        /v1/webhooks/{webhook_id}``)"""
+        return await self._call(ops.WEBHOOKS_DELETE, {"webhook_id": webhook_id, **fields})
+
+    async def replay_webhook(self, webhook_id: UUID, **fields: Any) -> WebhookReplayed:
+        """Deliver a webhook's dead-lettered events again (or the named events), from the first try.
+        (``engram.webhooks.replay``, ``POST /v1/webhooks/{webhook_id}/replay``)"""
+        return await self._call(ops.WEBHOOKS_REPLAY, {"webhook_id": webhook_id, **fields})
+
 
 
 class SyncOperationMethods:
@@ -229,6 +251,27 @@ class SyncOperationMethods:
         """Message counts of Engram's streams and each durable consumer's pending and unacked messages (the
         whole deployment's: its operator's only). (``engram.ops.lag``, ``GET /v1/lag``)"""
         return self._run(self._client.lag(**fields))
+
+    def register_webhook(self, url: str, **fields: Any) -> WebhookCreated:
+        """Register a webhook for the organization's feed (Standard Webhooks, signed with the secret
+        answered this once); events from now on are delivered at least once, with retries.
+        (``engram.webhooks.register``, ``POST /v1/webhooks``)"""
+        return self._run(self._client.register_webhook(url, **fields))
+
+    def webhooks(self, **fields: Any) -> WebhookPage:
+        """The organization's webhooks and their deliveries' counts (never their secrets).
+        (``engram.webhooks.list``, ``GET /v1/webhooks``)"""
+        return self._run(self._client.webhooks(**fields))
+
+    def delete_webhook(self, webhook_id: UUID, **fields: Any) -> WebhookDeleted:
+        """Remove a webhook; deliveries still waiting are dropped. (``engram.webhooks.delete``, ``DELETE
+        /v1/webhooks/{webhook_id}``)"""
+        return self._run(self._client.delete_webhook(webhook_id, **fields))
+
+    def replay_webhook(self, webhook_id: UUID, **fields: Any) -> WebhookReplayed:
+        """Deliver a webhook's dead-lettered events again (or the named events), from the first try.
+        (``engram.webhooks.replay``, ``POST /v1/webhooks/{webhook_id}/replay``)"""
+        return self._run(self._client.replay_webhook(webhook_id, **fields))
 
 
 

@@ -28,6 +28,17 @@ from engram_client.contracts.events import (
     MemoryWritten,
     SessionEnded,
 )
+from engram_client.contracts.feeds import (
+    FeedEvent,
+    WebhookCreated,
+    WebhookDelete,
+    WebhookDeleted,
+    WebhookList,
+    WebhookPage,
+    WebhookRegister,
+    WebhookReplay,
+    WebhookReplayed,
+)
 from engram_client.contracts.governance import (
     DeleteRequest,
     ExportRequest,
@@ -76,6 +87,7 @@ __all__ = [
     "DISTILL_SESSIONS",
     "EMBED_PURGED",
     "EMBED_WRITTEN",
+    "FEED",
     "INGEST_SESSIONS",
     "JETSTREAMS",
     "MAX_REQUEST_BYTES",
@@ -101,6 +113,11 @@ __all__ = [
     "SESSION_SUBMIT",
     "SESSION_VALIDATED",
     "STREAMS",
+    "WEBHOOKS_DELETE",
+    "WEBHOOKS_FANOUT",
+    "WEBHOOKS_LIST",
+    "WEBHOOKS_REGISTER",
+    "WEBHOOKS_REPLAY",
     "Consumer",
     "HttpMethod",
     "Operation",
@@ -196,6 +213,10 @@ class Operation(Generic[Req, Rep]):
     #: handler reads the agent config's memory config anyway, which makes the same check (recall,
     #: feedback, config), or the request names none.
     agent_config: AgentConfigCheck | None = None
+    #: How many of its requests one instance answers at once, taken in arrival order (1: one at a
+    #: time). More only where a request mostly waits (``memory.save`` on JetStream's ack, or on
+    #: the outcome with ``wait``), so answering one at a time would bound the rate by latency.
+    concurrency: int = 1
 
     @property
     def reply(self) -> type[Rep]:
@@ -305,6 +326,7 @@ def _op(
     wait_field: str | None = None,
     quota: QuotaClass | None = None,
     agent_config: AgentConfigCheck | None = None,
+    concurrency: int = 1,
 ) -> Operation[Req, Rep]:
     """One row of the table: the wire facts positionally — subject, HTTP route (``"GET /v1/x"``),
     permission, request and reply models — and the rest by name (``client``: the client method's
@@ -337,6 +359,7 @@ def _op(
         max_request_bytes=max_request_bytes,
         quota_class=quota or _QUOTA_OF[permission],
         agent_config=agent_config,
+        concurrency=concurrency,
     )
 
 
@@ -345,7 +368,7 @@ def _op(
 MEMORY_SAVE: Operation[SaveRequest, Accepted | SaveOutcome] = _op(
     s.MEMORY_SAVE, "POST /v1/memories", "memory.write", SaveRequest, Accepted, SaveOutcome,
     served_by="ingest", client=("save", "agent_config_id", "entries"), wait_field="wait",
-    agent_config="owned",
+    agent_config="owned", concurrency=32,
     summary="Save memories now (elective save): 202 once durably accepted, or the outcome with wait.",
     tool=("remember", (
         "Store a fact, preference or lesson worth keeping beyond this conversation (a user's stated "
@@ -484,6 +507,27 @@ OPS_LAG = _op(
     summary="Message counts of Engram's streams and each durable consumer's pending and unacked messages "
     "(the whole deployment's: its operator's only).",
 )
+WEBHOOKS_REGISTER = _op(
+    s.WEBHOOKS_REGISTER, "POST /v1/webhooks", "memory.admin", WebhookRegister, WebhookCreated,
+    served_by="governance-audit", client=("register_webhook", "url"),
+    summary="Register a webhook for the organization's feed (Standard Webhooks, signed with the "
+    "secret answered this once); events from now on are delivered at least once, with retries.",
+)
+WEBHOOKS_LIST = _op(
+    s.WEBHOOKS_LIST, "GET /v1/webhooks", "memory.admin", WebhookList, WebhookPage,
+    served_by="governance-audit", client="webhooks",
+    summary="The organization's webhooks and their deliveries' counts (never their secrets).",
+)
+WEBHOOKS_DELETE = _op(
+    s.WEBHOOKS_DELETE, "DELETE /v1/webhooks/{webhook_id}", "memory.admin", WebhookDelete,
+    WebhookDeleted, served_by="governance-audit", client=("delete_webhook", "webhook_id"),
+    summary="Remove a webhook; deliveries still waiting are dropped.",
+)
+WEBHOOKS_REPLAY = _op(
+    s.WEBHOOKS_REPLAY, "POST /v1/webhooks/{webhook_id}/replay", "memory.admin", WebhookReplay,
+    WebhookReplayed, served_by="governance-audit", client=("replay_webhook", "webhook_id"),
+    summary="Deliver a webhook's dead-lettered events again (or the named events), from the first try.",
+)
 # fmt: on
 
 OPERATIONS: tuple[Operation[Any, Any], ...] = (
@@ -505,6 +549,10 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     AUDIT_VERIFY,
     OPS_DEAD_LETTERS,
     OPS_LAG,
+    WEBHOOKS_REGISTER,
+    WEBHOOKS_LIST,
+    WEBHOOKS_DELETE,
+    WEBHOOKS_REPLAY,
 )
 
 # -- streams ------------------------------------------------------------------------------------
@@ -554,6 +602,18 @@ MEMORY_PURGED = Stream(
     published_by=("distill", "governance-audit"),
     summary="What was erased (ids and scope), counts, and who asked.",
 )
+FEED = Stream(
+    name="feed",
+    # ``engram.feed.>``, not ``engram.feed.*.>``: the webhooks durable's filter then matches no
+    # per-organization grant (``…CREATE.ENGRAM_FEED.*.engram.feed.*.>``, the gateway's).
+    subject=f"{s.FEED_PREFIX}.>",
+    payload=FeedEvent,
+    jetstream="ENGRAM_FEED",
+    published_by=("ingest", "distill", "recall", "governance-audit"),
+    summary="engram.feed.<org_id>.<event>: one organization's copy of its memory.written, "
+    "memory.purged and audit.<kind> events (ids and metadata, never text); its platform clients "
+    "may follow their own organization's and no other.",
+)
 
 STREAMS: tuple[Stream, ...] = (
     SESSION_ENDED,
@@ -579,6 +639,7 @@ STREAMS: tuple[Stream, ...] = (
         summary="engram.dlq.<source>: an event that could not be processed, with the reason and "
         "original bytes.",
     ),
+    FEED,
 )
 
 # -- stream consumers ---------------------------------------------------------------------------
@@ -594,8 +655,8 @@ DISTILL_SESSIONS = Consumer(
     signed=True, summary="Distill lessons from verified sessions and save them, a batch per transaction.",
 )
 DISTILL_SAVES = Consumer(
-    "distill", "distill-saves", SAVE_ACCEPTED, batch_size=32, timeout_s=1.0, dead_letter_source="save",
-    signed=True, batched=False, summary="Run an accepted elective save through the save path.",
+    "distill", "distill-saves", SAVE_ACCEPTED, batch_size=100, timeout_s=0.02, dead_letter_source="save",
+    signed=True, summary="Run accepted elective saves through the save path, a batch per transaction.",
 )
 EMBED_WRITTEN = Consumer(
     "embed", "embed", MEMORY_WRITTEN, batch_size=256, timeout_s=0.02, dead_letter_source="embed",
@@ -606,6 +667,10 @@ EMBED_PURGED = Consumer(
     "embed", "embed-purge", MEMORY_PURGED, batch_size=256, timeout_s=0.02, dead_letter_source="embed",
     signed=True, summary="Delete the vectors of purged and pruned entries.",
 )
+WEBHOOKS_FANOUT = Consumer(
+    "governance-audit", "webhooks", FEED, batch_size=100, timeout_s=0.05, dead_letter_source="webhook",
+    signed=True, summary="Queue each feed event for its organization's webhooks (delivered by a worker).",
+)
 
 CONSUMERS: tuple[Consumer, ...] = (
     INGEST_SESSIONS,
@@ -613,6 +678,7 @@ CONSUMERS: tuple[Consumer, ...] = (
     DISTILL_SAVES,
     EMBED_WRITTEN,
     EMBED_PURGED,
+    WEBHOOKS_FANOUT,
 )
 # fmt: on
 
@@ -658,6 +724,11 @@ JETSTREAMS: tuple[StreamDef, ...] = (
         "ENGRAM_DLQ",
         max_age_seconds=7 * 24 * 3600,
         description="Events that could not be processed, with the reason.",
+    ),
+    _jetstream(
+        "ENGRAM_FEED",
+        max_age_seconds=7 * 24 * 3600,
+        description="Each organization's feed: copies of its memory and audit events; never memory text.",
     ),
 )
 

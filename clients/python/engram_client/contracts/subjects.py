@@ -13,6 +13,8 @@ __all__ = [
     "CONFIG_GET",
     "CONFIG_PUT",
     "DEAD_LETTER_PREFIX",
+    "FEED_EVENTS",
+    "FEED_PREFIX",
     "HEALTH_PREFIX",
     "MEMORY_DELETE",
     "MEMORY_EXPORT",
@@ -34,8 +36,14 @@ __all__ = [
     "SESSION_ENDED",
     "SESSION_SUBMIT",
     "SESSION_VALIDATED",
+    "WEBHOOKS_DELETE",
+    "WEBHOOKS_LIST",
+    "WEBHOOKS_REGISTER",
+    "WEBHOOKS_REPLAY",
     "audit_subject",
     "dead_letter_subject",
+    "feed_event_of",
+    "feed_subject",
     "health_subject",
     "save_result_subject",
 ]
@@ -60,6 +68,14 @@ MEMORY_PURGED = "engram.memory.purged"
 AUDIT = "engram.audit"
 DEAD_LETTER_PREFIX = "engram.dlq"
 
+#: ``engram.feed.<org_id>.<event>``: one organization's copy of its ``memory.written``,
+#: ``memory.purged`` and ``audit.<kind>`` events (the same bytes), in the ``ENGRAM_FEED`` stream —
+#: what that organization's platform clients, ``GET /v1/events`` and its webhooks follow
+#: (docs/adr/0102-tenant-feeds.md). ``<event>`` is the original subject without ``engram.``.
+FEED_PREFIX = "engram.feed"
+#: The events a feed carries (``audit`` stands for every ``audit.<kind>``).
+FEED_EVENTS = ("memory.written", "memory.purged", "audit")
+
 # -- request-reply (core NATS, queue groups) ----------------------------------------------
 MEMORY_SAVE = "engram.memory.save"
 RECALL = "engram.recall"
@@ -78,6 +94,10 @@ AUDIT_QUERY = "engram.audit.query"
 AUDIT_VERIFY = "engram.audit.verify"
 OPS_DEAD_LETTERS = "engram.ops.dead_letters"
 OPS_LAG = "engram.ops.lag"
+WEBHOOKS_REGISTER = "engram.webhooks.register"
+WEBHOOKS_LIST = "engram.webhooks.list"
+WEBHOOKS_DELETE = "engram.webhooks.delete"
+WEBHOOKS_REPLAY = "engram.webhooks.replay"
 
 # -- liveness (core NATS request-reply, internal) ------------------------------------------
 #: ``engram.health.<service>``: any running instance of the service answers, in the service's
@@ -88,6 +108,24 @@ HEALTH_PREFIX = "engram.health"
 def audit_subject(kind: str) -> str:
     """``engram.audit.<kind>`` with the dots of a kind like ``memory.saved`` kept as tokens."""
     return f"{AUDIT}.{kind}"
+
+
+def feed_subject(org_id: object, event: str = ">") -> str:
+    """``engram.feed.<org_id>.<event>`` (``event`` a subject without ``engram.``; ``>``: all of
+    the organization's). ``org_id`` is a UUID, so it is one token and no wildcard."""
+    return f"{FEED_PREFIX}.{org_id}.{event}"
+
+
+def feed_event_of(subject: str) -> str | None:
+    """The feed event of an Engram subject (``engram.audit.memory.saved`` →
+    ``audit.memory.saved``), or None for a subject no feed carries."""
+    event = subject.removeprefix("engram.")
+    if event in (MEMORY_WRITTEN.removeprefix("engram."), MEMORY_PURGED.removeprefix("engram.")):
+        return event
+    # Audit records have two-token kinds; audit.query and audit.verify are requests.
+    if event.startswith("audit.") and event.count(".") == 2:
+        return event
+    return None
 
 
 def dead_letter_subject(source: str) -> str:

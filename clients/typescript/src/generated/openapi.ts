@@ -188,6 +188,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The organization's feed as Server-Sent Events: its memory.written, memory.purged and audit records (ids and metadata, never memory text). Each event's id is its position in the ENGRAM_FEED stream; reconnect with Last-Event-ID to resume after it, losing nothing the stream still keeps. Without one, events from now on (from_start=true: all kept). */
+        get: operations["events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/export": {
         parameters: {
             query?: never;
@@ -379,6 +396,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The organization's webhooks and their deliveries' counts (never their secrets). */
+        get: operations["webhooks.list"];
+        put?: never;
+        /** Register a webhook for the organization's feed (Standard Webhooks, signed with the secret answered this once); events from now on are delivered at least once, with retries. */
+        post: operations["webhooks.register"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Remove a webhook; deliveries still waiting are dropped. */
+        delete: operations["webhooks.delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Deliver a webhook's dead-lettered events again (or the named events), from the first try. */
+        post: operations["webhooks.replay"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -396,6 +465,53 @@ export interface components {
              * @constant
              */
             status?: 202;
+        };
+        /**
+         * AuditEvent
+         * @description ``engram.audit.<kind>``: one hash-chained audit record. Ids and counts, never memory text.
+         */
+        AuditEvent: {
+            /** Actor Ref */
+            actor_ref: string | null;
+            /** Agent Config Id */
+            agent_config_id: string | null;
+            /** Details */
+            details: {
+                [key: string]: unknown;
+            };
+            /** Entry Ids */
+            entry_ids: string[];
+            /**
+             * Event Id
+             * Format: uuid
+             */
+            event_id: string;
+            /** Hash */
+            hash: string;
+            /** Kind */
+            kind: string;
+            /**
+             * Occurred At
+             * Format: date-time
+             */
+            occurred_at: string;
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /** Prev Hash */
+            prev_hash: string;
+            /**
+             * Schema Version
+             * @default 1
+             * @constant
+             */
+            schema_version?: 1;
+            /** Seq */
+            seq: number;
+            /** Session Id */
+            session_id: string | null;
         };
         /** AuditQuery */
         AuditQuery: {
@@ -877,6 +993,14 @@ export interface components {
             /** @default null */
             principal?: components["schemas"]["Principal"] | null;
         };
+        /**
+         * FeedEvent
+         * @description One event of an organization's feed: the same JSON as on ``engram.memory.written``,
+         *     ``engram.memory.purged`` or ``engram.audit.<kind>`` — ids and metadata, never memory text.
+         *     Its subject (``engram.feed.<org_id>.<event>``), its SSE ``event:`` field and its webhook
+         *     payload's ``type`` say which.
+         */
+        FeedEvent: components["schemas"]["MemoryWritten"] | components["schemas"]["MemoryPurged"] | components["schemas"]["AuditEvent"];
         /** FeedbackReply */
         FeedbackReply: {
             /** Deleted */
@@ -1221,6 +1345,110 @@ export interface components {
             type_policies?: {
                 [key: string]: components["schemas"]["TypePolicy"];
             };
+        };
+        /**
+         * MemoryPurged
+         * @description ``engram.memory.purged``: what was erased (ids and scope), counts, and who asked.
+         */
+        MemoryPurged: {
+            /** Actor Ref */
+            actor_ref: string | null;
+            /** Agent Config Id */
+            agent_config_id: string | null;
+            /** Count */
+            count: number;
+            /** Entry Ids */
+            entry_ids: string[];
+            /**
+             * Event Id
+             * Format: uuid
+             */
+            event_id?: string;
+            /**
+             * Occurred At
+             * Format: date-time
+             */
+            occurred_at?: string;
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /**
+             * Reason
+             * @default purge
+             */
+            reason?: string;
+            /** Requested By */
+            requested_by: string;
+            /**
+             * Schema Version
+             * @default 1
+             * @constant
+             */
+            schema_version?: 1;
+            /** Session Id */
+            session_id: string | null;
+        };
+        /**
+         * MemoryWritten
+         * @description ``engram.memory.written``: one per stored or reinforced entry. Ids and metadata, no text.
+         */
+        MemoryWritten: {
+            /**
+             * Agent Config Id
+             * Format: uuid
+             */
+            agent_config_id: string;
+            /**
+             * Entry Id
+             * Format: uuid
+             */
+            entry_id: string;
+            /**
+             * Event Id
+             * Format: uuid
+             */
+            event_id?: string;
+            /** Importance */
+            importance: number;
+            /**
+             * Layer
+             * @enum {string}
+             */
+            layer: "memory" | "observation";
+            /** Memory Type */
+            memory_type: string;
+            /**
+             * Occurred At
+             * Format: date-time
+             */
+            occurred_at?: string;
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /**
+             * Outcome
+             * @enum {string}
+             */
+            outcome: "saved" | "reinforced";
+            owner: components["schemas"]["Principal"] | null;
+            /** Quarantined */
+            quarantined: boolean;
+            /**
+             * Schema Version
+             * @default 1
+             * @constant
+             */
+            schema_version?: 1;
+            /** Session Id */
+            session_id: string | null;
+            /** Source */
+            source: string;
+            /** Version */
+            version: number;
         };
         /**
          * Page
@@ -1926,6 +2154,150 @@ export interface components {
              */
             version_on_edit?: boolean;
         };
+        /** WebhookCreated */
+        WebhookCreated: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Dead
+             * @default 0
+             */
+            dead?: number;
+            /**
+             * Delivered
+             * @default 0
+             */
+            delivered?: number;
+            /** Description */
+            description: string | null;
+            /** Events */
+            events: string[] | null;
+            /**
+             * Pending
+             * @default 0
+             */
+            pending?: number;
+            /** Secret */
+            secret: string;
+            /** Url */
+            url: string;
+            /**
+             * Webhook Id
+             * Format: uuid
+             */
+            webhook_id: string;
+        };
+        /** WebhookDelete */
+        WebhookDelete: {
+            /**
+             * Webhook Id
+             * Format: uuid
+             */
+            webhook_id: string;
+        };
+        /** WebhookDeleted */
+        WebhookDeleted: {
+            /** Dropped */
+            dropped: number;
+            /**
+             * Webhook Id
+             * Format: uuid
+             */
+            webhook_id: string;
+        };
+        /**
+         * WebhookInfo
+         * @description A registered webhook, never its secret.
+         */
+        WebhookInfo: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Dead
+             * @default 0
+             */
+            dead?: number;
+            /**
+             * Delivered
+             * @default 0
+             */
+            delivered?: number;
+            /** Description */
+            description: string | null;
+            /** Events */
+            events: string[] | null;
+            /**
+             * Pending
+             * @default 0
+             */
+            pending?: number;
+            /** Url */
+            url: string;
+            /**
+             * Webhook Id
+             * Format: uuid
+             */
+            webhook_id: string;
+        };
+        /** WebhookList */
+        WebhookList: Record<string, never>;
+        /** WebhookPage */
+        WebhookPage: {
+            /** Webhooks */
+            webhooks: components["schemas"]["WebhookInfo"][];
+        };
+        /** WebhookRegister */
+        WebhookRegister: {
+            /**
+             * Description
+             * @default null
+             */
+            description?: string | null;
+            /**
+             * Events
+             * @default null
+             */
+            events?: ("memory.written" | "memory.purged" | "audit")[] | null;
+            /** Url */
+            url: string;
+        };
+        /** WebhookReplay */
+        WebhookReplay: {
+            /**
+             * Event Ids
+             * @default null
+             */
+            event_ids?: string[] | null;
+            /**
+             * Webhook Id
+             * Format: uuid
+             */
+            webhook_id: string;
+        };
+        /** WebhookReplayBody */
+        WebhookReplayBody: {
+            /**
+             * Event Ids
+             * @default null
+             */
+            event_ids?: string[] | null;
+        };
+        /** WebhookReplayed */
+        WebhookReplayed: {
+            /** Replayed */
+            replayed: number;
+            /**
+             * Webhook Id
+             * Format: uuid
+             */
+            webhook_id: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -2172,6 +2544,51 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    events: {
+        parameters: {
+            query?: {
+                /** @description The same, for clients that cannot set the header. */
+                last_event_id?: string;
+                from_start?: boolean;
+            };
+            header?: {
+                /** @description Resume after this event (its id). */
+                "Last-Event-ID"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description text/event-stream: `id: <seq>`, `event: <memory.written | memory.purged | audit.<kind>>`, `data: <FeedEvent JSON>`; comment lines keep an idle stream open. It ends when the token expires. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
                 };
             };
             /** @description The SPEC 9 error envelope; its status is the HTTP status. */
@@ -2852,6 +3269,210 @@ export interface operations {
                 };
             };
             /** @description RATE_LIMITED: over the organization's or the token's sessions budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "webhooks.list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description WebhookPage */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookPage"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "webhooks.register": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookRegister"];
+            };
+        };
+        responses: {
+            /** @description WebhookCreated */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookCreated"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "webhooks.delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description WebhookDeleted */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeleted"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "webhooks.replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookReplayBody"];
+            };
+        };
+        responses: {
+            /** @description WebhookReplayed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookReplayed"];
+                };
+            };
+            /** @description RATE_LIMITED: over the organization's or the token's governance budget (ENGRAM_QUOTAS); retry after the seconds of Retry-After (details.retry_after_s). */
             429: {
                 headers: {
                     "Retry-After"?: number;

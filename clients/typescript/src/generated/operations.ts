@@ -188,6 +188,46 @@ export const OPERATIONS = {
     timeoutMs: null,
     jsonLines: false,
   },
+  registerWebhook: {
+    name: "webhooks.register",
+    subject: "engram.webhooks.register",
+    method: "POST",
+    path: "/v1/webhooks",
+    pathParams: [],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
+  webhooks: {
+    name: "webhooks.list",
+    subject: "engram.webhooks.list",
+    method: "GET",
+    path: "/v1/webhooks",
+    pathParams: [],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
+  deleteWebhook: {
+    name: "webhooks.delete",
+    subject: "engram.webhooks.delete",
+    method: "DELETE",
+    path: "/v1/webhooks/{webhook_id}",
+    pathParams: ["webhook_id"],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
+  replayWebhook: {
+    name: "webhooks.replay",
+    subject: "engram.webhooks.replay",
+    method: "POST",
+    path: "/v1/webhooks/{webhook_id}/replay",
+    pathParams: ["webhook_id"],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
 } as const satisfies Record<string, OperationSpec>;
 
 export type MethodName = keyof typeof OPERATIONS;
@@ -303,6 +343,30 @@ export interface OperationMethods {
    * `engram.ops.lag` · `GET /v1/lag` · needs `deployment.operator`
    */
   lag(request: Schemas["LagQuery"], options?: CallOptions): Promise<Schemas["LagReply"]>;
+  /**
+   * Register a webhook for the organization's feed (Standard Webhooks, signed with the secret answered this once); events from now on are delivered at least once, with retries.
+   *
+   * `engram.webhooks.register` · `POST /v1/webhooks` · needs `memory.admin`
+   */
+  registerWebhook(request: Schemas["WebhookRegister"], options?: CallOptions): Promise<Schemas["WebhookCreated"]>;
+  /**
+   * The organization's webhooks and their deliveries' counts (never their secrets).
+   *
+   * `engram.webhooks.list` · `GET /v1/webhooks` · needs `memory.admin`
+   */
+  webhooks(request: Schemas["WebhookList"], options?: CallOptions): Promise<Schemas["WebhookPage"]>;
+  /**
+   * Remove a webhook; deliveries still waiting are dropped.
+   *
+   * `engram.webhooks.delete` · `DELETE /v1/webhooks/{webhook_id}` · needs `memory.admin`
+   */
+  deleteWebhook(request: Schemas["WebhookDelete"], options?: CallOptions): Promise<Schemas["WebhookDeleted"]>;
+  /**
+   * Deliver a webhook's dead-lettered events again (or the named events), from the first try.
+   *
+   * `engram.webhooks.replay` · `POST /v1/webhooks/{webhook_id}/replay` · needs `memory.admin`
+   */
+  replayWebhook(request: Schemas["WebhookReplay"], options?: CallOptions): Promise<Schemas["WebhookReplayed"]>;
 }
 
 /**
