@@ -20,7 +20,14 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from contracts.errors import EngramError, Internal, InvalidRequest, PayloadTooLarge, Unavailable
+from contracts.errors import (
+    EngramError,
+    Internal,
+    InvalidRequest,
+    PayloadTooLarge,
+    Unavailable,
+    validation_details,
+)
 from contracts.json_rules import decode_json
 from contracts.operations import MAX_REQUEST_BYTES
 
@@ -28,15 +35,6 @@ __all__ = ["MAX_REQUEST_BYTES", "dependency_down", "error_reply", "parse_model",
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
-
-
-def validation_details(exc: ValidationError) -> dict[str, Any]:
-    """Where and why validation failed. Never the input values: they could be secrets."""
-    return {
-        "errors": [
-            {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors()[:20]
-        ]
-    }
 
 
 def parse_model(model: type[M], body: bytes, *, max_bytes: int = MAX_REQUEST_BYTES) -> M:

@@ -47,7 +47,7 @@ AGENT_CONFIG = typer.Option(
 
 def signing_keys(data_dir: Path) -> dict[str, str]:
     """``ENGRAM_TOKEN_KEYS``, else the data dir's development key."""
-    from shared.embedded.stack import load_dev_identity
+    from shared.embedded.dev_identity import load_dev_identity
     from shared.settings import EngramSettings
 
     keys = EngramSettings().signing_keys()

@@ -38,13 +38,11 @@ def _details_line(details: dict[str, Any]) -> str:
 def describe(exc: BaseException) -> tuple[str, str]:
     """The first line (``CODE: message``) and the details line ('' when there are none)."""
     # Imported on the way out only: a command that succeeds never pays for them.
-    from engram_client.contracts.errors import EngramError
+    from engram_client.contracts.errors import EngramError, validation_details
     from nats.errors import Error as NatsError
     from nats.errors import NoRespondersError, NoServersError
     from nats.errors import TimeoutError as NatsTimeout
     from pydantic import ValidationError
-
-    from shared.wire import validation_details
 
     if isinstance(exc, EngramError):
         return f"{exc.code.value}: {exc.message}", _details_line(exc.details)

@@ -178,25 +178,34 @@ def up(
 def console_link(data_dir: Path = DATA_DIR) -> None:
     """Print a one-time sign-in link to the web console for the development identity (valid for two
     minutes, once; the token itself never goes into the URL)."""
-    import httpx
+    # One JSON POST: the standard library's HTTP client, not httpx, which would double this
+    # command's start-up (docs/adr/0092-commands-that-start-fast.md).
+    import urllib.error
+    import urllib.request
 
     info = _connection(data_dir)
     if not info.get("http_url"):
         raise typer.BadParameter("this stack serves no HTTP API; start it with `engram up`")
+    if not str(info["http_url"]).startswith(("http://", "https://")):
+        raise typer.BadParameter(f"the connection file's http_url {info['http_url']!r} is not an HTTP URL")
+    request = urllib.request.Request(  # noqa: S310 (http or https, just checked)
+        f"{info['http_url']}/console/tickets",
+        data=json.dumps({"agent_config_id": info["agent_config_id"]}).encode(),
+        headers={"Authorization": f"Bearer {info['token']}", "Content-Type": "application/json"},
+        method="POST",
+    )
     try:
-        reply = httpx.post(
-            f"{info['http_url']}/console/tickets",
-            json={"agent_config_id": info["agent_config_id"]},
-            headers={"Authorization": f"Bearer {info['token']}"},
-            timeout=10.0,
-        )
-    except httpx.HTTPError as exc:
+        with urllib.request.urlopen(request, timeout=10.0) as reply:  # noqa: S310
+            status, text = reply.status, reply.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as refused:
+        status, text = refused.code, refused.read().decode("utf-8", "replace")
+    except OSError as exc:  # URLError, a timeout, a reset
         raise typer.BadParameter(
             f"the gateway at {info['http_url']} does not answer ({exc}); is `engram up` running?"
         ) from None
-    if reply.status_code != 200:
-        raise typer.BadParameter(f"the gateway refused a sign-in code: {reply.text[:200]}")
-    typer.echo(f"{info['http_url']}{reply.json()['path']}")
+    if status != 200:
+        raise typer.BadParameter(f"the gateway refused a sign-in code: {text[:200]}")
+    typer.echo(f"{info['http_url']}{json.loads(text)['path']}")
 
 
 @app.command()
@@ -406,10 +415,6 @@ def mcp(
 
     from engram_client.contracts.connection import ConnectionInfo, connection_file
 
-    from services.mcp.caller import Caller
-    from services.mcp.stdio import serve_stdio
-    from shared.logging import setup_logging
-
     if not token:
         raise typer.BadParameter(
             "set ENGRAM_TOKEN to the agent's own token, e.g. `engram token mint --kind end_user --id "
@@ -431,6 +436,11 @@ def mcp(
         if base is not None and base.nats_url == url
         else ConnectionInfo(nats_url=url)
     )
+    # The MCP SDK (most of what this command imports) is loaded only once the arguments are good.
+    from services.mcp.caller import Caller
+    from services.mcp.stdio import serve_stdio
+    from shared.logging import setup_logging
+
     setup_logging("WARNING", json=False)
     asyncio.run(serve_stdio(info, Caller(token=token, agent_config_id=target, session_id=session)))
 

@@ -11,21 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
-from uuid import UUID, uuid4
 
 from pydantic import SecretStr
 
-from contracts.common import Principal
 from contracts.connection import connection_file
-from shared.auth import ALL_PERMISSIONS, DEPLOYMENT_PERMISSIONS, TokenService
+from shared.embedded.dev_identity import DevIdentity, load_dev_identity
 from shared.embedded.nats_server import NatsServerProcess, restart_after_full_disk
 from shared.embedded.postgres import EmbeddedPostgres
 from shared.metrics import JETSTREAM_MAX_STORAGE, refreshing, set_filesystem
@@ -41,57 +36,11 @@ __all__ = [
     "write_connection_file",
 ]
 
-DEV_TOKEN_TTL_S = 30 * 24 * 3600
-
-
-@dataclass(frozen=True)
-class DevIdentity:
-    """The development organization, agent config and signing key of one data dir."""
-
-    org_id: UUID
-    agent_config_id: UUID
-    kid: str
-    secret: str
-
-    @property
-    def token_keys(self) -> str:
-        return f"{self.kid}={self.secret}"
-
-    def tokens(self) -> TokenService:
-        return TokenService({self.kid: self.secret})
-
-    def service_token(self, ttl_seconds: int = DEV_TOKEN_TTL_S) -> str:
-        return self.tokens().mint(
-            org_id=self.org_id,
-            principal=Principal(kind="service", id="engram-dev"),
-            # Whoever runs `engram up` runs the deployment: its operator and tenants' admin, too.
-            permissions=ALL_PERMISSIONS | DEPLOYMENT_PERMISSIONS,
-            ttl_seconds=ttl_seconds,
-        )
-
 
 async def record_filesystems(stores: dict[str, Path]) -> None:
     """The free-space gauges of the embedded stores' filesystems (a metrics refresher)."""
     for store, path in stores.items():
         set_filesystem(store, str(path))
-
-
-def load_dev_identity(data_dir: Path) -> DevIdentity:
-    """Read the data dir's development identity, generating it (mode 0600) on first use."""
-    path = data_dir / "dev-identity.json"
-    if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        fresh = {
-            "org_id": str(uuid4()),
-            "agent_config_id": str(uuid4()),
-            "kid": f"dev-{secrets.token_hex(4)}",
-            "secret": secrets.token_urlsafe(48),
-        }
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(fresh, handle, indent=2)
-    raw = json.loads(path.read_text())
-    return DevIdentity(UUID(raw["org_id"]), UUID(raw["agent_config_id"]), raw["kid"], raw["secret"])
 
 
 def write_connection_file(data_dir: Path, info: dict[str, Any]) -> Path:

@@ -89,13 +89,16 @@ class Inbound(BaseModel):
     # Every string has a length bound (a field's own, else this one), below the smallest body
     # limit (256 KiB): a string one past its bound is still a body the edge reads, so it is
     # INVALID_REQUEST naming the field, not PAYLOAD_TOO_LARGE (docs/adr/0096-request-bounds.md).
-    model_config = ConfigDict(frozen=True, extra="forbid", str_max_length=MAX_TEXT_CHARS)
+    # ``defer_build``: a model's validator is built when it first validates, not when the module is
+    # imported — a command that sends one request builds a few of the hundred-odd models, not all
+    # (docs/adr/0092-commands-that-start-fast.md).
+    model_config = ConfigDict(frozen=True, extra="forbid", str_max_length=MAX_TEXT_CHARS, defer_build=True)
 
 
 class Outbound(BaseModel):
     """What Engram sends: frozen; readers should ignore fields they do not know."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)  # as Inbound's
 
 
 class Principal(Inbound):

@@ -10,6 +10,7 @@ from engram_client.contracts.common import JSON_INTEGER, MAX_TTL_SECONDS, Memory
 
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL",
+    "ConfigPatchSchema",
     "MemoryConfig",
     "PolicyConfig",
     "RetentionConfig",
@@ -25,7 +26,7 @@ DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class RetentionConfig(_Strict):
@@ -132,3 +133,18 @@ def config_patch_schema() -> dict[str, Any]:
     patch: dict[str, Any] = inline(schema)
     patch["title"] = "MemoryConfigPatch"
     return patch
+
+
+class ConfigPatchSchema:
+    """``Annotated`` metadata giving a field :func:`config_patch_schema` as its JSON Schema, made
+    when a document asks for it — ``WithJsonSchema(config_patch_schema())`` would build the memory
+    config's models whenever the module is imported (docs/adr/0092-commands-that-start-fast.md)."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return config_patch_schema()
+
+    def __hash__(self) -> int:
+        return hash(ConfigPatchSchema)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConfigPatchSchema)

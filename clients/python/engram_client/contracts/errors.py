@@ -7,7 +7,10 @@ builtin exception it resembles, so ``except ValueError`` still catches bad input
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = [
     "ERROR_ENVELOPE_SCHEMA",
@@ -28,6 +31,7 @@ __all__ = [
     "VectorUnavailable",
     "WritePolicyDenied",
     "error_for_code",
+    "validation_details",
 ]
 
 
@@ -194,3 +198,13 @@ def error_for_code(code: str, message: str, details: dict[str, Any] | None = Non
     except ValueError:
         cls = Internal
     return cls(message, details)
+
+
+def validation_details(exc: ValidationError) -> dict[str, Any]:
+    """``INVALID_REQUEST``'s details for a model that refused a request: where and why validation
+    failed. Never the input values: they could be secrets."""
+    return {
+        "errors": [
+            {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors()[:20]
+        ]
+    }

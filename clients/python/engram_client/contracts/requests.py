@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import ConfigDict, Field, JsonValue, WithJsonSchema, field_validator, model_validator
+from pydantic import ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from engram_client.contracts.common import (
     JSON_INTEGER,
@@ -17,7 +17,7 @@ from engram_client.contracts.common import (
     Outbound,
     given,
 )
-from engram_client.contracts.config import MemoryConfig, config_patch_schema
+from engram_client.contracts.config import ConfigPatchSchema, MemoryConfig
 
 __all__ = [
     "Accepted",
@@ -125,7 +125,7 @@ class ConfigPut(Inbound):
     agent_config_id: UUID
     #: Keys of the memory config to change; nested objects merge key by key and the result is
     #: validated whole (``shared.config_store``). The documents show the keys and their bounds.
-    config: Annotated[dict[str, Any], WithJsonSchema(config_patch_schema())]
+    config: Annotated[dict[str, Any], ConfigPatchSchema()]
 
 
 class ConfigReply(Outbound):
