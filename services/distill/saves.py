@@ -18,6 +18,7 @@ from shared.consumer import Batch
 from shared.deadletter import Rejection
 from shared.infra import Infra
 from shared.outbox import claim_inbox
+from shared.ports import SupersessionJudge
 
 __all__ = ["CONSUMER", "handle_accepted_saves"]
 
@@ -25,14 +26,16 @@ __all__ = ["CONSUMER", "handle_accepted_saves"]
 CONSUMER = DISTILL_SAVES.durable
 
 
-async def handle_accepted_saves(infra: Infra, batch: Batch) -> None:
+async def handle_accepted_saves(infra: Infra, batch: Batch, judge: SupersessionJudge | None = None) -> None:
     """Each accepted save through the save path, its outcome sent to a caller who waits; the
     batch acks them after."""
     for msg, request in await batch.parse(AcceptedSave, what="accepted save"):
-        await _save(infra, batch, msg, request)
+        await _save(infra, batch, msg, request, judge)
 
 
-async def _save(infra: Infra, batch: Batch, msg: Msg, request: AcceptedSave) -> None:
+async def _save(
+    infra: Infra, batch: Batch, msg: Msg, request: AcceptedSave, judge: SupersessionJudge | None
+) -> None:
     ctx = SaveContext(
         org_id=request.org_id,
         agent_config_id=request.agent_config_id,
@@ -66,7 +69,7 @@ async def _save(infra: Infra, batch: Batch, msg: Msg, request: AcceptedSave) -> 
             enabled = config.memory_enabled and config.memory_write_enabled
             enabled = enabled and await org_memory_enabled(db, request.org_id)
             if enabled:
-                result = await save_entries(db, ctx, drafts, config)
+                result = await save_entries(db, ctx, drafts, config, judge=judge)
                 outcome = SaveOutcome(
                     request_id=request.request_id,
                     saved=result.saved,

@@ -58,6 +58,7 @@ from shared.entries import recall as queries
 from shared.lexical import query_weights
 from shared.memory_block import render_context
 from shared.ports import Embedder, VectorIndex
+from shared.supersession import past_cue
 from shared.tenancy import visible_owner_keys
 from shared.time import utcnow
 from shared.vectors.coverage import VectorCoverage
@@ -220,6 +221,8 @@ class Recall:
             layer=None if request.target_layer == "all" else request.target_layer,
             memory_types=policy.memory_types_allowed,
             filters=request.filters,
+            # A cue about the past reaches superseded knowledge too; otherwise only what is current.
+            history=strategy in _CUE_STRATEGIES and past_cue(cue),
         )
         diagnostics: dict[str, Any] = {}
         try:

@@ -474,6 +474,11 @@ export interface components {
                  */
                 keep_observations?: boolean;
                 /**
+                 * Knowledge Updates
+                 * @default true
+                 */
+                knowledge_updates?: boolean;
+                /**
                  * Memory Enabled
                  * @default true
                  */
@@ -796,6 +801,16 @@ export interface components {
              * Format: date-time
              */
             updated_at: string;
+            /**
+             * Valid From
+             * @default null
+             */
+            valid_from?: string | null;
+            /**
+             * Valid Until
+             * @default null
+             */
+            valid_until?: string | null;
             /** Version */
             version: number;
         };
@@ -1176,6 +1191,11 @@ export interface components {
              * @default false
              */
             keep_observations?: boolean;
+            /**
+             * Knowledge Updates
+             * @default true
+             */
+            knowledge_updates?: boolean;
             /**
              * Memory Enabled
              * @default true

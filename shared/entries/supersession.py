@@ -1,0 +1,111 @@
+"""Knowledge updates in the table (docs/adr/0099-knowledge-updates.md): the older entries a new
+one may update (its neighbourhood), and the supersession itself.
+
+Candidates are the same owner's current entries of the same agent config that share a word with
+the new text (Postgres full-text, the GIN index recall's lexical leg uses), best match first, a
+few per new entry: the rules (:mod:`shared.supersession`) only ever accept a pair with the same
+subject, so a pair sharing no word is never one they would accept. Only entries saved before the
+new one are candidates; entries of one batch do not supersede each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+from uuid import UUID
+
+from sqlalchemy import text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from shared.db.models import ENTRIES
+from shared.supersession import ELIGIBLE_LAYER, INELIGIBLE_TYPES
+
+__all__ = ["NEIGHBOURS", "Neighbour", "NewText", "neighbours", "supersede"]
+
+#: Candidates per new entry: the rules and a model judge see at most these.
+NEIGHBOURS = 8
+
+
+class NewText(NamedTuple):
+    id: UUID
+    org_id: UUID
+    agent_config_id: UUID
+    owner_key: str
+    text: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    id: UUID
+    text: str
+    created_at: datetime
+
+
+def _tsquery(text_: str) -> str | None:
+    words = "".join(c if c.isalnum() else " " for c in text_.lower()).split()
+    kept = list(dict.fromkeys(w for w in words if len(w) > 1))[:32]
+    return " | ".join(f"'{w}'" for w in kept) or None
+
+
+async def neighbours(session: AsyncSession, new: Sequence[NewText]) -> dict[UUID, list[Neighbour]]:
+    """For each new entry, up to :data:`NEIGHBOURS` older current entries of its owner that share
+    a word with it (best full-text match first): what it may supersede."""
+    queried = [(n, q) for n in new if (q := _tsquery(n.text)) is not None]
+    if not queried:
+        return {}
+    # One statement per batch: the new ids and their queries as parallel arrays, a lateral
+    # best-first search per new entry.
+    stmt = text(
+        """
+        SELECT n.new_id, c.id, c.text, c.created_at
+        FROM unnest(CAST(:ids AS uuid[]), CAST(:queries AS text[])) AS n(new_id, q)
+        JOIN memory_entries e ON e.id = n.new_id
+        JOIN LATERAL (
+            SELECT o.id, o.text, o.created_at
+            FROM memory_entries o
+            WHERE o.org_id = e.org_id AND o.agent_config_id = e.agent_config_id
+              AND o.owner_key = e.owner_key
+              AND o.lifecycle = 'active' AND o.layer = :layer AND NOT o.quarantined
+              AND o.memory_type <> ALL(CAST(:ineligible AS text[]))
+              AND o.created_at < e.created_at
+              AND (o.expires_at IS NULL OR o.expires_at > e.created_at)
+              AND o.search @@ to_tsquery('english', n.q)
+            ORDER BY ts_rank(o.search, to_tsquery('english', n.q)) DESC, o.created_at DESC
+            LIMIT :limit
+        ) c ON true
+        """
+    )
+    rows = await session.execute(
+        stmt,
+        {
+            "ids": [str(n.id) for n, _ in queried],
+            "queries": [q for _, q in queried],
+            "layer": ELIGIBLE_LAYER,
+            "ineligible": sorted(INELIGIBLE_TYPES),
+            "limit": NEIGHBOURS,
+        },
+    )
+    out: dict[UUID, list[Neighbour]] = {}
+    for new_id, old_id, old_text, created_at in rows:
+        out.setdefault(new_id, []).append(Neighbour(old_id, old_text, created_at))
+    return out
+
+
+async def supersede(session: AsyncSession, old_id: UUID, new_id: UUID, at: datetime) -> bool:
+    """Mark ``old_id`` superseded by ``new_id`` as of ``at``; False (nothing changed) when the old
+    one is no longer current (a concurrent writer superseded, edited or erased it first)."""
+    marked = await session.execute(
+        update(ENTRIES)
+        .where(ENTRIES.c.id == old_id, ENTRIES.c.lifecycle == "active")
+        .values(lifecycle="superseded", superseded_by=new_id, valid_until=at, updated_at=at)
+        .returning(ENTRIES.c.id)
+    )
+    if marked.first() is None:
+        return False
+    await session.execute(
+        update(ENTRIES).where(ENTRIES.c.id == new_id).values(supersedes=old_id, valid_from=at)
+    )
+    return True
