@@ -349,8 +349,8 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 _PAST_RE = re.compile(
-    r"\b(before|previously|formerly|former|used to|earlier|originally|at first|in the past|"
-    r"prior|no longer|anymore|old|older|history|changed|did .* (live|work|use|prefer))\b",
+    r"\b(before|previous|previously|formerly|former|used to|earlier|originally|at first|past|prior|"
+    r"no longer|anymore|old|older|history|changed|did|was|were)\b",
     re.IGNORECASE,
 )
 
