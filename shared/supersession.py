@@ -36,6 +36,7 @@ __all__ = [
     "maybe_related",
     "past_cue",
     "read",
+    "search_words",
 ]
 
 #: Only remembered knowledge is superseded: observations are raw activity.
@@ -333,6 +334,22 @@ def judge_pair(old_text: str, new_text: str) -> Verdict:
         if new.negated != old.negated and old.values & new.values:
             return Verdict(True, f"changed:{attribute}")
     return Verdict(False, "added_value")
+
+
+def search_words(text: str) -> list[str]:
+    """The words to find a new text's candidates by: its own, and the trigger words of the
+    attributes it names ("I moved to Oslo" also looks for "live", "home", "based" …), so an older
+    entry about the same attribute is found even when the two share no word ("My home is in
+    Prague": the owner is "I" in one and "my" in the other, both stop words to full-text search)."""
+    reading = read(text)
+    words = [w for w in _TOKEN_RE.findall(text.lower().replace("\u2019", "'")) if w != ","]
+    for attribute in sorted(reading.attributes):
+        if attribute.startswith("favorite:"):
+            words += ["favorite", "favourite", attribute.split(":", 1)[1]]
+        for family in _FAMILIES:
+            if family.name == attribute:
+                words += sorted(family.triggers)
+    return list(dict.fromkeys(words))
 
 
 def maybe_related(old_text: str, new_text: str) -> bool:

@@ -530,6 +530,8 @@ class Recall:
                 owner_keys=owner_keys,
                 now=utcnow(),
                 session_only=request.session_id if config.scope == "session" else None,
+                # An id a cue about the past returned may be history: it expands like any other.
+                history=True,
             )
             found = await queries.by_ids(self._db, scope, examined)
         by_id = {c.id: c for c in found}

@@ -2,10 +2,11 @@
 one may update (its neighbourhood), and the supersession itself.
 
 Candidates are the same owner's current entries of the same agent config that share a word with
-the new text (Postgres full-text, the GIN index recall's lexical leg uses), best match first, a
-few per new entry: the rules (:mod:`shared.supersession`) only ever accept a pair with the same
-subject, so a pair sharing no word is never one they would accept. Only entries saved before the
-new one are candidates; entries of one batch do not supersede each other.
+the new text or one of its attributes' trigger words (Postgres full-text, the GIN index recall's
+lexical leg uses), best match first, a few per new entry: the rules (:mod:`shared.supersession`)
+only accept a pair with the same subject and the same attribute (or the same words, negated).
+Only entries saved before the new one are candidates; entries of one batch do not supersede each
+other.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from shared.db.models import ENTRIES
-from shared.supersession import ELIGIBLE_LAYER, INELIGIBLE_TYPES
+from shared.supersession import ELIGIBLE_LAYER, INELIGIBLE_TYPES, search_words
 
 __all__ = ["NEIGHBOURS", "Neighbour", "NewText", "neighbours", "supersede"]
 
@@ -45,8 +46,10 @@ class Neighbour:
 
 
 def _tsquery(text_: str) -> str | None:
-    words = "".join(c if c.isalnum() else " " for c in text_.lower()).split()
-    kept = list(dict.fromkeys(w for w in words if len(w) > 1))[:32]
+    """An OR of the text's words and its attributes' trigger words (quoted plain lexemes: no
+    operator from a text reaches the query parser)."""
+    words = "".join(c if c.isalnum() else " " for c in " ".join(search_words(text_))).split()
+    kept = list(dict.fromkeys(w for w in words if len(w) > 1))[:64]
     return " | ".join(f"'{w}'" for w in kept) or None
 
 

@@ -66,6 +66,13 @@ async def test_over_nats_recall_prefers_what_is_current(
             nc, service_token, agent, strategy=strategy, cue="Where did Alice live before Seattle?"
         )
         assert OLD in before, strategy
+    expanded = await request(
+        nc,
+        "engram.recall.expand",
+        {"agent_config_id": str(agent), "principal": ALICE, "ids": [old_id]},
+        service_token,
+    )
+    assert [r["text"] for r in expanded["results"]] == [OLD]  # history a past cue returned expands
 
     listed = await request(
         nc,
