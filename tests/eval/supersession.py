@@ -18,7 +18,10 @@ The labelled set is ``tests/eval/data/supersession.jsonl`` (:mod:`tests.eval.sup
   entry is in the top 5 (with supersession: through the history a past cue reaches).
 
 Run alone: ``python -m tests.eval.supersession``; results in ``bench-results/supersession.json``.
-``--offline`` scores the rules only (seconds, no servers).
+``--offline`` scores the rules only (seconds, no servers). With a model endpoint
+(``--model-url``, default ``ENGRAM_DISTILL_MODEL_URL``; ``--model``, default ``ENGRAM_DISTILL_MODEL``)
+the rules and the judge are also scored together, as the save path uses them: the pairs the rules
+leave undecided but that look related go to the model (skipped where no endpoint is configured).
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ from contracts.common import Principal
 from contracts.subjects import CONFIG_PUT, MEMORY_SAVE, RECALL
 from services.runtime import running_services
 from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.judges import OpenAICompatJudge
 from shared.settings import EngramSettings
-from shared.supersession import judge_pair
+from shared.supersession import judge_pair, maybe_related
 from tests.eval.handed import pick_embedder
 from tests.eval.locomo import EvalError, _call, wait_indexed
 from tests.eval.supersession_data import Pair, load
@@ -84,6 +88,25 @@ def offline(pairs: list[Pair]) -> dict[str, Any]:
         if yes != (p.label == "update")
     ]
     return {**_scores(said), "per_category": per_category, "wrong": wrong}
+
+
+async def with_judge(pairs: list[Pair], url: str, model: str) -> dict[str, Any]:
+    """The rules, then the model for related pairs they did not accept (as the save path asks)."""
+    judge = OpenAICompatJudge(url, model)
+    asked = unanswered = 0
+    said: list[tuple[Pair, bool]] = []
+    try:
+        for p in pairs:
+            yes = judge_pair(p.old, p.new).supersedes
+            if not yes and maybe_related(p.old, p.new):
+                asked += 1
+                answer = await judge.supersedes(p.old, p.new)
+                unanswered += answer is None
+                yes = bool(answer)
+            said.append((p, yes))
+    finally:
+        await judge.aclose()
+    return {**_scores(said), "model": model, "asked": asked, "unanswered": unanswered}
 
 
 def _owner(pair: Pair) -> dict[str, str]:
@@ -229,6 +252,9 @@ def render(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
         f"| offline rules | {off['precision']} | {off['recall']} | | |",
     ]
+    judged = result.get("with_model")
+    if judged:
+        rows.append(f"| rules + {judged['model']} | {judged['precision']} | {judged['recall']} | | |")
     stack = result.get("stack")
     if stack:
         for name, label in (("without", "write path, knowledge_updates off"), ("with", "write path, on")):
@@ -249,6 +275,8 @@ async def main(args: argparse.Namespace) -> int:
         "lookalikes": sum(p.label == "lookalike" for p in pairs),
         "offline": offline(pairs),
     }
+    if args.model_url:
+        result["with_model"] = await with_judge(pairs, args.model_url, args.model)
     if not args.offline:
         name = args.embedder or pick_embedder()
         print(f"[knowledge updates: {name}]", flush=True)
@@ -269,4 +297,6 @@ if __name__ == "__main__":
     parser.add_argument("--offline", action="store_true", help="score the offline rules only")
     parser.add_argument("--out", type=Path, default=Path("bench-results/supersession.json"))
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--model-url", default=os.environ.get("ENGRAM_DISTILL_MODEL_URL", ""))
+    parser.add_argument("--model", default=os.environ.get("ENGRAM_DISTILL_MODEL", "gpt-4o-mini"))
     sys.exit(asyncio.run(main(parser.parse_args())))
