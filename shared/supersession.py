@@ -31,6 +31,7 @@ __all__ = [
     "INELIGIBLE_TYPES",
     "Reading",
     "Verdict",
+    "could_update",
     "eligible",
     "judge_pair",
     "maybe_related",
@@ -334,6 +335,16 @@ def judge_pair(old_text: str, new_text: str) -> Verdict:
         if new.negated != old.negated and old.values & new.values:
             return Verdict(True, f"changed:{attribute}")
     return Verdict(False, "added_value")
+
+
+def could_update(text: str, *, with_model: bool = False) -> bool:
+    """Whether a new text could supersede anything: the rules need a subject and an attribute, a
+    negation or a value it says was left; a model judge a subject. Most distilled lessons
+    ("refund_payment failed with …") have none, and then no candidate is looked up."""
+    reading = read(text)
+    if reading.subject is None:
+        return False
+    return with_model or bool(reading.attributes or reading.negated or reading.departed)
 
 
 def search_words(text: str) -> list[str]:

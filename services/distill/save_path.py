@@ -34,7 +34,7 @@ from shared.policy import (
     fingerprint,
 )
 from shared.ports import SupersessionJudge
-from shared.supersession import eligible, judge_pair, maybe_related
+from shared.supersession import could_update, eligible, judge_pair, maybe_related
 from shared.tenancy import owner_key
 from shared.time import utcnow
 
@@ -195,6 +195,7 @@ async def save_batch(
             upserted.saved
             and items[occ.item].config.knowledge_updates
             and eligible(stored_row["memory_type"], stored_row["layer"], stored_row["quarantined"])
+            and could_update(stored_row["text"], with_model=judge is not None)
         ):
             key = (
                 upserted.entry_id,

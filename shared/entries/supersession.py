@@ -1,12 +1,12 @@
 """Knowledge updates in the table (docs/adr/0099-knowledge-updates.md): the older entries a new
 one may update (its neighbourhood), and the supersession itself.
 
-Candidates are the same owner's current entries of the same agent config that share a word with
-the new text or one of its attributes' trigger words (Postgres full-text, the GIN index recall's
-lexical leg uses), best match first, a few per new entry: the rules (:mod:`shared.supersession`)
-only accept a pair with the same subject and the same attribute (or the same words, negated).
-Only entries saved before the new one are candidates; entries of one batch do not supersede each
-other.
+Candidates are the same owner's newest current entries of the same agent config (:data:`WINDOW`)
+that share a word with the new text or one of its attributes' trigger words (Postgres full
+text), best match first, a few per new entry: the rules (:mod:`shared.supersession`) only accept a
+pair with the same subject and the same attribute (or the same words, negated). Only entries saved
+before the new one are candidates; entries of one batch do not supersede each other. Only a new
+entry that could update anything (:func:`shared.supersession.could_update`) looks them up.
 """
 
 from __future__ import annotations
@@ -23,10 +23,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from shared.db.models import ENTRIES
 from shared.supersession import ELIGIBLE_LAYER, INELIGIBLE_TYPES, search_words
 
-__all__ = ["NEIGHBOURS", "Neighbour", "NewText", "neighbours", "supersede"]
+__all__ = ["NEIGHBOURS", "WINDOW", "Neighbour", "NewText", "neighbours", "supersede"]
 
 #: Candidates per new entry: the rules and a model judge see at most these.
 NEIGHBOURS = 8
+#: The owner's newest current entries the candidates are found among (the scope index read
+#: backwards, then the full-text match and its rank on these only): bounds the work whatever the
+#: owner holds — matching and ranking all of an owner's 10k entries cost 75 ms per new entry
+#: (docs/benchmarks.md) — at the price of never superseding an entry this many newer ones follow.
+WINDOW = 200
 
 
 class NewText(NamedTuple):
@@ -65,18 +70,24 @@ async def neighbours(session: AsyncSession, new: Sequence[NewText]) -> dict[UUID
         """
         SELECT n.new_id, c.id, c.text, c.created_at
         FROM unnest(CAST(:ids AS uuid[]), CAST(:queries AS text[])) AS n(new_id, q)
+        CROSS JOIN LATERAL (SELECT to_tsquery('english', n.q) AS tq) AS t
         JOIN memory_entries e ON e.id = n.new_id
         JOIN LATERAL (
-            SELECT o.id, o.text, o.created_at
-            FROM memory_entries o
-            WHERE o.org_id = e.org_id AND o.agent_config_id = e.agent_config_id
-              AND o.owner_key = e.owner_key
-              AND o.lifecycle = 'active' AND o.layer = :layer AND NOT o.quarantined
-              AND o.memory_type <> ALL(CAST(:ineligible AS text[]))
-              AND o.created_at < e.created_at
-              AND (o.expires_at IS NULL OR o.expires_at > e.created_at)
-              AND o.search @@ to_tsquery('english', n.q)
-            ORDER BY ts_rank(o.search, to_tsquery('english', n.q)) DESC, o.created_at DESC
+            SELECT m.id, m.text, m.created_at
+            FROM (
+                SELECT o.id, o.text, o.created_at, o.search
+                FROM memory_entries o
+                WHERE o.org_id = e.org_id AND o.agent_config_id = e.agent_config_id
+                  AND o.owner_key = e.owner_key
+                  AND o.lifecycle = 'active' AND o.layer = :layer AND NOT o.quarantined
+                  AND o.memory_type <> ALL(CAST(:ineligible AS text[]))
+                  AND o.created_at < e.created_at
+                  AND (o.expires_at IS NULL OR o.expires_at > e.created_at)
+                ORDER BY o.created_at DESC
+                LIMIT :window
+            ) m
+            WHERE m.search @@ t.tq
+            ORDER BY ts_rank(m.search, t.tq) DESC, m.created_at DESC
             LIMIT :limit
         ) c ON true
         """
@@ -89,6 +100,7 @@ async def neighbours(session: AsyncSession, new: Sequence[NewText]) -> dict[UUID
             "layer": ELIGIBLE_LAYER,
             "ineligible": sorted(INELIGIBLE_TYPES),
             "limit": NEIGHBOURS,
+            "window": WINDOW,
         },
     )
     out: dict[UUID, list[Neighbour]] = {}
