@@ -74,7 +74,9 @@ cluster-bench: install
 	$(BIN)/pytest -m partition tests/cluster/test_partition.py -s
 
 ## Benchmarks: write-path throughput and latency, recall latency per strategy at 10k/100k
-## entries plus embed throughput, each with the bare NATS round trip as yardstick; the default
+## entries plus embed throughput, each with the bare NATS round trip as yardstick; elective saves
+## to searchable against the embedder alone in the same run, per stage, with recall p50/p99 while
+## they run (docs/adr/0101-write-path-throughput.md); the default
 ## embedder's single-cue latency and batch throughput against torch's on the same texts; recall
 ## over HTTP beside NATS (what the gateway adds); recall through MCP (in-process and streamable
 ## HTTP) and EngramStore get/search beside the NATS yardstick; and how fast the `engram` commands
@@ -82,6 +84,7 @@ cluster-bench: install
 bench: install-model
 	$(BIN)/python -m tests.bench.embedder_throughput
 	$(BIN)/python -m tests.bench.write_path
+	$(BIN)/python -m tests.bench.saved_searchable
 	$(BIN)/python -m tests.bench.recall
 	$(BIN)/python -m tests.bench.gateway
 	$(BIN)/python -m tests.bench.agents

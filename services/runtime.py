@@ -15,9 +15,9 @@ from typing import Any, cast
 from faststream.nats import NatsBroker
 from faststream.nats.security import NatsNKey, NatsSecurity
 
-from contracts.operations import consumers_of
+from contracts.operations import JETSTREAMS, consumers_of
 from shared.background import Worker
-from shared.bus import configured_streams, ensure_streams, record_consumer_lag
+from shared.bus import configured_streams, ensure_streams, record_consumer_lag, record_stream_usage
 from shared.cache import ResultCache
 from shared.component import Build, Ports
 from shared.db.engine import Database
@@ -144,8 +144,13 @@ async def running_services(
         # /metrics reads the lag of this process's own durables (its NATS identity may read no
         # other consumer's info) and the outbox backlog when scraped.
         durables = [(c.stream.jetstream, c.durable) for name in names for c in consumers_of(name)]
+        # And how full each stream is (its bytes against JetStream's storage limit: a full disk).
         stack.enter_context(
-            refreshing(partial(record_consumer_lag, infra.js, durables), infra.relay.refresh_backlog)
+            refreshing(
+                partial(record_consumer_lag, infra.js, durables),
+                partial(record_stream_usage, infra.js, [d.name for d in JETSTREAMS]),
+                infra.relay.refresh_backlog,
+            )
         )
         log.info("services running: %s", ", ".join(names))
         try:

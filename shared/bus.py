@@ -13,13 +13,14 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import NotFoundError
 
 from contracts.operations import JETSTREAMS, StreamDef
-from shared.metrics import CONSUMER_ACK_PENDING, CONSUMER_NUM_PENDING
+from shared.metrics import CONSUMER_ACK_PENDING, CONSUMER_NUM_PENDING, STREAM_BYTES, STREAM_MESSAGES
 
 __all__ = [
     "configured_streams",
     "durable_config",
     "ensure_streams",
     "record_consumer_lag",
+    "record_stream_usage",
     "stream_config",
 ]
 
@@ -99,3 +100,16 @@ async def record_consumer_lag(js: JetStreamContext, durables: Iterable[tuple[str
             continue
         CONSUMER_NUM_PENDING.labels(stream, durable).set(info.num_pending or 0)
         CONSUMER_ACK_PENDING.labels(stream, durable).set(info.num_ack_pending or 0)
+
+
+async def record_stream_usage(js: JetStreamContext, streams: Iterable[str]) -> None:
+    """Set the usage gauges of each stream from its info (a metrics refresher, like the lag's):
+    with ``engram_jetstream_max_storage_bytes`` they show JetStream filling up before publishes
+    are refused (infra/prometheus/alerts.yml: EngramJetStreamStorageNearLimit)."""
+    for stream in streams:
+        try:
+            info = await js.stream_info(stream)
+        except NotFoundError:  # not created yet
+            continue
+        STREAM_BYTES.labels(stream).set(info.state.bytes or 0)
+        STREAM_MESSAGES.labels(stream).set(info.state.messages or 0)

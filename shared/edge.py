@@ -14,10 +14,21 @@ one missing or foreign, so the table stays the one place an operation is declare
 
 The edge serves on nats-py directly, one queue subscription per operation, not through FastStream:
 FastStream's per-message chain cost ~0.2 ms a request here, most of what kept ``last_k`` above five
-times the bare round trip (docs/adr/0003-request-reply-edge.md). Like
-FastStream's core subscribers, each subscription answers its requests one at a time, in arrival
-order; other instances of the queue group share the load. The streams' consumers stay on
-FastStream.
+times the bare round trip (docs/adr/0003-request-reply-edge.md). Other instances of the queue group
+share the load. The streams' consumers stay on FastStream.
+
+Fair share between organizations (docs/adr/0100-fair-share.md): each operation admits its requests
+in arrival order — token verified, budget charged (:mod:`shared.quotas`), a refusal answered at
+once, before it waits behind anything — and queues what it admitted per organization. ``workers``
+tasks answer those queues round-robin, and no organization holds more than half of them at once
+(at least one), so one organization's backlog delays another's request by at most the requests
+already running, never by its length. An organization with ``org_queue`` requests already waiting
+for one operation is answered ``RATE_LIMITED`` (retry after 1 s) instead of queued behind them: a
+flood without a budget is refused, not left to time out, and cannot fill the process's queue.
+One organization's requests are answered one at a time, in arrival order (its share, with the
+default two workers) — or, for an operation whose row asks for more workers
+(``Operation.concurrency``: ``memory.save``, docs/adr/0101-write-path-throughput.md), up to half
+of them at once.
 
 A request that has waited here longer than its caller waits (the operation's ``timeout_s``, else
 the edge's ``default_wait_s``) is left unanswered, not worked on: its caller has given up, and
@@ -34,9 +45,11 @@ import contextlib
 import json
 import logging
 import time
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+from uuid import UUID
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -49,16 +62,29 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Tracer
 from pydantic import BaseModel
 
+from contracts.errors import RateLimited
 from contracts.operations import OPERATIONS, Operation
 from shared.access import AgentConfigs, Caller, authorize
-from shared.auth import TokenService, TokenVerifier, bearer_from_headers
+from shared.auth import Credential, TokenService, TokenVerifier, bearer_from_headers
 from shared.background import cancel
 from shared.metrics import REQUEST_SECONDS, REQUESTS, REQUESTS_LEFT
 from shared.quotas import Quotas
 from shared.telemetry import annotate_consumer, annotate_memory_operation, extract_context
 from shared.wire import error_reply, parse_model
 
-__all__ = ["DEFAULT_WAIT_S", "Edge", "Handler", "Observer", "Route", "answer", "route"]
+__all__ = [
+    "DEFAULT_ORG_QUEUE",
+    "DEFAULT_WAIT_S",
+    "DEFAULT_WORKERS",
+    "Edge",
+    "FairQueue",
+    "Handler",
+    "Observer",
+    "Route",
+    "admit",
+    "answer",
+    "route",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +93,14 @@ _TRACEPARENT = "traceparent"
 DEFAULT_WAIT_S = 10.0
 #: Requests left for want of a caller are logged at most this often (with how many).
 _LEFT_LOG_EVERY_S = 10.0
+#: Workers answering one operation's admitted requests (an organization holds at most half).
+DEFAULT_WORKERS = 2
+#: Admitted requests one organization may have waiting for one operation before it is refused.
+DEFAULT_ORG_QUEUE = 64
 
 Req = TypeVar("Req", bound=BaseModel)
 Rep = TypeVar("Rep", bound=BaseModel)
+T = TypeVar("T")
 
 #: What an operation's handler is: the authorized caller and the parsed request in, a reply out.
 Handler = Callable[[Caller, Req], Awaitable[Rep]]
@@ -92,6 +123,81 @@ def route(
     return Route(op, handler, observe)
 
 
+@dataclass(frozen=True)
+class _Admitted:
+    arrived: float
+    msg: Msg
+    credential: Credential
+
+
+class FairQueue(Generic[T]):
+    """Items queued per key (an organization), taken round-robin over the keys, at most ``share``
+    of one key's items taken and not yet :meth:`done` at once, at most ``depth`` of one key's
+    waiting. A key's items are taken in the order they were put."""
+
+    def __init__(self, *, share: int, depth: int) -> None:
+        self._share = share
+        self._depth = depth
+        self._waiting: dict[UUID, deque[T]] = {}
+        self._taken: Counter[UUID] = Counter()
+        #: The keys with something waiting, the next one's turn first.
+        self._turns: deque[UUID] = deque()
+        self._changed = asyncio.Event()
+        self._unfinished = 0
+        self._finished = asyncio.Event()
+        self._finished.set()
+
+    def qsize(self) -> int:
+        return sum(len(q) for q in self._waiting.values())
+
+    def put(self, key: UUID, item: T) -> bool:
+        """Queue ``item`` under ``key``; False (not queued) when ``depth`` of its items wait."""
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            waiting = self._waiting[key] = deque()
+            self._turns.append(key)
+        elif len(waiting) >= self._depth:
+            return False
+        waiting.append(item)
+        self._unfinished += 1
+        self._finished.clear()
+        self._changed.set()
+        return True
+
+    async def get(self) -> tuple[UUID, T]:
+        """The next item: the first key in turn whose share is not taken; that key's turn moves
+        to the back."""
+        while True:
+            for _ in range(len(self._turns)):
+                key = self._turns[0]
+                self._turns.rotate(-1)
+                if self._taken[key] >= self._share:
+                    continue
+                waiting = self._waiting[key]
+                item = waiting.popleft()
+                if not waiting:
+                    del self._waiting[key]
+                    self._turns.remove(key)
+                self._taken[key] += 1
+                return key, item
+            self._changed.clear()
+            await self._changed.wait()
+
+    def done(self, key: UUID) -> None:
+        """An item of ``key`` taken by :meth:`get` is finished (its share is free again)."""
+        self._taken[key] -= 1
+        if self._taken[key] <= 0:
+            del self._taken[key]
+        self._unfinished -= 1
+        if self._unfinished <= 0:
+            self._finished.set()
+        self._changed.set()
+
+    async def join(self) -> None:
+        """Until every item put is done."""
+        await self._finished.wait()
+
+
 class Edge:
     """This process's request-reply operations, served on a NATS connection once started."""
 
@@ -103,12 +209,20 @@ class Edge:
         default_wait_s: float = DEFAULT_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
         quotas: Quotas | None = None,
+        workers: int = DEFAULT_WORKERS,
+        org_queue: int = DEFAULT_ORG_QUEUE,
     ) -> None:
         """``agent_configs``: whose each agent config is, for the operations that check it
         (``Operation.agent_config``); ``default_wait_s``: how long callers wait for an operation
         that names no timeout (what a request may wait here before it is left); ``clock``:
         seconds, monotonic (tests); ``quotas``: the budgets a request spends once authorized
-        (none: not limited)."""
+        (none: not limited); ``workers``: how many requests of one operation are answered at
+        once (an organization holds at most half, at least one); ``org_queue``: how many of one
+        organization's requests may wait for one operation before more are refused."""
+        if workers < 1 or org_queue < 1:
+            raise ValueError("an edge needs at least one worker and room for one request")
+        self._workers_per_op = workers
+        self._org_queue = org_queue
         self._tokens = TokenVerifier.of(tokens)
         self._agent_configs = agent_configs
         self._quotas = quotas
@@ -116,9 +230,11 @@ class Edge:
         self._clock = clock
         self._routes: dict[str, Route[Any, Any]] = {}
         self._subscriptions: list[Subscription] = []
-        #: Per operation, what its subscription delivered and no worker has taken yet (with the
-        #: time it arrived), and the worker answering them one at a time.
+        #: Per operation, what its subscription delivered and is not admitted yet (with the time
+        #: it arrived), what was admitted and no worker has taken yet (per organization), and the
+        #: tasks admitting and answering them.
         self._queues: list[asyncio.Queue[tuple[float, Msg]]] = []
+        self._fair: list[FairQueue[_Admitted]] = []
         self._workers: list[asyncio.Task[None]] = []
         self._tracer: Tracer | None = None
         self._nc: Client | None = None
@@ -165,29 +281,89 @@ class Edge:
         if tracer_provider is not None:
             self._tracer = tracer_provider.get_tracer("engram.edge")
         for subject, r in self._routes.items():
+            # An operation whose row asks for more (``Operation.concurrency``: ``memory.save``,
+            # whose work is mostly waiting on JetStream) gets that many workers.
+            workers = max(self._workers_per_op, r.op.concurrency)
+            share = max(1, workers // 2)
             # The subscription's callback only notes the arrival: how long a request then waits
             # behind others is known, and one that outwaited its caller is left (``_work``).
             queue: asyncio.Queue[tuple[float, Msg]] = asyncio.Queue()
+            fair: FairQueue[_Admitted] = FairQueue(share=share, depth=self._org_queue)
 
             async def on_request(msg: Msg, queue: asyncio.Queue[tuple[float, Msg]] = queue) -> None:
                 queue.put_nowait((self._clock(), msg))
 
             self._queues.append(queue)
-            self._workers.append(asyncio.create_task(self._work(nc, r, queue), name=f"edge {r.op.name}"))
+            self._fair.append(fair)
+            self._workers.append(
+                asyncio.create_task(self._admit(nc, r, queue, fair), name=f"edge {r.op.name} admission")
+            )
+            self._workers += [
+                asyncio.create_task(self._work(nc, r, fair), name=f"edge {r.op.name} {i}")
+                for i in range(workers)
+            ]
             self._subscriptions.append(await nc.subscribe(subject, queue=r.op.queue_group, cb=on_request))
 
     @property
     def waiting(self) -> int:
         """Requests delivered and not yet taken up (a backlog shows here first)."""
-        return sum(q.qsize() for q in self._queues)
+        return sum(q.qsize() for q in self._queues) + sum(f.qsize() for f in self._fair)
 
-    async def _work(self, nc: Client, r: Route[Any, Any], queue: asyncio.Queue[tuple[float, Msg]]) -> None:
-        """Answer ``r``'s requests one at a time, in arrival order; leave those whose caller has
-        stopped waiting, and (once a stop gave up draining) those not started yet."""
+    async def _admit(
+        self,
+        nc: Client,
+        r: Route[Any, Any],
+        queue: asyncio.Queue[tuple[float, Msg]],
+        fair: FairQueue[_Admitted],
+    ) -> None:
+        """Admit ``r``'s requests in arrival order: the token verified and the budget charged,
+        a refusal answered at once; what is admitted waits in its organization's queue."""
+        while True:
+            arrived, msg = await queue.get()
+            try:
+                if self._stopping:  # left for its caller's timeout, as a stopped FastStream did
+                    continue
+                started = time.perf_counter()
+                try:
+                    credential = await admit(self._tokens, r.op, msg.headers, self._quotas)
+                    if not fair.put(credential.org_id, _Admitted(arrived, msg, credential)):
+                        raise RateLimited(
+                            f"{self._org_queue} requests of this organization already wait for "
+                            f"{r.op.name}; retry after 1 s",
+                            {"retry_after_s": 1},
+                        )
+                except Exception as exc:  # refused before any other work: answered at once
+                    await self._send(nc, r, msg, self._refusal(r, msg.headers, exc, started))
+            except Exception:  # nothing may end the admission of an operation
+                log.exception("%s: request not admitted", r.op.name)
+            finally:
+                queue.task_done()
+
+    def _refusal(
+        self, r: Route[Any, Any], headers: Mapping[str, str] | None, exc: Exception, started: float
+    ) -> bytes:
+        """The envelope refusing a request at admission, counted, and traced as :meth:`reply`
+        traces an answer (a consume span of its own when there is a tracer)."""
+        envelope = error_reply(exc)
+        code = str(envelope.get("error", {}).get("code", "INTERNAL"))
+        if self._tracer is not None:
+            parent = extract_context(headers) if headers and _TRACEPARENT in headers else None
+            with self._tracer.start_as_current_span(
+                f"{r.op.subject} process", context=parent or Context(), kind=SpanKind.CONSUMER
+            ) as span:
+                annotate_consumer(span, r.op.subject, r.op.queue_group)
+                span.set_attribute("error.type", code)
+        _count(r.op, started, code)
+        return _json(envelope)
+
+    async def _work(self, nc: Client, r: Route[Any, Any], fair: FairQueue[_Admitted]) -> None:
+        """Answer ``r``'s admitted requests, the organizations in turn; leave those whose caller
+        has stopped waiting, and (once a stop gave up draining) those not started yet."""
         patience = r.op.timeout_s or self._default_wait_s
         left, logged_at = 0, -_LEFT_LOG_EVERY_S  # logged at most every few seconds, with a count
         while True:
-            arrived, msg = await queue.get()
+            org, admitted = await fair.get()
+            arrived, msg = admitted.arrived, admitted.msg
             try:
                 now = self._clock()
                 if self._stopping:  # left for its caller's timeout, as a stopped FastStream did
@@ -202,7 +378,7 @@ class Edge:
                             r.op.name,
                             left,
                             patience,
-                            queue.qsize(),
+                            fair.qsize(),
                         )
                         left, logged_at = 0, now
                     continue
@@ -211,21 +387,24 @@ class Edge:
                 self._running.add(task)
                 self._idle.clear()
                 try:
-                    await self._serve(nc, r, msg)
+                    await self._serve(nc, r, msg, admitted.credential)
                 finally:
                     self._running.discard(task)
                     if not self._running:
                         self._idle.set()
             finally:
-                queue.task_done()
+                fair.done(org)
 
-    async def _serve(self, nc: Client, r: Route[Any, Any], msg: Msg) -> None:
+    async def _serve(self, nc: Client, r: Route[Any, Any], msg: Msg, credential: Credential) -> None:
         # Nothing may escape to nats-py: its error callback would drop it without a word.
         try:
-            data = await self.reply(r, msg.headers, msg.data)
+            data = await self.reply(r, msg.headers, msg.data, credential=credential)
         except Exception as exc:  # answer() maps the handler's failures; this is the edge's own
             log.exception("%s: request not handled", r.op.name)
             data = _json(error_reply(exc))
+        await self._send(nc, r, msg, data)
+
+    async def _send(self, nc: Client, r: Route[Any, Any], msg: Msg, data: bytes) -> None:
         if not msg.reply:  # a publish without a reply inbox is answered to no one
             return
         try:
@@ -274,7 +453,8 @@ class Edge:
             if any(isinstance(r, BaseException) for r in results):
                 return False
             await asyncio.wait_for(
-                asyncio.gather(*(q.join() for q in self._queues)), max(deadline - loop.time(), 0.0)
+                asyncio.gather(*(q.join() for q in self._queues), *(f.join() for f in self._fair)),
+                max(deadline - loop.time(), 0.0),
             )
         except TimeoutError:
             log.warning("requests still queued when the shutdown's grace ran out: left unanswered")
@@ -289,9 +469,17 @@ class Edge:
             raise NoRespondersError
         return await self.reply(r, headers, body)
 
-    async def reply(self, r: Route[Any, Any], headers: Mapping[str, str] | None, body: bytes) -> bytes:
+    async def reply(
+        self,
+        r: Route[Any, Any],
+        headers: Mapping[str, str] | None,
+        body: bytes,
+        *,
+        credential: Credential | None = None,
+    ) -> bytes:
         """:func:`answer`, inside the request's consume span or, without a tracer, its caller's
-        trace context (so logs and what the handler publishes stay in the caller's trace)."""
+        trace context (so logs and what the handler publishes stay in the caller's trace).
+        ``credential``: the request was admitted already (token and budget)."""
         parent = extract_context(headers) if headers and _TRACEPARENT in headers else None
         # Made here, run (and so traced) only when awaited below.
         answered = answer(
@@ -303,6 +491,7 @@ class Edge:
             observe=r.observe,
             agent_configs=self._agent_configs,
             quotas=self._quotas,
+            credential=credential,
         )
         if self._tracer is not None:
             # A request without a traceparent starts a trace of its own (an empty context).
@@ -319,6 +508,17 @@ class Edge:
             otel_context.detach(token)
 
 
+async def admit(
+    tokens: TokenVerifier, op: Operation[Any, Any], headers: Mapping[str, str] | None, quotas: Quotas | None
+) -> Credential:
+    """The caller of a request of ``op``, its token verified and its budget charged: before any
+    other work, so a flood over its budget costs a token check and a bucket each."""
+    credential = await tokens.verify(bearer_from_headers(headers))
+    if quotas is not None and quotas.enabled:
+        await quotas.charge(op.quota_class, credential.org_id, credential.token_id)
+    return credential
+
+
 async def answer(
     tokens: TokenVerifier,
     op: Operation[Req, Rep],
@@ -329,16 +529,16 @@ async def answer(
     observe: Observer[Rep] | None = None,
     agent_configs: AgentConfigs | None = None,
     quotas: Quotas | None = None,
+    credential: Credential | None = None,
 ) -> bytes:
-    """The reply to one request of ``op``: its JSON, or the SPEC 9 envelope's."""
+    """The reply to one request of ``op``: its JSON, or the SPEC 9 envelope's. ``credential``:
+    the request was :func:`admit`-ted already (not verified or charged again)."""
     started = time.perf_counter()
     span = trace.get_current_span()
     annotate_consumer(span, op.subject, op.queue_group)
     try:
-        credential = await tokens.verify(bearer_from_headers(headers))
-        # Before any other work: a flood over its budget costs a token check and a bucket each.
-        if quotas is not None and quotas.enabled:
-            await quotas.charge(op.quota_class, credential.org_id, credential.token_id)
+        if credential is None:
+            credential = await admit(tokens, op, headers, quotas)
         request = parse_model(op.request, body, max_bytes=op.max_request_bytes)
         annotate_memory_operation(span, op.subject, request)
         caller, request = await authorize(credential, op, request, agent_configs)

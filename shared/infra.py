@@ -48,6 +48,8 @@ class Infra:
             agent_configs=AgentConfigOwners(self.db),
             default_wait_s=self.settings.http_request_timeout_s,
             quotas=self.quotas,
+            workers=self.settings.edge_workers,
+            org_queue=self.settings.edge_org_queue,
         )
 
     @property

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -33,8 +34,11 @@ __all__ = [
     "DEAD_LETTERS",
     "EMBEDDED",
     "EMBED_BACKLOG",
+    "FILESYSTEM_FREE",
+    "FILESYSTEM_SIZE",
     "HTTP_REQUESTS",
     "HTTP_SECONDS",
+    "JETSTREAM_MAX_STORAGE",
     "OUTBOX_BACKLOG",
     "OUTBOX_PUBLISHED",
     "RECALL_SECONDS",
@@ -43,11 +47,14 @@ __all__ = [
     "REQUEST_SECONDS",
     "RETENTION_SWEEPS",
     "RETENTION_SWEPT",
+    "STREAM_BYTES",
+    "STREAM_MESSAGES",
     "Refresher",
     "add_refresher",
     "exposition",
     "on_commit",
     "refreshing",
+    "set_filesystem",
 ]
 
 log = logging.getLogger(__name__)
@@ -105,6 +112,33 @@ CONSUMER_ACK_PENDING = Gauge(
     "engram_jetstream_consumer_num_ack_pending",
     "Messages delivered to the durable and not yet acknowledged (num_ack_pending).",
     ["stream_name", "consumer_name"],
+)
+STREAM_BYTES = Gauge(
+    "engram_jetstream_stream_bytes",
+    "Bytes a stream holds (JetStream stream info state.bytes; read when scraped).",
+    ["stream_name"],
+)
+STREAM_MESSAGES = Gauge(
+    "engram_jetstream_stream_messages",
+    "Messages a stream holds (JetStream stream info state.messages; read when scraped).",
+    ["stream_name"],
+)
+JETSTREAM_MAX_STORAGE = Gauge(
+    "engram_jetstream_max_storage_bytes",
+    "The file storage JetStream may use on this deployment's server (its max_file_store), where "
+    "Engram configures that server (the embedded one of engram up); beyond it publishes are "
+    "refused (503 'insufficient resources', answered UNAVAILABLE).",
+)
+FILESYSTEM_FREE = Gauge(
+    "engram_filesystem_free_bytes",
+    "Free space (for unprivileged writers) on the filesystem holding a store's data dir, by store "
+    "(postgres, nats), where this process runs that store (engram up's embedded ones).",
+    ["store"],
+)
+FILESYSTEM_SIZE = Gauge(
+    "engram_filesystem_size_bytes",
+    "Size of the filesystem holding a store's data dir, by store (see engram_filesystem_free_bytes).",
+    ["store"],
 )
 DEAD_LETTERS = Counter(
     "engram_dead_letters",
@@ -173,6 +207,14 @@ async def exposition() -> tuple[bytes, str]:
 
     await asyncio.gather(*(bounded(r) for r in list(_refreshers)))
     return generate_latest(REGISTRY_), CONTENT_TYPE
+
+
+def set_filesystem(store: str, path: str) -> None:
+    """Set the free-space gauges of ``store`` from the filesystem holding ``path`` (``statvfs``:
+    what a non-root writer such as Postgres can still use)."""
+    stat = os.statvfs(path)
+    FILESYSTEM_FREE.labels(store).set(stat.f_bavail * stat.f_frsize)
+    FILESYSTEM_SIZE.labels(store).set(stat.f_blocks * stat.f_frsize)
 
 
 def on_commit(session: AsyncSession, count: Callable[[], None]) -> None:

@@ -69,7 +69,7 @@ class Distiller(Protocol):
 
 @runtime_checkable
 class SupersessionJudge(Protocol):
-    """Judges a pair the offline rules left undecided (docs/adr/0099-knowledge-updates.md): does
+    """Judges a pair the offline rules left undecided (docs/adr/0102-knowledge-updates.md): does
     ``new`` update or contradict ``old`` (the same owner's)? None: no answer now (the model is
     down or unreadable), and the rules' "no" stands."""
 

@@ -133,6 +133,9 @@ class Quotas:
         self._clock = clock
         self._local: dict[str, _Bucket] = {}
         self._leases: dict[str, _Lease] = {}
+        #: Per bucket, until when (seconds since the epoch, the dated charges' clock) it is known
+        #: to be empty: a dated charge refused says so, and :meth:`refused` reads it.
+        self._empty_at: dict[str, float] = {}
         self._redis: Any = None
         self._script: Any = None
         self._warned = False
@@ -169,12 +172,36 @@ class Quotas:
         if org_limit is not None:
             await self._take(f"org:{org_id}:{cls}", org_limit, cls, f"organization's {cls} quota", at)
 
+    def refuse_known(self, cls: QuotaClass | None, org_id: UUID, token_id: str = "", *, at: float) -> None:
+        """``RATE_LIMITED`` when a charge of ``cls`` dated ``at`` is already known here to be
+        refused — without spending anything or asking Redis, so work can be refused before it is
+        read: known from this process's own buckets, or from a dated charge Redis refused."""
+        if cls is None or not self._settings.enabled:
+            return
+        token_limit = self._settings.token.get(cls)
+        if token_limit is not None and token_id:
+            wait = self._known_empty(f"token:{token_id}:{cls}", token_limit, at)
+            if wait > 0:
+                raise _refusal(wait, f"token's {cls} quota")
+        org_limit = self._settings.org_limit(org_id, cls)
+        if org_limit is not None:
+            wait = self._known_empty(f"org:{org_id}:{cls}", org_limit, at)
+            if wait > 0:
+                raise _refusal(wait, f"organization's {cls} quota")
+
+    def _known_empty(self, key: str, limit: Limit, at: float) -> float:
+        if self._redis is None or key in self._local:  # this process keeps the bucket
+            bucket = self._local.get(key)
+            if bucket is None or bucket.limit != limit:
+                return 0.0
+            tokens = min(limit.burst, bucket.tokens + max(0.0, at - bucket.at) * limit.rate)
+            return 0.0 if tokens >= 1 else (1 - tokens) / limit.rate
+        return max(0.0, self._empty_at.get(key, 0.0) - at)
+
     async def _take(self, key: str, limit: Limit, cls: QuotaClass, what: str, at: float | None) -> None:
         wait = await (self._wait(key, limit, cls) if at is None else self._wait_at(key, limit, cls, at))
         if wait > 0:
-            # Whole seconds, rounded up, as Retry-After has them; the hint never says "now".
-            retry = max(1, math.ceil(wait))
-            raise RateLimited(f"over the {what}; retry after {retry} s", {"retry_after_s": retry})
+            raise _refusal(wait, what)
 
     async def _wait(self, key: str, limit: Limit, cls: QuotaClass) -> float:
         if self._redis is None:
@@ -219,7 +246,10 @@ class Quotas:
         except Exception:
             self._degraded()
             return 0.0 if cls == "read" else self._take_local(key, limit, at)
-        return 0.0 if int(granted) >= 1 else int(wait_ms) / 1000
+        if int(granted) >= 1:
+            return 0.0
+        self._empty_at[key] = max(self._empty_at.get(key, 0.0), at + int(wait_ms) / 1000)
+        return int(wait_ms) / 1000
 
     def _take_local(self, key: str, limit: Limit, at: float | None = None) -> float:
         now = self._clock() if at is None else at
@@ -232,3 +262,9 @@ class Quotas:
         if not self._warned:
             log.warning("Redis unavailable: quotas are kept per process (reads not limited)")
             self._warned = True
+
+
+def _refusal(wait: float, what: str) -> RateLimited:
+    # Whole seconds, rounded up, as Retry-After has them; the hint never says "now".
+    retry = max(1, math.ceil(wait))
+    return RateLimited(f"over the {what}; retry after {retry} s", {"retry_after_s": retry})

@@ -176,6 +176,21 @@ class EngramSettings(BaseSettings):
         "a class left out is not limited. Over budget: `RATE_LIMITED` (HTTP 429 with `Retry-After`); a "
         "session is dead-lettered. Shared by replicas through `ENGRAM_REDIS_URL`. Empty: no limits.",
     )
+    edge_workers: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Requests of one operation a service answers at once; one organization holds at most "
+        "half of them (at least one), so another's request never waits behind its backlog "
+        "(docs/adr/0100-fair-share.md).",
+    )
+    edge_org_queue: int = Field(
+        default=64,
+        ge=1,
+        le=100_000,
+        description="Requests of one organization that may wait for one operation in a service; more are "
+        "answered `RATE_LIMITED` (retry after 1 s) instead of queued.",
+    )
 
     # -- distill -------------------------------------------------------------------------------
     distill_model_url: str = Field(

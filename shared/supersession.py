@@ -1,5 +1,5 @@
 """Knowledge updates (SPEC 7.2): does a new entry update or contradict an older one of the same
-owner? The offline rules over the two texts (docs/adr/0099-knowledge-updates.md).
+owner? The offline rules over the two texts (docs/adr/0102-knowledge-updates.md).
 
 A pair is an update when both texts speak of the **same subject** (the words before the
 predicate: "Alice", "my sister", "to deploy the app"; "I", "my", "the user" are all the owner)

@@ -9,6 +9,7 @@ from asyncpg.exceptions import (
     AdminShutdownError,
     CannotConnectNowError,
     CrashShutdownError,
+    InsufficientResourcesError,
     PostgresConnectionError,
     TooManyConnectionsError,
 )
@@ -56,12 +57,15 @@ def parse_model(model: type[M], body: bytes, *, max_bytes: int = MAX_REQUEST_BYT
 
 
 #: What asyncpg raises while Postgres restarts: refusing connections while it starts or stops,
-#: and the connections a fast shutdown terminates.
+#: and the connections a fast shutdown terminates; and while it is out of a resource (SQLSTATE
+#: class 53: its disk full — "could not extend file" —, its memory, its connection slots): the
+#: statement was rolled back whole, and succeeds again once the resource is back.
 _POSTGRES_GOING = (
     AdminShutdownError,
     CannotConnectNowError,
     CrashShutdownError,  # a backend crashed and the postmaster restarts the others
     PostgresConnectionError,
+    InsufficientResourcesError,  # 53xxx: DiskFullError, OutOfMemoryError, TooManyConnectionsError
     TooManyConnectionsError,  # every slot taken while reconnecting after a restart
     PoolTimeout,  # no pooled connection came back in time: the server is not answering
 )
@@ -88,7 +92,8 @@ def _closed_connection(exc: BaseException) -> bool:
 
 def dependency_down(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is a store being unreachable right now — Postgres
-    restarting, a dropped connection, NATS reconnecting — rather than a bug: the caller may retry."""
+    restarting, a dropped connection, its disk full, NATS reconnecting or JetStream out of storage
+    (``insufficient resources``: a 503 API error) — rather than a bug: the caller may retry."""
     seen: BaseException | None = exc
     for _ in range(8):  # the cause chain, bounded
         if seen is None:

@@ -28,7 +28,7 @@ def build_distiller(settings: EngramSettings) -> Distiller:
 
 def build_judge(settings: EngramSettings) -> SupersessionJudge | None:
     """The knowledge-update judge: the distill model, when one is configured; None: the offline
-    rules decide alone (docs/adr/0099-knowledge-updates.md)."""
+    rules decide alone (docs/adr/0102-knowledge-updates.md)."""
     if not settings.distill_model_url:
         return None
     return OpenAICompatJudge(

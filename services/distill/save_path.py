@@ -24,7 +24,7 @@ from contracts.config import MemoryConfig
 from shared import audit
 from shared.cooperative import TimeSlice
 from shared.entries import DedupeKey, EntryStore, NewEntry, dedupe_key
-from shared.entries.supersession import NewText, neighbours, supersede
+from shared.entries.supersession import Neighbour, NewText, neighbours, supersede
 from shared.erasure import erased_before, prune_over_cap
 from shared.policy import (
     PolicyDecision,
@@ -240,20 +240,31 @@ async def save_batch(
     return results
 
 
+#: Earlier entries of the same owner in one batch that a new entry is compared with.
+_BATCH_MATES = 16
+
+
 async def _supersede(
     session: AsyncSession,
     updates: list[tuple[int, NewText]],
     results: list[SaveResult],
     judge: SupersessionJudge | None,
 ) -> None:
-    """Knowledge updates (docs/adr/0099-knowledge-updates.md): each saved entry against its
+    """Knowledge updates (docs/adr/0102-knowledge-updates.md): each saved entry against its
     owner's older current entries that share a word with it — the offline rules first; a pair they
     leave undecided but that looks related goes to the model judge, when one is configured."""
     if not updates:
         return
     found = await neighbours(session, [n for _, n in updates])
+    # A batch holds many writers' saves (one transaction): an earlier entry of the same owner in the
+    # batch is a candidate too, nearest first, as if it had been saved a moment before.
+    earlier: dict[tuple[UUID, UUID, str], list[NewText]] = {}
     for index, new in updates:
-        for old in found.get(new.id, ()):
+        key = (new.org_id, new.agent_config_id, new.owner_key)
+        mates = earlier.setdefault(key, [])
+        in_batch = [Neighbour(m.id, m.text, m.created_at) for m in reversed(mates[-_BATCH_MATES:])]
+        mates.append(new)
+        for old in [*in_batch, *found.get(new.id, ())]:
             verdict = judge_pair(old.text, new.text)
             by, reason = "rules", verdict.reason
             if not verdict.supersedes and judge is not None and maybe_related(old.text, new.text):

@@ -2,17 +2,21 @@
 
 Written entries go through a two-stage pipeline so that the embedding model never waits for
 Postgres or NATS: the subscriber fetches a batch and loads its rows, then hands it over to a
-worker that embeds, upserts and marks it, and only then settles it. The hand-over queue holds one
-batch, so while the model embeds batch N the subscriber already has batch N+1 loaded — and no
-more than two batches are ever unacknowledged. Both are kept from redelivery by their batch's
-heartbeat (``shared.consumer``) from the moment they are fetched until they are settled:
-embedding can outlast the short ack_wait.
+worker that embeds, upserts and marks it, and only then settles it. The hand-over queue holds a
+few batches, so while the model embeds the subscriber goes on loading; the worker then takes
+every batch waiting (up to :data:`MERGE_ROWS` rows) in one embedding call, one vector upsert and
+one mark — under load the model gets big batches however the pulls happened to cut the stream
+(docs/adr/0101-write-path-throughput.md). Every batch is kept from redelivery by its heartbeat
+(``shared.consumer``) from the moment it is fetched until it is settled: embedding can outlast
+the short ack_wait. Should the merged work fail, each batch is worked and settled on its own, as
+if it had come alone (a batch that fails then is tried a message at a time).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Any
 
 from faststream.nats import NatsRouter
@@ -27,9 +31,16 @@ from shared.metrics import EMBED_BACKLOG, EMBEDDED
 from shared.ports import Embedder, VectorIndex
 from shared.vectors.coverage import foreign_vectors
 
-__all__ = ["EmbedPipeline", "build_router"]
+__all__ = ["MERGE_ROWS", "QUEUED_BATCHES", "EmbedPipeline", "build_router"]
 
 log = logging.getLogger(__name__)
+
+#: Loaded batches waiting for the worker (the subscriber waits when they are this many).
+QUEUED_BATCHES = 4
+#: The most rows the worker embeds in one call when it takes several waiting batches together.
+MERGE_ROWS = 512
+
+_Loaded = tuple[Batch, dict[int, Any]]
 
 
 class EmbedPipeline(Worker):
@@ -40,10 +51,10 @@ class EmbedPipeline(Worker):
         self._infra = infra
         self._embedder = embedder
         self._index = index
-        self._queue: asyncio.Queue[tuple[Batch, dict[int, Any]] | None] = asyncio.Queue(maxsize=1)
+        self._queue: asyncio.Queue[_Loaded | None] = asyncio.Queue(maxsize=QUEUED_BATCHES)
 
     async def submit(self, batch: Batch) -> None:
-        """Load the batch's rows and queue it; waits while one is queued. A failure to load is
+        """Load the batch's rows and queue it; waits while the queue is full. A failure to load is
         settled by the subscriber (``shared.consumer``: an outage comes back after the backoff)."""
         batch.hand_over()
         events = await batch.parse(MemoryWritten, what="memory.written event")
@@ -89,19 +100,59 @@ class EmbedPipeline(Worker):
 
     async def run(self) -> None:
         while (item := await self._queue.get()) is not None:
-            batch, by_message = item
-            rows = len({row.id for row in by_message.values()})
-
-            async def index(each: Batch, by_message: dict[int, Any] = by_message) -> None:
-                # Each row once, though several messages (reinforcements) may name it.
-                todo = {by_message[id(m)].id: by_message[id(m)] for m in each.msgs if id(m) in by_message}
-                outcome = await index_rows(self._infra.db, self._embedder, self._index, list(todo.values()))
-                EMBEDDED.inc(outcome.indexed)
-
+            taken, stop = [item], False
+            # Every batch waiting now, up to MERGE_ROWS rows: one embedding call for all of them.
+            while not self._queue.empty() and _rows(taken) < MERGE_ROWS:
+                more = self._queue.get_nowait()
+                if more is None:
+                    stop = True
+                    break
+                taken.append(more)
             try:
-                await batch.settle(index)
+                await self._work(taken)
             finally:
-                EMBED_BACKLOG.dec(rows)
+                EMBED_BACKLOG.dec(
+                    sum(len({row.id for row in by_message.values()}) for _, by_message in taken)
+                )
+            if stop:
+                return
+
+    async def _work(self, taken: list[_Loaded]) -> None:
+        if len(taken) > 1:
+            try:
+                outcome = await index_rows(self._infra.db, self._embedder, self._index, _unique_rows(taken))
+            except Exception:
+                # Each batch on its own below: its failure is settled as it would have been alone.
+                log.warning(
+                    "embedding %d batches together failed; each is tried alone", len(taken), exc_info=True
+                )
+            else:
+                EMBEDDED.inc(outcome.indexed)
+                for batch, _ in taken:
+                    await batch.settle(_indexed_already)
+                return
+        for batch, by_message in taken:
+            await batch.settle(partial(self._index_each, by_message=by_message))
+
+    async def _index_each(self, each: Batch, *, by_message: dict[int, Any]) -> None:
+        # Each row once, though several messages (reinforcements) may name it.
+        todo = {by_message[id(m)].id: by_message[id(m)] for m in each.msgs if id(m) in by_message}
+        outcome = await index_rows(self._infra.db, self._embedder, self._index, list(todo.values()))
+        EMBEDDED.inc(outcome.indexed)
+
+
+async def _indexed_already(_: Batch) -> None:
+    """The batch's rows were indexed with the others it was taken with: only its ack is left."""
+
+
+def _rows(taken: list[_Loaded]) -> int:
+    return sum(len(by_message) for _, by_message in taken)
+
+
+def _unique_rows(taken: list[_Loaded]) -> list[Any]:
+    """Each row of the taken batches once (several messages, even in different batches, may
+    name one entry)."""
+    return list({row.id: row for _, by_message in taken for row in by_message.values()}.values())
 
 
 def build_router(infra: Infra, pipeline: EmbedPipeline, index: VectorIndex) -> NatsRouter:

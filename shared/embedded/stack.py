@@ -8,12 +8,15 @@ development client its own, and platform clients get theirs from ``engram creden
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -23,8 +26,9 @@ from pydantic import SecretStr
 from contracts.common import Principal
 from contracts.connection import connection_file
 from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
-from shared.embedded.nats_server import NatsServerProcess
+from shared.embedded.nats_server import NatsServerProcess, restart_after_full_disk
 from shared.embedded.postgres import EmbeddedPostgres
+from shared.metrics import JETSTREAM_MAX_STORAGE, refreshing, set_filesystem
 from shared.nats_auth.store import NatsIdentities, write_private
 from shared.settings import EngramSettings
 
@@ -64,6 +68,12 @@ class DevIdentity:
             permissions=ALL_PERMISSIONS | {OPERATOR},
             ttl_seconds=ttl_seconds,
         )
+
+
+async def record_filesystems(stores: dict[str, Path]) -> None:
+    """The free-space gauges of the embedded stores' filesystems (a metrics refresher)."""
+    for store, path in stores.items():
+        set_filesystem(store, str(path))
 
 
 def load_dev_identity(data_dir: Path) -> DevIdentity:
@@ -162,7 +172,21 @@ async def embedded_stack(
                 ),
             }
         )
-        yield settings
+        # What fills up first on a full disk, shown before it does (docs/adr/0099-full-disks.md).
+        stores = {"postgres": postgres.pgdata} if postgres is not None else {}
+        watcher = None
+        if nats is not None:
+            stores["nats"] = nats.store_dir
+            JETSTREAM_MAX_STORAGE.set(nats.max_file_store)
+            watcher = asyncio.create_task(restart_after_full_disk(nats), name="nats-full-disk")
+        try:
+            with refreshing(partial(record_filesystems, stores)):
+                yield settings
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
     finally:
         connection_file(data_dir).unlink(missing_ok=True)
         if nats is not None:

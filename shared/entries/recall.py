@@ -118,7 +118,7 @@ class Scope:
     memory_types: tuple[str, ...] | None = None
     filters: RecallFilters | None = None
     #: Also reach knowledge that a newer entry superseded (``valid_until`` set): a cue that asks
-    #: about the past (docs/adr/0099-knowledge-updates.md). Otherwise only what is current.
+    #: about the past (docs/adr/0102-knowledge-updates.md). Otherwise only what is current.
     history: bool = False
 
     def tenant(self) -> TenantFilter:

@@ -352,7 +352,7 @@ class EntryStore:
 
         A knowledge update's link is not lineage: the old entry (``valid_until`` set) holds other
         knowledge than the one that replaced it, so erasing either leaves the other
-        (docs/adr/0099-knowledge-updates.md)."""
+        (docs/adr/0102-knowledge-updates.md)."""
         as_text = [str(i) for i in ids]
         older = ENTRIES.alias("older")
         edited = select(older.c.id).where(

@@ -1,11 +1,11 @@
-"""Knowledge updates in the table (docs/adr/0099-knowledge-updates.md): the older entries a new
+"""Knowledge updates in the table (docs/adr/0102-knowledge-updates.md): the older entries a new
 one may update (its neighbourhood), and the supersession itself.
 
 Candidates are the same owner's newest current entries of the same agent config (:data:`WINDOW`)
 that share a word with the new text or one of its attributes' trigger words (Postgres full
 text), best match first, a few per new entry: the rules (:mod:`shared.supersession`) only accept a
 pair with the same subject and the same attribute (or the same words, negated). Only entries saved
-before the new one are candidates; entries of one batch do not supersede each other. Only a new
+before the new one are candidates here (the save path compares a batch's own entries itself). Only a new
 entry that could update anything (:func:`shared.supersession.could_update`) looks them up.
 """
 

@@ -1,4 +1,4 @@
-"""Adapters of :class:`~shared.ports.SupersessionJudge` (docs/adr/0099-knowledge-updates.md)."""
+"""Adapters of :class:`~shared.ports.SupersessionJudge` (docs/adr/0102-knowledge-updates.md)."""
 
 from shared.judges.openai_compat import OpenAICompatJudge
 

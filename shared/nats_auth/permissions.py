@@ -126,8 +126,9 @@ _RELAY = Grant(
     "outbox relay",
     (s.MEMORY_WRITTEN, s.MEMORY_PURGED, f"{s.AUDIT}.*.*", f"{s.DEAD_LETTER_PREFIX}.>"),
 )
-#: Every service process runs ``shared.bus.ensure_streams`` at start-up for all four streams;
-#: nothing else of the stream API (no DELETE, PURGE, MSG.DELETE, SNAPSHOT ...).
+#: Every service process runs ``shared.bus.ensure_streams`` at start-up for all four streams, and
+#: reads their info for the usage metrics (``record_stream_usage``); nothing else of the stream
+#: API (no DELETE, PURGE, MSG.DELETE, SNAPSHOT ...).
 _ENSURE_STREAMS = Grant(
     "ensure_streams",
     tuple(f"$JS.API.STREAM.{op}.{d.name}" for d in JETSTREAMS for op in ("INFO", "CREATE", "UPDATE")),

@@ -10,6 +10,9 @@ each, on one stack (a fresh nats-server, a throwaway database, the services in-p
    times the default budget of recalls and sessions (what happened before quotas);
 3. **flood, over budget** — organization A at the same ten times, held to the default budget.
 
+The flooder runs in a process of its own (``tests/bench/flooder.py``): its client work is not the
+services'. ``--phases`` runs only some of the floods.
+
 Per phase: B's recall p50/p99 and publish → first ``memory.written`` p50/p99, and the ratios to
 phase 1 (goal: recall p99 within 1.5x, sessions within 2x); what the flooder got (answers,
 ``RATE_LIMITED``, timeouts); and the count of lost sessions — every published session of B must
@@ -22,8 +25,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import sys
+import tempfile
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -35,18 +42,36 @@ from services.runtime import running_services
 from shared.process_memory import settle_heap
 from shared.quotas import QuotaSettings
 from tests.bench import measure
+from tests.bench.flooder import paced as _paced
+from tests.bench.flooder import recall as _recall
 from tests.bench.overload import backlog
 from tests.bench.write_path import WrittenWatcher, _publish, _sessions, uncapped
 
-RECALL = "engram.recall"
 
-
-class Flood:
-    """What a flooding organization got back."""
-
-    def __init__(self) -> None:
-        self.recalls: Counter[str] = Counter()
-        self.sessions_published = 0
+async def _flood_elsewhere(spec: dict[str, Any], started: asyncio.Event, out: dict[str, Any]) -> None:
+    """The flooder (``tests.bench.flooder``) in a child process; ``started`` is set once it is
+    connected and flooding (B's phase starts then, not while it imports)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    try:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.bench.flooder", f.name, stdout=asyncio.subprocess.PIPE
+        )
+        assert child.stdout is not None
+        ready = await asyncio.wait_for(child.stdout.readline(), 120)
+        if ready.strip() != b"ready":
+            raise RuntimeError("the flooder did not start")
+        started.set()
+        last = b""
+        async with asyncio.timeout(spec["seconds"] + spec["timeout"] + 60):
+            async for line in child.stdout:
+                last = line
+            await child.wait()
+    finally:
+        os.unlink(f.name)
+    if child.returncode != 0:
+        raise RuntimeError(f"the flooder exited {child.returncode}")
+    out.update(json.loads(last))
 
 
 class Letters:
@@ -63,33 +88,6 @@ class Letters:
             return
         self._seen.add(letter["event_id"])
         self.by_org[(str(letter.get("org_id")), str(letter.get("code")))] += 1
-
-
-async def _recall(
-    nc: Client, token: str, agent: UUID, cue: str, timeout: float, strategy: str
-) -> tuple[str, float]:
-    body = json.dumps({"agent_config_id": str(agent), "strategy": strategy, "cue": cue}).encode()
-    started = time.perf_counter()
-    try:
-        reply = await nc.request(RECALL, body, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
-    except TimeoutError:
-        return "TIMEOUT", (time.perf_counter() - started) * 1000
-    data = json.loads(reply.data)
-    code = data["error"]["code"] if "error" in data else "OK"
-    return code, (time.perf_counter() - started) * 1000
-
-
-async def _paced(rate: float, seconds: float, one: Any) -> list[Any]:
-    """Start ``one(i)`` ``rate`` times a second for ``seconds`` (open loop: a slow answer does not
-    slow the arrivals), and gather what they return."""
-    tasks: list[asyncio.Task[Any]] = []
-    start = time.perf_counter()
-    for i in range(int(rate * seconds)):
-        delay = start + i / rate - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(one(i)))
-    return list(await asyncio.gather(*tasks))
 
 
 async def phase(
@@ -109,33 +107,36 @@ async def phase(
 
     async def b_recall(i: int) -> tuple[str, float]:
         return await _recall(
-            nc, b["token"], b["agent"], f"upstream shard {i % 13}", args.timeout, args.strategy
+            nc, b["token"], str(b["agent"]), f"upstream shard {i % 13}", args.timeout, args.strategy
         )
 
-    jobs = [
-        _paced(args.b_recalls, args.seconds, b_recall),
-        _paced(args.b_sessions, args.seconds, b_session),
-    ]
-    flood = Flood()
+    flood: dict[str, Any] = {}
+    flooding: asyncio.Future[None] | None = None
     if flooder is not None:
         a_sessions = _sessions(
             flooder["org"], flooder["agent"], int(10 * args.sessions_quota * args.seconds), f"a{tag}"
         )
-
-        async def a_recall(i: int) -> None:
-            code, _ = await _recall(
-                nc, flooder["token"], flooder["agent"], f"topic {i}", args.timeout, args.strategy
-            )
-            flood.recalls[code] += 1
-
-        async def a_session(i: int) -> None:
-            await _publish(nc, flooder["token"], a_sessions[i])
-            flood.sessions_published += 1
-
-        jobs += [
-            _paced(10 * args.read_quota, args.seconds, a_recall),
-            _paced(10 * args.sessions_quota, args.seconds, a_session),
-        ]
+        spec = {
+            "nats_url": args.nats_url,
+            "token": flooder["token"],
+            "agent": str(flooder["agent"]),
+            "sessions": a_sessions,
+            "recall_rate": 10 * args.read_quota,
+            "seconds": args.seconds,
+            "timeout": args.timeout,
+            "strategy": args.strategy,
+        }
+        started = asyncio.Event()
+        flooding = asyncio.ensure_future(_flood_elsewhere(spec, started, flood))
+        await asyncio.wait([flooding, asyncio.ensure_future(started.wait())], return_when="FIRST_COMPLETED")
+        if flooding.done():
+            flooding.result()  # the flooder failed to start: say why
+    jobs: list[Awaitable[Any]] = [
+        _paced(args.b_recalls, args.seconds, b_recall),
+        _paced(args.b_sessions, args.seconds, b_session),
+    ]
+    if flooding is not None:
+        jobs.append(flooding)
     results = await asyncio.gather(*jobs)
     recalls: list[tuple[str, float]] = results[0]
     # Every one of B's sessions must produce its lessons (lost = those that never do).
@@ -152,8 +153,8 @@ async def phase(
     }
     if flooder is not None:
         out["flood"] = {
-            "recalls": dict(flood.recalls),
-            "sessions_published": flood.sessions_published,
+            "recalls": flood["recalls"],
+            "sessions_published": flood["sessions_published"],
             "recall_rate_per_s": 10 * args.read_quota,
             "session_rate_per_s": 10 * args.sessions_quota,
         }
@@ -198,6 +199,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     results: dict[str, Any] = {"machine": measure.machine(), "load_avg_before": measure.load_average()}
     async with measure.running_stack(embedder=args.embedder, quotas=quotas) as stack:
+        args.nats_url = stack.nats.url
         nc = await nats.connect(stack.nats.url)
         results["nats_request_reply"] = await measure.nats_round_trip(nc, 500)
         async with running_services(stack.settings):
@@ -206,7 +208,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await nc.subscribe("engram.memory.written", cb=watcher.on_message)
             await nc.subscribe("engram.dlq.>", cb=letters.on_message)
             orgs = {"b": uuid4(), "a0": unlimited_org, "a": limited_org}
-            who = {
+            who: dict[str, dict[str, Any]] = {
                 name: {"org": org, "agent": uuid4(), "token": measure.bench_token(org, f"service:{name}")}
                 for name, org in orgs.items()
             }
@@ -221,10 +223,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(2)
             results["alone"] = await phase(nc, args, who["b"], watcher, None)
             await _drained(nc, args.drain_s)
-            results["flood_no_budget"] = await phase(nc, args, who["b"], watcher, who["a0"])
-            await _drained(nc, args.drain_s)
-            await asyncio.sleep(1)  # the dead letters' core messages arrive
-            _flood_accounting(results["flood_no_budget"], unlimited_org, watcher, letters)
+            if "flood_no_budget" in args.phases:
+                results["flood_no_budget"] = await phase(nc, args, who["b"], watcher, who["a0"])
+                await _drained(nc, args.drain_s)
+                await asyncio.sleep(1)  # the dead letters' core messages arrive
+                _flood_accounting(results["flood_no_budget"], unlimited_org, watcher, letters)
             results["flood_over_budget"] = await phase(nc, args, who["b"], watcher, who["a"])
             await _drained(nc, args.drain_s)
             await asyncio.sleep(1)
@@ -232,6 +235,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await nc.drain()
     alone = results["alone"]
     for name in ("flood_no_budget", "flood_over_budget"):
+        if name not in results:
+            continue
         r = results[name]
         r["b_recall_p99_x_alone"] = round(r["b_recall"]["p99_ms"] / alone["b_recall"]["p99_ms"], 2)
         r["b_written_p99_x_alone"] = round(
@@ -241,7 +246,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         code: n for (org, code), n in letters.by_org.items() if org == str(orgs["b"])
     }
     results["load_avg_after"] = measure.load_average()
-    results["settings"] = {k: v for k, v in vars(args).items() if k != "out"}
+    results["settings"] = {k: v for k, v in vars(args).items() if k not in ("out", "nats_url")}
     return results
 
 
@@ -256,6 +261,8 @@ def render(r: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name in ("alone", "flood_no_budget", "flood_over_budget"):
+        if name not in r:
+            continue
         p = r[name]
         flood = p.get("flood")
         recalls, sessions = "—", "—"
@@ -288,5 +295,10 @@ if __name__ == "__main__":
         "--drain-s", type=float, default=180.0, help="how long the write path may take to drain"
     )
     parser.add_argument("--embedder", default="hashing-384", help="ENGRAM_EMBEDDER for the stack")
+    parser.add_argument(
+        "--phases",
+        default="alone,flood_no_budget,flood_over_budget",
+        help="the flood phases to run, comma-separated (alone always runs)",
+    )
     parser.add_argument("--strategy", default="last_k", help="the recall strategy both organizations use")
     measure.run_bench(parser, main, render)

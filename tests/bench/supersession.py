@@ -1,5 +1,5 @@
 """What finding a saved entry's supersession candidates costs the save path
-(docs/adr/0099-knowledge-updates.md): the neighbourhood statement
+(docs/adr/0102-knowledge-updates.md): the neighbourhood statement
 (:func:`shared.entries.supersession.neighbours`) for a batch of new entries, against one owner
 holding 1k, 10k and 100k current entries, p50/p99 per batch.
 

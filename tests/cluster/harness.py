@@ -40,6 +40,7 @@ from shared.nats_auth.permissions import (
 from shared.nats_auth.render import NatsUser, render_authorization
 from tests.platform import until_nothing_missing
 from tests.support.nats_cluster import NatsCluster
+from tests.support.previous_release import previous_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -116,19 +117,26 @@ class ServiceProcess:
             self.env |= {"ENGRAM_HTTP_PORT": str(self.health_port), "ENGRAM_HTTP_HOST": "127.0.0.1"}
         self._log_dir = log_dir
         self.starts = 0
+        #: Which code its current (or last) start runs: "current", or "previous" (an upgrade).
+        self.release = "current"
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         #: Exit codes of every stop, in order (a SIGKILL shows as -9).
         self.exit_codes: list[int] = []
 
-    def start(self) -> None:
+    def start(self, previous: Path | None = None) -> None:
+        """Start it on this code, or on ``previous`` (the tree of the previous release)."""
         self.starts += 1
+        self.release = "previous" if previous is not None else "current"
         if self._log is not None:
             self._log.close()
         self._log = self.log_path.open("wb")
+        command = (
+            [sys.executable, "-m", "services.cli.main"] if previous is None else previous_command(previous)
+        )
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "serve", *self.names],
-            cwd=REPO,
+            [*command, "serve", *self.names],
+            cwd=REPO if previous is None else previous,
             env=self.env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -7,6 +7,10 @@ failover between them on the client's side, counted apart in the table.
 Faults, in order, each while the workload runs: SIGKILL the node leading ``ENGRAM_SESSIONS`` (and
 restart it), SIGKILL one replica of each service in turn (restarted as an orchestrator would), a
 rolling restart of every process by SIGTERM, a Postgres restart, Redis stopped (and started).
+With ``ENGRAM_CLUSTER_UPGRADE=1``, a rolling upgrade after the rolling restart: one replica of
+each service on the previous release beside the current code, then all current again (opt-in: its
+one run so far lost and doubled nothing but left requests failing after recovery; see
+docs/benchmarks.md).
 
 ``python -m tests.cluster.scenario [--long] [--out bench-results/cluster.json]`` runs it alone and
 prints the table; ``tests/cluster/test_cluster.py`` runs the short form and asserts the counts.
@@ -58,6 +62,7 @@ from tests.faults.workload import (
     written_events,
 )
 from tests.platform import until_nothing_missing
+from tests.support.previous_release import PREVIOUS, checkout
 
 #: The share of its time the one recall process (embed and recall together: a Qdrant Edge store is
 #: one process's) may spend on the workload's recalls; the rest is headroom for its embedding and
@@ -187,10 +192,16 @@ class Report:
         return "\n".join(lines)
 
 
+#: Whether the fault sequence includes the rolling upgrade to the previous release and back.
+UPGRADE = os.environ.get("ENGRAM_CLUSTER_UPGRADE") == "1"
+
+
 class Scenario:
-    def __init__(self, cluster: Cluster, pace: Pace) -> None:
+    def __init__(self, cluster: Cluster, pace: Pace, previous: Path | str = "not checked out") -> None:
         self.cluster = cluster
         self.pace = pace
+        #: The previous release's tree for the rolling upgrade, or why there is none.
+        self.previous = previous
         self.org, self.agent = uuid4(), uuid4()
         keys = dict([cluster.token_keys.split("=", 1)])
         self.token = TokenService(keys).mint(
@@ -398,6 +409,41 @@ class Scenario:
 
         await self.phase("rolling-restart", nothing, rolling)
 
+        # A rolling upgrade: one replica of each service (and one gateway) runs the previous
+        # release beside the current code under the workload, then every process the current one.
+        # (The cluster starts on the current code: its schema is migrated; a rolling upgrade runs
+        # the old code on the new schema just the same, while the replicas are replaced.)
+        if UPGRADE and isinstance(self.previous, Path):
+            previous = self.previous
+
+            async def to_previous() -> str:
+                replaced = []
+                for names in [
+                    ("ingest",),
+                    ("distill",),
+                    ("governance-audit",),
+                    ("embed", "recall"),
+                    ("gateway",),
+                ]:
+                    process = cluster.of(names)[0]
+                    await process.terminate()
+                    process.start(previous)
+                    await process.wait_ready()
+                    replaced.append(process.label)
+                return f"{', '.join(replaced)} on {PREVIOUS}"
+
+            async def to_current() -> str:
+                upgraded = [p for p in cluster.processes if p.release == "previous"]
+                for process in upgraded:
+                    await process.terminate()
+                    process.start()
+                    await process.wait_ready()
+                return f"{len(upgraded)} processes upgraded"
+
+            await self.phase("upgrade", to_previous, to_current)
+        elif UPGRADE:
+            print(f"no rolling upgrade: {self.previous}")
+
         async def restart_postgres() -> str:
             await cluster.postgres.restart()
             # The harness's own pool (not the system under test) drops its dead connections.
@@ -539,8 +585,9 @@ async def _steady(since: float, seconds: float) -> None:
 
 async def run(root: Path, pace: Pace) -> Report:
     keys = f"cluster={secrets.token_urlsafe(48)}"
+    previous = checkout(PREVIOUS, root) if UPGRADE else "not asked for (ENGRAM_CLUSTER_UPGRADE=1)"
     async with running_cluster(root, keys) as cluster:
-        scenario = Scenario(cluster, pace)
+        scenario = Scenario(cluster, pace, previous)
         try:
             return await scenario.run()
         finally:

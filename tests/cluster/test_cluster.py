@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.scenario import SHORT, run
+from tests.cluster.scenario import SHORT, UPGRADE, run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 
@@ -48,6 +48,7 @@ async def test_faults_on_the_cluster_lose_and_double_nothing(root: Path) -> None
         "kill-9 embed+recall-1",
         "kill-9 gateway-1",
         "rolling-restart",
+        *(["upgrade"] if UPGRADE else []),
         "postgres-restart",
         "redis-stop",
     ]

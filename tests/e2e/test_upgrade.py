@@ -5,10 +5,6 @@ config, the erasure, the audit chain — and writes on."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,45 +17,27 @@ import pytest
 from contracts.connection import ConnectionInfo
 from tests.engram_up import EngramUp, fault_row, stack_dir
 from tests.platform import eventually, publish_session, request, session_payload
+from tests.support.previous_release import PREVIOUS, checkout, previous_command
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="process checks read /proc"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-#: The release upgraded from: a pinned commit of main (the code before backup/restore and the purge
-#: ledger), or ENGRAM_TEST_UPGRADE_FROM (e.g. the previous release's tag).
-PREVIOUS = os.environ.get("ENGRAM_TEST_UPGRADE_FROM", "de0a48b")
 ENV = {"ENGRAM_EMBEDDER": "hashing-384"}
 OWNERS = ("alice", "bob", "carol")
 CUES = ("deploy to staging failed", "")
 
 
 def _checkout(revision: str, into: Path) -> Path:
-    """The tree of ``revision`` (``git archive``: no worktree registered, nothing of ours touched)."""
-    found = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--verify", f"{revision}^{{commit}}"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if found.returncode != 0:
-        pytest.skip(f"{revision} is not in this clone's history (a shallow clone?): {found.stderr.strip()}")
-    archive = into / "previous.tar"
-    with archive.open("wb") as out:
-        subprocess.run(["git", "-C", str(REPO), "archive", revision], stdout=out, check=True)
-    tree = into / "previous"
-    with tarfile.open(archive) as tar:
-        tar.extractall(tree, filter="data")
+    tree = checkout(revision, into)
+    if isinstance(tree, str):
+        pytest.skip(tree)
     return tree
 
 
 def _previous_engram(tree: Path) -> list[str]:
-    """``engram`` of the previous release: its code first on the path, this environment's packages."""
-    return [
-        sys.executable,
-        "-c",
-        f"import sys; sys.path.insert(0, {str(tree)!r}); from services.cli.main import app; app()",
-    ]
+    return previous_command(tree)
 
 
 async def _answers(nc: Any, info: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:

@@ -11,6 +11,7 @@ import json
 import secrets
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import nats
@@ -174,6 +175,53 @@ async def test_a_request_that_outwaited_its_caller_is_left_and_fresh_ones_are_an
         await nc.close()
     assert json.loads(fresh.data)["version"] == 1
     assert len(handled) == 2, "the request whose caller had given up was worked on"
+
+
+async def test_an_operation_with_concurrency_answers_beside_a_held_request(
+    server_url: str, client: Client, tokens: TokenService, service_token: str
+) -> None:
+    """``Operation.concurrency`` > 1 (``memory.save``): a request is answered while an earlier
+    one is still being worked on, and a stop waits for the held one too."""
+    entered, release = asyncio.Event(), asyncio.Event()
+    handled: list[str] = []
+
+    async def config_get(_: Caller, request: ConfigGet) -> ConfigReply:
+        handled.append(str(request.agent_config_id))
+        if len(handled) == 1:
+            entered.set()
+            await release.wait()
+        return _reply(request)
+
+    nc = await nats.connect(server_url)
+    edge = Edge(tokens)
+    edge.serve(replace(CONFIG_GET, concurrency=4), config_get)
+    await edge.start(nc)
+    await nc.flush()
+    headers = _auth(service_token)
+    held = await _held(client, entered, headers)
+    try:
+        beside = await client.request(CONFIG_GET.subject, _body(), timeout=10, headers=headers)
+        assert json.loads(beside.data)["version"] == 1
+        assert not held.done()
+        stopping = asyncio.ensure_future(edge.stop())
+
+        async def nobody_serves() -> bool:
+            try:
+                await client.request(CONFIG_GET.subject, _body(), timeout=0.5, headers=headers)
+            except NoRespondersError:
+                return True
+            except TimeoutError:
+                return False
+            return False
+
+        await eventually(nobody_serves, timeout=20, what="the subscription gone from the server")
+        assert not stopping.done()  # the stop waits for the held request
+        release.set()
+        assert json.loads((await asyncio.wait_for(held, 10)).data)["version"] == 1
+        await asyncio.wait_for(stopping, 10)
+    finally:
+        release.set()
+        await nc.close()
 
 
 async def test_a_stopping_edge_answers_what_it_was_delivered_and_takes_nothing_more(

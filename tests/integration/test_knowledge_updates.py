@@ -1,4 +1,4 @@
-"""Knowledge updates (SPEC 7.2, docs/adr/0099-knowledge-updates.md) on the save path against real
+"""Knowledge updates (SPEC 7.2, docs/adr/0102-knowledge-updates.md) on the save path against real
 Postgres: what supersedes what, the audit record, erasure of either end, and the model judge
 (a local HTTP server speaking the OpenAI protocol)."""
 
@@ -195,3 +195,19 @@ async def test_a_model_that_cannot_answer_changes_nothing(db: Database, org: UUI
             finally:
                 await judge.aclose()
         assert (result.saved, result.superseded) == (1, [])
+
+
+async def test_within_one_batch_the_later_entry_supersedes(db: Database, org: UUID, agent: UUID) -> None:
+    """Two saves of one owner stored in one batch (one transaction): the later one supersedes the
+    earlier, as if saved a moment after it."""
+    async with db.transaction() as s:
+        result = await save_entries(
+            s,
+            _ctx(org, agent),
+            [Draft("Alice works at Acme.", 0.5, "fact"), Draft("Alice now works at Globex.", 0.5, "fact")],
+            MemoryConfig(),
+        )
+    rows = await _rows(db, org)
+    old, new = rows["Alice works at Acme."], rows["Alice now works at Globex."]
+    assert result.superseded == [(old.id, new.id, "changed:employer", "rules")]
+    assert (old.lifecycle, new.lifecycle) == ("superseded", "active")

@@ -196,7 +196,7 @@ def _alert_exprs() -> list[str]:
 _FUNCTIONS = {
     "rate", "irate", "increase", "sum", "max", "min", "avg", "by", "without", "histogram_quantile",
     "deriv", "delta", "clamp_min", "on", "ignoring", "and", "or", "unless", "offset", "count",
-    "le", "vector", "topk", "label_replace", "time", "bool", "absent",
+    "le", "vector", "topk", "label_replace", "time", "bool", "absent", "predict_linear",
 }  # fmt: skip
 
 
@@ -229,4 +229,7 @@ async def test_dashboard_and_alerts_name_only_exported_metrics(serve_port: int) 
         "EngramAuditVerificationFailed",
         "EngramRecallP99OverBudget",
         "EngramOutboxBacklog",
+        "EngramStoreDiskFilling",
+        "EngramStoreDiskFullIn4h",
+        "EngramJetStreamStorageNearLimit",
     } <= alert_names

@@ -119,3 +119,23 @@ async def test_dated_charges_judge_a_backlog_by_when_it_was_published() -> None:
     assert taken == 1  # the burst; 0.9 s of refill is not a whole token
     with pytest.raises(RateLimited):
         await q.charge("sessions", steady, at=899.0)  # late redelivery: no refill backwards
+
+
+async def test_a_known_spent_budget_is_refused_without_spending_anything() -> None:
+    """``refuse_known`` (what ingest asks before it reads a session) refuses only what this
+    process already knows is over budget, and takes nothing: a budget with tokens left keeps them."""
+    clock = Clock()
+    q = quotas(clock, org={"sessions": {"rate": 1, "burst": 2}})
+    org, other = uuid4(), uuid4()
+    for _ in range(5):
+        q.refuse_known("sessions", org, at=clock.now)  # nothing known yet, nothing spent
+    await q.charge("sessions", org, at=clock.now)
+    q.refuse_known("sessions", org, at=clock.now)  # one token left
+    await q.charge("sessions", org, at=clock.now)
+    with pytest.raises(RateLimited) as refused:
+        q.refuse_known("sessions", org, at=clock.now)
+    assert refused.value.details == {"retry_after_s": 1}
+    assert "sessions quota" in refused.value.message
+    q.refuse_known("sessions", other, at=clock.now)  # another organization's budget
+    q.refuse_known("sessions", org, at=clock.now + 1)  # refilled by then
+    await q.charge("sessions", org, at=clock.now + 1)

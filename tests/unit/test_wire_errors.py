@@ -3,9 +3,10 @@ fault test showed requests getting while Postgres restarted."""
 
 from __future__ import annotations
 
-from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError, CrashShutdownError
+from asyncpg.exceptions import AdminShutdownError, CannotConnectNowError, CrashShutdownError, DiskFullError
 from asyncpg.exceptions import InterfaceError as AsyncpgInterfaceError
-from sqlalchemy.exc import InterfaceError, OperationalError
+from nats.js.errors import ServiceUnavailableError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from contracts.errors import NotFound
@@ -46,3 +47,15 @@ def test_bugs_stay_internal_and_typed_errors_keep_their_code() -> None:
         AsyncpgInterfaceError("cannot perform operation: another operation is in progress")
     )
     assert error_reply(NotFound("no such entry"))["error"]["code"] == "NOT_FOUND"
+
+
+def test_a_full_disk_is_unavailable_not_internal() -> None:
+    """Postgres's "could not extend file: No space left on device" (SQLSTATE 53100), wrapped as
+    SQLAlchemy wraps it, and JetStream out of storage ("insufficient resources", a 503 API error)
+    answer 503: the write was refused whole and succeeds once space is freed (issue 25 §4)."""
+    full = DiskFullError('could not extend file "base/16384/16418": No space left on device')
+    wrapped = DBAPIError("INSERT INTO memory_entries ...", {}, full, connection_invalidated=False)
+    jetstream_full = ServiceUnavailableError(code=503, err_code=10023, description="insufficient resources")
+    for exc in (full, wrapped, _caused(RuntimeError("save failed"), wrapped), jetstream_full):
+        assert dependency_down(exc), exc
+        assert error_reply(exc)["error"]["code"] == "UNAVAILABLE"

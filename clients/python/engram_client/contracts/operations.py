@@ -196,6 +196,10 @@ class Operation(Generic[Req, Rep]):
     #: handler reads the agent config's memory config anyway, which makes the same check (recall,
     #: feedback, config), or the request names none.
     agent_config: AgentConfigCheck | None = None
+    #: How many of its requests one instance answers at once, taken in arrival order (1: one at a
+    #: time). More only where a request mostly waits (``memory.save`` on JetStream's ack, or on
+    #: the outcome with ``wait``), so answering one at a time would bound the rate by latency.
+    concurrency: int = 1
 
     @property
     def reply(self) -> type[Rep]:
@@ -305,6 +309,7 @@ def _op(
     wait_field: str | None = None,
     quota: QuotaClass | None = None,
     agent_config: AgentConfigCheck | None = None,
+    concurrency: int = 1,
 ) -> Operation[Req, Rep]:
     """One row of the table: the wire facts positionally — subject, HTTP route (``"GET /v1/x"``),
     permission, request and reply models — and the rest by name (``client``: the client method's
@@ -337,6 +342,7 @@ def _op(
         max_request_bytes=max_request_bytes,
         quota_class=quota or _QUOTA_OF[permission],
         agent_config=agent_config,
+        concurrency=concurrency,
     )
 
 
@@ -345,7 +351,7 @@ def _op(
 MEMORY_SAVE: Operation[SaveRequest, Accepted | SaveOutcome] = _op(
     s.MEMORY_SAVE, "POST /v1/memories", "memory.write", SaveRequest, Accepted, SaveOutcome,
     served_by="ingest", client=("save", "agent_config_id", "entries"), wait_field="wait",
-    agent_config="owned",
+    agent_config="owned", concurrency=32,
     summary="Save memories now (elective save): 202 once durably accepted, or the outcome with wait.",
     tool=("remember", (
         "Store a fact, preference or lesson worth keeping beyond this conversation (a user's stated "
@@ -594,8 +600,8 @@ DISTILL_SESSIONS = Consumer(
     signed=True, summary="Distill lessons from verified sessions and save them, a batch per transaction.",
 )
 DISTILL_SAVES = Consumer(
-    "distill", "distill-saves", SAVE_ACCEPTED, batch_size=32, timeout_s=1.0, dead_letter_source="save",
-    signed=True, batched=False, summary="Run an accepted elective save through the save path.",
+    "distill", "distill-saves", SAVE_ACCEPTED, batch_size=100, timeout_s=0.02, dead_letter_source="save",
+    signed=True, summary="Run accepted elective saves through the save path, a batch per transaction.",
 )
 EMBED_WRITTEN = Consumer(
     "embed", "embed", MEMORY_WRITTEN, batch_size=256, timeout_s=0.02, dead_letter_source="embed",

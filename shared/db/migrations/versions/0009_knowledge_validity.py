@@ -5,7 +5,7 @@ Revises: 0008
 Create Date: 2026-12-03
 
 A new entry that updates or contradicts an older one of the same owner supersedes it
-(docs/adr/0099-knowledge-updates.md): the old one gets ``valid_until`` (when the new one was
+(docs/adr/0102-knowledge-updates.md): the old one gets ``valid_until`` (when the new one was
 saved) and the new one ``valid_from``. Both are nullable and stay NULL for the rows already there:
 nothing is known about when their knowledge started or stopped being true, and nothing is made up
 (docs/adr/0086-upgrades-forward-only.md). ``valid_until`` also tells a knowledge update from an
