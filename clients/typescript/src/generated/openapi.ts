@@ -590,6 +590,11 @@ export interface components {
                  */
                 keep_observations?: boolean;
                 /**
+                 * Knowledge Updates
+                 * @default true
+                 */
+                knowledge_updates?: boolean;
+                /**
                  * Memory Enabled
                  * @default true
                  */
@@ -912,6 +917,16 @@ export interface components {
              * Format: date-time
              */
             updated_at: string;
+            /**
+             * Valid From
+             * @default null
+             */
+            valid_from?: string | null;
+            /**
+             * Valid Until
+             * @default null
+             */
+            valid_until?: string | null;
             /** Version */
             version: number;
         };
@@ -1300,6 +1315,11 @@ export interface components {
              * @default false
              */
             keep_observations?: boolean;
+            /**
+             * Knowledge Updates
+             * @default true
+             */
+            knowledge_updates?: boolean;
             /**
              * Memory Enabled
              * @default true
