@@ -103,10 +103,13 @@ overload: install
 
 ## Recall quality on LoCoMo (evidence recall@5/@10 per category, session-level any-hit@5, latency;
 ## skipped when ../shared/eval is absent), then what an agent is handed for the demo's failure
-## cues (near-duplicate pairs in the top 10, rank of the resolving lesson).
+## cues (near-duplicate pairs in the top 10, rank of the resolving lesson), then knowledge
+## updates on the labelled set in tests/eval/data (supersession precision and recall, offline
+## and through the write path; the rate at which a question about now ranks the current entry first).
 eval: install
 	$(BIN)/python -m tests.eval.locomo
 	$(BIN)/python -m tests.eval.handed
+	$(BIN)/python -m tests.eval.supersession
 
 ## torch and sentence-transformers (CPU) as the default embedder's reference, for bench and the
 ## live parity test; not needed to run or test.

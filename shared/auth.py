@@ -48,7 +48,7 @@ ALL_PERMISSIONS: Final = frozenset({READ, WRITE, ADMIN, PURGE})
 OPERATOR: Final = "deployment.operator"
 #: The administration of tenants (``engram.admin.*``: organizations, agent configs, platform clients,
 #: tokens), deployment-wide like :data:`OPERATOR` and held by no organization's token over another:
-#: the organization a token names does not bound it (docs/adr/0103-admin-api.md).
+#: the organization a token names does not bound it (docs/adr/0104-admin-api.md).
 TENANT_ADMIN: Final = "tenant.admin"
 #: The deployment's permissions, which no organization's client is given.
 DEPLOYMENT_PERMISSIONS: Final = frozenset({OPERATOR, TENANT_ADMIN})

@@ -15,6 +15,7 @@ __all__ = [
     "Distiller",
     "Embedder",
     "Lesson",
+    "SupersessionJudge",
     "TenantFilter",
     "TraceSummary",
     "VectorHit",
@@ -64,6 +65,17 @@ class Distiller(Protocol):
     async def aclose(self) -> None:
         """Release what it holds (a model endpoint's connections); a no-op for in-process ones."""
         ...
+
+
+@runtime_checkable
+class SupersessionJudge(Protocol):
+    """Judges a pair the offline rules left undecided (docs/adr/0103-knowledge-updates.md): does
+    ``new`` update or contradict ``old`` (the same owner's)? None: no answer now (the model is
+    down or unreadable), and the rules' "no" stands."""
+
+    async def supersedes(self, old: str, new: str) -> bool | None: ...
+
+    async def aclose(self) -> None: ...
 
 
 # -- recall ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Revocation reaches every service at once (docs/adr/0103-admin-api.md).
+"""Revocation reaches every service at once (docs/adr/0104-admin-api.md).
 
 The admin API records a revoked token or a disabled organization in Postgres, applies it to its
 own process's :class:`shared.auth.Revocations`, and announces it on ``engram.admin.revoked``

@@ -1,5 +1,5 @@
 """``engram credentials …`` and ``engram token mint`` against a running deployment: the admin API
-(``engram.admin.*``, docs/adr/0103-admin-api.md) through the thin client, over HTTP (``--url``) or
+(``engram.admin.*``, docs/adr/0104-admin-api.md) through the thin client, over HTTP (``--url``) or
 as a connection file says (``--connection``: its NATS identity, or its HTTP API with ``--http``),
 with an operator credential holding ``tenant.admin`` (``--token`` / ``ENGRAM_TOKEN``, else the
 connection file's own token — ``engram up``'s development token holds it)."""

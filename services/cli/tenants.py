@@ -1,5 +1,5 @@
 """``engram credentials org-*|agent-config-*|token-revoke``: what exists only through a running
-deployment's admin API (docs/adr/0103-admin-api.md). Each prints its reply as one JSON object per
+deployment's admin API (docs/adr/0104-admin-api.md). Each prints its reply as one JSON object per
 line. Registered on ``credentials_app`` when ``services.cli.main`` imports this module."""
 
 from __future__ import annotations

@@ -7,10 +7,11 @@ from shared.component import Component, Ports
 from shared.distillers.builtin import BuiltinDistiller
 from shared.distillers.openai_compat import OpenAICompatDistiller
 from shared.infra import Infra
-from shared.ports import Distiller
+from shared.judges import OpenAICompatJudge
+from shared.ports import Distiller, SupersessionJudge
 from shared.settings import EngramSettings
 
-__all__ = ["build", "build_distiller"]
+__all__ = ["build", "build_distiller", "build_judge"]
 
 
 def build_distiller(settings: EngramSettings) -> Distiller:
@@ -25,10 +26,26 @@ def build_distiller(settings: EngramSettings) -> Distiller:
     return BuiltinDistiller()
 
 
+def build_judge(settings: EngramSettings) -> SupersessionJudge | None:
+    """The knowledge-update judge: the distill model, when one is configured; None: the offline
+    rules decide alone (docs/adr/0103-knowledge-updates.md)."""
+    if not settings.distill_model_url:
+        return None
+    return OpenAICompatJudge(
+        base_url=settings.distill_model_url,
+        model=settings.distill_model,
+        api_key=settings.distill_api_key.get_secret_value() or None,
+        timeout_s=min(settings.distill_timeout_s, 10.0),
+    )
+
+
 def build(infra: Infra, ports: Ports) -> Component:
     # A distiller the caller brought is the caller's to close.
     distiller = ports.distiller or build_distiller(infra.settings)
-    component = Component("distill", routers=[build_router(infra, distiller)])
+    judge = build_judge(infra.settings)
+    component = Component("distill", routers=[build_router(infra, distiller, judge)])
     if ports.distiller is None:
         component.closers.append(distiller.aclose)
+    if judge is not None:
+        component.closers.append(judge.aclose)
     return component

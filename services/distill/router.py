@@ -8,12 +8,12 @@ from contracts.operations import DISTILL_SAVES, DISTILL_SESSIONS
 from services.distill import saves, sessions
 from shared.consumer import Batch, batch_consumer
 from shared.infra import Infra
-from shared.ports import Distiller
+from shared.ports import Distiller, SupersessionJudge
 
 __all__ = ["build_router"]
 
 
-def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
+def build_router(infra: Infra, distiller: Distiller, judge: SupersessionJudge | None = None) -> NatsRouter:
     router = NatsRouter()
     # Model failures are counted in code (settings.max_deliver, then dead-letter); outages of
     # NATS or Postgres are retried without limit, so they never drop a session. A model call per
@@ -23,10 +23,10 @@ def build_router(infra: Infra, distiller: Distiller) -> NatsRouter:
     # timeout bounds what a lone session waits for company (latency at low load).
     @batch_consumer(router, infra, DISTILL_SESSIONS)
     async def on_sessions(batch: Batch) -> None:
-        await sessions.handle_validated_sessions(infra, distiller, batch)
+        await sessions.handle_validated_sessions(infra, distiller, batch, judge)
 
     @batch_consumer(router, infra, DISTILL_SAVES)
     async def on_save(batch: Batch) -> None:
-        await saves.handle_accepted_saves(infra, batch)
+        await saves.handle_accepted_saves(infra, batch, judge)
 
     return router

@@ -11,7 +11,7 @@ A batch of writers goes through in one pass (:func:`save_batch`); one writer is 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,6 +24,7 @@ from contracts.config import MemoryConfig
 from shared import audit
 from shared.cooperative import TimeSlice
 from shared.entries import DedupeKey, EntryStore, NewEntry, dedupe_key
+from shared.entries.supersession import Neighbour, NewText, neighbours, supersede
 from shared.erasure import erased_before, prune_over_cap
 from shared.policy import (
     PolicyDecision,
@@ -32,6 +33,8 @@ from shared.policy import (
     check_carried_fields,
     fingerprint,
 )
+from shared.ports import SupersessionJudge
+from shared.supersession import could_update, eligible, judge_pair, maybe_related
 from shared.tenancy import owner_key
 from shared.time import utcnow
 
@@ -94,6 +97,8 @@ class SaveResult:
     #: Entries (occurrences) whose text had something redacted.
     redacted: int = 0
     pruned: list[UUID] = field(default_factory=list)
+    #: Knowledge updates: (old, new, reason, by) for each older entry a saved one superseded.
+    superseded: list[tuple[UUID, UUID, str, str]] = field(default_factory=list)
 
 
 def _expires_at(config: MemoryConfig, draft: Draft, now: datetime) -> datetime | None:
@@ -134,13 +139,16 @@ async def save_entries(
     config: MemoryConfig,
     *,
     also_audit: Sequence[audit.AuditEntry] = (),
+    judge: SupersessionJudge | None = None,
 ) -> SaveResult:
     """Run one writer's drafts through the save path inside the caller's transaction."""
-    (result,) = await save_batch(session, [SaveItem(ctx, drafts, config, also_audit)])
+    (result,) = await save_batch(session, [SaveItem(ctx, drafts, config, also_audit)], judge=judge)
     return result
 
 
-async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[SaveResult]:
+async def save_batch(
+    session: AsyncSession, items: Sequence[SaveItem], *, judge: SupersessionJudge | None = None
+) -> list[SaveResult]:
     """Run many writers' drafts through the save path in the caller's transaction, with one
     upsert, one outbox insert and one audit append per organization for the whole batch.
 
@@ -172,7 +180,8 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
             occurrences.append(_Occurrence(index, decision))
 
     stored = await EntryStore(session).upsert(new)
-    for occ, upserted in zip(occurrences, stored, strict=True):
+    updates: list[tuple[int, NewText]] = []
+    for occ, upserted, entry in zip(occurrences, stored, new, strict=True):
         result = results[occ.item]
         result.saved += upserted.saved
         result.reinforced += not upserted.saved
@@ -181,6 +190,21 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
         result.redacted += bool(occ.decision.redactions)
         if occ.decision.quarantined:
             result.quarantined.append(upserted.entry_id)
+        stored_row: Mapping[str, Any] = entry.row
+        if (
+            upserted.saved
+            and items[occ.item].config.knowledge_updates
+            and eligible(stored_row["memory_type"], stored_row["layer"], stored_row["quarantined"])
+            and could_update(stored_row["text"], with_model=judge is not None)
+        ):
+            key = (
+                upserted.entry_id,
+                stored_row["org_id"],
+                stored_row["agent_config_id"],
+                stored_row["owner_key"],
+            )
+            updates.append((occ.item, NewText(*key, stored_row["text"], stored_row["created_at"])))
+    await _supersede(session, updates, results, judge)
 
     # Prune each agent config that grew, once, with the cap its config sets.
     by_org_prunes: dict[UUID, list[audit.AuditEntry]] = {}
@@ -214,6 +238,46 @@ async def save_batch(session: AsyncSession, items: Sequence[SaveItem]) -> list[S
     for org_id in sorted(by_org, key=str):
         await audit.append(session, org_id, by_org[org_id])
     return results
+
+
+#: Earlier entries of the same owner in one batch that a new entry is compared with.
+_BATCH_MATES = 16
+
+
+async def _supersede(
+    session: AsyncSession,
+    updates: list[tuple[int, NewText]],
+    results: list[SaveResult],
+    judge: SupersessionJudge | None,
+) -> None:
+    """Knowledge updates (docs/adr/0103-knowledge-updates.md): each saved entry against its
+    owner's older current entries that share a word with it — the offline rules first; a pair they
+    leave undecided but that looks related goes to the model judge, when one is configured."""
+    if not updates:
+        return
+    found = await neighbours(session, [n for _, n in updates])
+    # A batch holds many writers' saves (one transaction): an earlier entry of the same owner in the
+    # batch is a candidate too, nearest first, as if it had been saved a moment before.
+    earlier: dict[tuple[UUID, UUID, str], list[NewText]] = {}
+    for index, new in updates:
+        key = (new.org_id, new.agent_config_id, new.owner_key)
+        mates = earlier.setdefault(key, [])
+        in_batch = [Neighbour(m.id, m.text, m.created_at) for m in reversed(mates[-_BATCH_MATES:])]
+        mates.append(new)
+        for old in [*in_batch, *found.get(new.id, ())]:
+            verdict = judge_pair(old.text, new.text)
+            by, reason = "rules", verdict.reason
+            if not verdict.supersedes and judge is not None and maybe_related(old.text, new.text):
+                answer = await judge.supersedes(old.text, new.text)
+                if answer is None:  # the model could not answer: the rules' "no" stands
+                    continue
+                if not answer:
+                    continue
+                by, reason = "model", "model"
+            elif not verdict.supersedes:
+                continue
+            if await supersede(session, old.id, new.id, new.created_at):
+                results[index].superseded.append((old.id, new.id, reason, by))
 
 
 async def _tombstones(session: AsyncSession, items: Sequence[SaveItem]) -> list[Any]:
@@ -321,6 +385,8 @@ def _row_params(item: SaveItem, draft: Draft, decision: PolicyDecision, now: dat
         "version": 1,
         "supersedes": None,
         "superseded_by": None,
+        "valid_from": None,
+        "valid_until": None,
         "derived_from": [],
         "embedding_status": "pending",
         "category": None,
@@ -357,6 +423,14 @@ def _audit_entries(ctx: SaveContext, result: SaveResult) -> list[audit.AuditEntr
                 "quarantined": [str(i) for i in result.quarantined],
             },
         )
+    ]
+    entries += [
+        entry(
+            "memory.superseded",
+            [old, new],
+            {"reason": reason, "by": by, "owner": owner_key(ctx.owner) or None},
+        )
+        for old, new, reason, by in result.superseded
     ]
     denials = {k: v for k, v in result.skip_reasons.items() if k.startswith("policy:")}
     if denials:

@@ -33,6 +33,7 @@ from shared.consumer import Batch, is_outage
 from shared.deadletter import Rejection
 from shared.infra import Infra
 from shared.outbox import claim_inbox_many, first_of_each, processed_of
+from shared.ports import SupersessionJudge
 from shared.telemetry import annotate_consumer, extract_context, inject_trace_headers, tracer
 
 __all__ = ["CONSUMER", "handle_accepted_saves"]
@@ -58,7 +59,7 @@ class _Save:
         return self.request.org_id, self.request.agent_config_id
 
 
-async def handle_accepted_saves(infra: Infra, batch: Batch) -> None:
+async def handle_accepted_saves(infra: Infra, batch: Batch, judge: SupersessionJudge | None = None) -> None:
     """The batch's saves through the save path in one transaction, each outcome sent to a
     caller who waits; the batch acks them after."""
     work: list[_Save] = []
@@ -71,7 +72,7 @@ async def handle_accepted_saves(infra: Infra, batch: Batch) -> None:
         # Later copies of one request are left out, and acked with the batch after it commits.
         unique = first_of_each(work, lambda w: w.key)
         try:
-            replies = await _process(infra, batch, unique)
+            replies = await _process(infra, batch, unique, judge)
         except EngramError as exc:
             # Alone (or tried alone after its batch failed): a save's own error is its answer.
             if is_outage(exc) or len(unique) != 1:
@@ -84,7 +85,9 @@ async def handle_accepted_saves(infra: Infra, batch: Batch) -> None:
             item.span.end()
 
 
-async def _process(infra: Infra, batch: Batch, work: list[_Save]) -> list[tuple[_Save, dict[str, object]]]:
+async def _process(
+    infra: Infra, batch: Batch, work: list[_Save], judge: SupersessionJudge | None = None
+) -> list[tuple[_Save, dict[str, object]]]:
     """Save what is not done yet, in one transaction; the replies owed once it has committed."""
     replies: list[tuple[_Save, dict[str, object]]] = []
     refused: list[tuple[_Save, EngramError]] = []
@@ -113,7 +116,7 @@ async def _process(infra: Infra, batch: Batch, work: list[_Save]) -> list[tuple[
             created.discard(w.pair)  # told to the first save of the pair, as one at a time did
             writable = config.memory_enabled and config.memory_write_enabled and enabled[w.request.org_id]
             items.append((w, _item(w, config, writable), warnings))
-        results = await save_batch(db, [item for _, item, _ in items])
+        results = await save_batch(db, [item for _, item, _ in items], judge=judge)
     for (w, item, warnings), result in zip(items, results, strict=True):
         replies.append((w, _outcome(w.request, item, result, warnings).model_dump(mode="json")))
     for w, error in refused:

@@ -31,7 +31,7 @@ from shared.consumer import Batch
 from shared.deadletter import Rejection
 from shared.infra import Infra
 from shared.outbox import claim_inbox_many, first_of_each, processed_of
-from shared.ports import Distiller, Lesson
+from shared.ports import Distiller, Lesson, SupersessionJudge
 from shared.telemetry import (
     annotate_consumer,
     annotate_memory_operation,
@@ -62,7 +62,9 @@ class _Work:
         return f"{self.session.org_id}/{self.session.event_id}"
 
 
-async def handle_validated_sessions(infra: Infra, distiller: Distiller, batch: Batch) -> None:
+async def handle_validated_sessions(
+    infra: Infra, distiller: Distiller, batch: Batch, judge: SupersessionJudge | None = None
+) -> None:
     work: list[_Work] = []
     # Only ingest publishes here: an unreadable session is a bug or a version skew.
     for msg, session in await batch.parse(SessionEnded, what="session"):
@@ -73,13 +75,15 @@ async def handle_validated_sessions(infra: Infra, distiller: Distiller, batch: B
         work.append(_Work(msg, session, span))
     try:
         # Later copies of one event are left out, and acked with the batch after it commits.
-        await _process(infra, distiller, batch, first_of_each(work, lambda w: w.key))
+        await _process(infra, distiller, batch, first_of_each(work, lambda w: w.key), judge)
     finally:
         for item in work:
             item.span.end()
 
 
-async def _process(infra: Infra, distiller: Distiller, batch: Batch, work: list[_Work]) -> None:
+async def _process(
+    infra: Infra, distiller: Distiller, batch: Batch, work: list[_Work], judge: SupersessionJudge | None
+) -> None:
     configs: dict[tuple[UUID, UUID], MemoryConfig] = {}
     forbidden: dict[tuple[UUID, UUID], Forbidden] = {}
     async with infra.db.transaction() as db:
@@ -132,7 +136,7 @@ async def _process(infra: Infra, distiller: Distiller, batch: Batch, work: list[
     async with infra.db.transaction() as db:
         claimed = await claim_inbox_many(db, CONSUMER, [w.key for w, _ in items])
         # Another instance may have finished some of these meanwhile: only what we claimed is saved.
-        await save_batch(db, [save for w, save in items if w.key in claimed])
+        await save_batch(db, [save for w, save in items if w.key in claimed], judge=judge)
 
 
 async def _distill(distiller: Distiller, work: _Work, config: MemoryConfig, org_enabled: bool) -> SaveItem:

@@ -1,5 +1,5 @@
 """``engram.admin.*`` (SPEC 11): organizations, agent configs, platform clients and tokens, for the
-deployment's operator (``tenant.admin``; the edge has checked it). docs/adr/0103-admin-api.md.
+deployment's operator (``tenant.admin``; the edge has checked it). docs/adr/0104-admin-api.md.
 
 - Organizations, revoked tokens: Postgres (``shared.db.models``). A disabled organization's
   tokens and a revoked token are refused by every service at once (``shared.revocations``).

@@ -52,6 +52,8 @@ def entry_view(row: Entry, *, show_quarantined: bool) -> EntryView:
         version=row.version,
         supersedes=row.supersedes,
         superseded_by=row.superseded_by,
+        valid_from=row.valid_from,
+        valid_until=row.valid_until,
         derived_from=[UUID(str(x)) for x in row.derived_from or []],
         embedding_status=row.embedding_status,
         metadata={} if withheld else dict(row.metadata or {}),

@@ -94,6 +94,7 @@ _SHAPES: dict[str, tuple[type[ToolArguments], Any]] = {
                 "page_size": "Memories per page.",
                 "page_token": "next_page_token of the previous page.",
                 "memory_types": "Only these memory types.",
+                "lifecycle": "Only these lifecycles (default active; superseded: knowledge replaced since).",
             },
         ),
         ListResult,

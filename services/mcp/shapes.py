@@ -106,7 +106,18 @@ def _list_of(item: type[BaseModel]) -> Any:
 
 _CONTEXT = (str, Field(description="The memories' text inside the <engram-memory> data block ('' for none)."))
 _RECALLED = ("id", "score", "memory_type", "content_truncated", "quarantined")
-_LISTED = ("id", "memory_type", "importance", "lifecycle", "pinned", "created_at", "quarantined")
+_LISTED = (
+    "id",
+    "memory_type",
+    "importance",
+    "lifecycle",
+    "pinned",
+    "created_at",
+    "quarantined",
+    # knowledge updates: what this memory replaced, and what replaced it
+    "supersedes",
+    "superseded_by",
+)
 
 RecallToolResult = projection(
     "recall_result",

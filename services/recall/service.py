@@ -58,6 +58,7 @@ from shared.entries import recall as queries
 from shared.lexical import query_weights
 from shared.memory_block import render_context
 from shared.ports import Embedder, VectorIndex
+from shared.supersession import past_cue
 from shared.tenancy import visible_owner_keys
 from shared.time import utcnow
 from shared.vectors.coverage import VectorCoverage
@@ -220,6 +221,8 @@ class Recall:
             layer=None if request.target_layer == "all" else request.target_layer,
             memory_types=policy.memory_types_allowed,
             filters=request.filters,
+            # A cue about the past reaches superseded knowledge too; otherwise only what is current.
+            history=strategy in _CUE_STRATEGIES and past_cue(cue),
         )
         diagnostics: dict[str, Any] = {}
         try:
@@ -527,6 +530,8 @@ class Recall:
                 owner_keys=owner_keys,
                 now=utcnow(),
                 session_only=request.session_id if config.scope == "session" else None,
+                # An id a cue about the past returned may be history: it expands like any other.
+                history=True,
             )
             found = await queries.by_ids(self._db, scope, examined)
         by_id = {c.id: c for c in found}

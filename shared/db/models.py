@@ -98,6 +98,15 @@ class MemoryEntry(SQLModel, table=True):
             "session_position",
             postgresql_where=sa.text("session_position IS NOT NULL"),
         ),
+        # Knowledge-update and version links, looked up by erasure (migration 0009).
+        sa.Index(
+            "ix_memory_entries_supersedes", "supersedes", postgresql_where=sa.text("supersedes IS NOT NULL")
+        ),
+        sa.Index(
+            "ix_memory_entries_superseded_by",
+            "superseded_by",
+            postgresql_where=sa.text("superseded_by IS NOT NULL"),
+        ),
         # The retention sweeper reads only entries that expire, oldest expiry first.
         sa.Index(
             "ix_memory_entries_expiry", "expires_at", postgresql_where=sa.text("expires_at IS NOT NULL")
@@ -146,6 +155,10 @@ class MemoryEntry(SQLModel, table=True):
     version: int = 1
     supersedes: UUID | None = None
     superseded_by: UUID | None = None
+    #: Knowledge updates (migration 0009): when this entry's knowledge became current (it
+    #: superseded another) and when it stopped being current (a newer entry superseded it).
+    valid_from: datetime | None = _ts(nullable=True)
+    valid_until: datetime | None = _ts(nullable=True)
     #: The entries a ``merge`` folded into this one: erasing any of them erases this one too.
     derived_from: list[str] = _json(list)
     embedding_status: str = Field(default="pending", max_length=16)
@@ -243,7 +256,7 @@ class OrgSettings(SQLModel, table=True):
 class Organization(SQLModel, table=True):
     """An organization registered through the admin API (``engram.admin.org.*``). Tokens of an
     organization never registered still work (organizations were implicit before); a disabled one's
-    are refused (docs/adr/0103-admin-api.md)."""
+    are refused (docs/adr/0104-admin-api.md)."""
 
     __tablename__ = "organizations"
 

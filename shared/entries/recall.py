@@ -117,6 +117,9 @@ class Scope:
     layer: str | None = None
     memory_types: tuple[str, ...] | None = None
     filters: RecallFilters | None = None
+    #: Also reach knowledge that a newer entry superseded (``valid_until`` set): a cue that asks
+    #: about the past (docs/adr/0103-knowledge-updates.md). Otherwise only what is current.
+    history: bool = False
 
     def tenant(self) -> TenantFilter:
         """The vector store's filter for this scope: one for both of hybrid's legs."""
@@ -139,6 +142,8 @@ class Scope:
         # One owner key is an equality (an index range); several are a list.
         v.update({"owner_key": keys[0]} if len(keys) == 1 else {"owner_keys": keys})
         optional: dict[str, Any] = {"session_only": self.session_only, "layer": self.layer}
+        # Its presence is the predicate's shape (no column compares with it).
+        optional["history"] = True if self.history else None
         optional["memory_types"] = None if self.memory_types is None else list(self.memory_types)
         f = self.filters
         if f is not None:
@@ -166,7 +171,7 @@ def scope_predicate(v: Mapping[str, Any] | Binds) -> ColumnElement[bool]:
     owners = [v["owner_key"]] if "owner_key" in v else v["owner_keys"]
     parts: list[ColumnElement[bool]] = [
         in_scope(v["org_id"], v["agent_config_id"], owners, session_id=v.get("session_only")),
-        ENTRIES.c.lifecycle == "active",
+        _current(history="history" in v),
         or_(ENTRIES.c.expires_at.is_(None), ENTRIES.c.expires_at > v["now"]),
     ]
     if "layer" in v:
@@ -189,6 +194,15 @@ def scope_predicate(v: Mapping[str, Any] | Binds) -> ColumnElement[bool]:
     if "f_created_before" in v:
         parts.append(ENTRIES.c.created_at < v["f_created_before"])
     return and_(*parts)
+
+
+def _current(*, history: bool) -> ColumnElement[bool]:
+    """Active entries; with ``history`` also those a knowledge update superseded (an ``edit``'s old
+    versions and a merge's sources have no ``valid_until``: they stay out)."""
+    active = ENTRIES.c.lifecycle == "active"
+    if not history:
+        return active
+    return or_(active, and_(ENTRIES.c.lifecycle == "superseded", ENTRIES.c.valid_until.is_not(None)))
 
 
 def _candidates(rows: Sequence[Mapping[str, Any]]) -> list[Candidate]:

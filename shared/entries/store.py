@@ -106,6 +106,8 @@ class Entry(NamedTuple):
     version: int
     supersedes: UUID | None
     superseded_by: UUID | None
+    valid_from: datetime | None
+    valid_until: datetime | None
     derived_from: list[str]
     embedding_status: str
     embedding_model: str | None
@@ -346,13 +348,21 @@ class EntryStore:
 
     async def linked(self, org_id: UUID, ids: Sequence[UUID]) -> list[EntryRef]:
         """Entries linked to ``ids`` by one step of edit versions (``supersedes`` /
-        ``superseded_by``, both directions) or merges (``derived_from``), locked."""
+        ``superseded_by``, both directions) or merges (``derived_from``), locked.
+
+        A knowledge update's link is not lineage: the old entry (``valid_until`` set) holds other
+        knowledge than the one that replaced it, so erasing either leaves the other
+        (docs/adr/0103-knowledge-updates.md)."""
         as_text = [str(i) for i in ids]
+        older = ENTRIES.alias("older")
+        edited = select(older.c.id).where(
+            older.c.org_id == org_id, older.c.id.in_(ids), older.c.valid_until.is_(None)
+        )
         stmt = select(ENTRIES.c.id, ENTRIES.c.agent_config_id, ENTRIES.c.layer).where(
             ENTRIES.c.org_id == org_id,
             or_(
-                ENTRIES.c.supersedes.in_(ids),
-                ENTRIES.c.superseded_by.in_(ids),
+                ENTRIES.c.supersedes.in_(edited),
+                and_(ENTRIES.c.superseded_by.in_(ids), ENTRIES.c.valid_until.is_(None)),
                 # merges that folded one in (a merge's sources point to it by superseded_by)
                 ENTRIES.c.derived_from.has_any(array(as_text)),
             ),
@@ -360,8 +370,19 @@ class EntryStore:
         return [EntryRef(*r) for r in await self._session.execute(stmt.with_for_update())]
 
     async def delete(self, ids: Sequence[UUID]) -> None:
-        """Delete the rows (an erasure's last step: :func:`shared.erasure.erase` announces it)."""
-        await self._session.execute(delete(ENTRIES).where(ENTRIES.c.id.in_(list(ids))))
+        """Delete the rows (an erasure's last step: :func:`shared.erasure.erase` announces it).
+
+        Knowledge updates that pointed at them lose the pointer (the erased entry leaves the
+        chain); an entry it superseded stays superseded — erasing knowledge does not make the
+        knowledge it replaced true again."""
+        listed = list(ids)
+        await self._session.execute(delete(ENTRIES).where(ENTRIES.c.id.in_(listed)))
+        await self._session.execute(
+            update(ENTRIES).where(ENTRIES.c.supersedes.in_(listed)).values(supersedes=None)
+        )
+        await self._session.execute(
+            update(ENTRIES).where(ENTRIES.c.superseded_by.in_(listed)).values(superseded_by=None)
+        )
 
     # -- writes ---------------------------------------------------------------------------------
     async def upsert(self, new: Sequence[NewEntry]) -> list[Upserted]:

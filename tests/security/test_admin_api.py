@@ -1,4 +1,4 @@
-"""The admin API (``engram.admin.*``, docs/adr/0103-admin-api.md), attacked and used through NATS and
+"""The admin API (``engram.admin.*``, docs/adr/0104-admin-api.md), attacked and used through NATS and
 HTTP alike: only a deployment-wide ``tenant.admin`` token administers; an organization's own admin
 administers nothing, its own organization included; a revoked client, a revoked token and a disabled
 organization are refused on the very next request; bad input is a typed 400; every action is audited

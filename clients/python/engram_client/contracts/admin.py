@@ -1,7 +1,7 @@
 """Administration of tenants (SPEC 11, ``engram.admin.*``): organizations, agent configs, platform
 clients (a NATS identity and a token) and tokens. Every operation needs ``tenant.admin``, the
 deployment operator's permission that no organization holds over another
-(docs/adr/0103-admin-api.md). Secrets — a client's nkey seed, a token — are in a reply once and
+(docs/adr/0104-admin-api.md). Secrets — a client's nkey seed, a token — are in a reply once and
 never stored by Engram nor written to an audit record."""
 
 from __future__ import annotations

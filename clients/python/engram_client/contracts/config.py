@@ -92,6 +92,9 @@ class MemoryConfig(_Strict):
     keep_observations: bool = False
     #: Observations expire after this many days (short retention by design).
     observation_ttl_days: Annotated[int, Field(ge=1, le=365), JSON_INTEGER] = 7
+    #: A new entry that updates or contradicts an older one of the same owner supersedes it
+    #: (``valid_until`` on the old, ``valid_from`` on the new; SPEC 7.2). Off: every entry stays current.
+    knowledge_updates: bool = True
 
     def type_policy(self, memory_type: str) -> TypePolicy:
         return self.type_policies.get(memory_type, TypePolicy())

@@ -108,6 +108,10 @@ class EntryView(Outbound):
     occurred_at: datetime | None = None
     #: its place in its session: only the order among one session's entries means anything
     session_position: int | None = None
+    #: knowledge updates: when this entry became current by superseding ``supersedes``, and when
+    #: a newer entry (``superseded_by``) replaced it (None: not known, or still current)
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
 
 class _Scoped(Inbound):

@@ -173,7 +173,7 @@ Rep = TypeVar("Rep", bound=BaseModel)
 #: What a token must hold for the operation at all (``shared.auth`` checks it; handlers may check
 #: more, e.g. ``memory.admin`` to act on another owner's memory). ``deployment.operator`` and
 #: ``tenant.admin`` are the deployment's, no organization's (``shared.auth.OPERATOR``,
-#: ``shared.auth.TENANT_ADMIN``: docs/adr/0103-admin-api.md).
+#: ``shared.auth.TENANT_ADMIN``: docs/adr/0104-admin-api.md).
 Permission = Literal[
     "memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator", "tenant.admin"
 ]
@@ -546,7 +546,7 @@ OPS_LAG = _op(
     "(the whole deployment's: its operator's only).",
 )
 
-# Administration of tenants (SPEC 11): the deployment operator's, tenant.admin (docs/adr/0103-admin-api.md).
+# Administration of tenants (SPEC 11): the deployment operator's, tenant.admin (docs/adr/0104-admin-api.md).
 ADMIN_ORG_CREATE = _op(
     s.ADMIN_ORG_CREATE, "POST /v1/admin/organizations", "tenant.admin", OrgCreate, Organization,
     served_by="governance-audit", client=("admin_create_org", "name"),

@@ -111,7 +111,7 @@ WEBHOOKS_LIST = "engram.webhooks.list"
 WEBHOOKS_DELETE = "engram.webhooks.delete"
 WEBHOOKS_REPLAY = "engram.webhooks.replay"
 
-# -- administration of tenants (request-reply, the deployment's operator: docs/adr/0103-admin-api.md)
+# -- administration of tenants (request-reply, the deployment's operator: docs/adr/0104-admin-api.md)
 ADMIN_ORG_CREATE = "engram.admin.org.create"
 ADMIN_ORG_LIST = "engram.admin.org.list"
 ADMIN_ORG_DISABLE = "engram.admin.org.disable"

@@ -626,6 +626,11 @@ export interface components {
                  */
                 keep_observations?: boolean;
                 /**
+                 * Knowledge Updates
+                 * @default true
+                 */
+                knowledge_updates?: boolean;
+                /**
                  * Memory Enabled
                  * @default true
                  */
@@ -773,6 +778,11 @@ export interface components {
                  * @default false
                  */
                 keep_observations?: boolean;
+                /**
+                 * Knowledge Updates
+                 * @default true
+                 */
+                knowledge_updates?: boolean;
                 /**
                  * Memory Enabled
                  * @default true
@@ -1169,6 +1179,11 @@ export interface components {
                  */
                 keep_observations?: boolean;
                 /**
+                 * Knowledge Updates
+                 * @default true
+                 */
+                knowledge_updates?: boolean;
+                /**
                  * Memory Enabled
                  * @default true
                  */
@@ -1491,6 +1506,16 @@ export interface components {
              * Format: date-time
              */
             updated_at: string;
+            /**
+             * Valid From
+             * @default null
+             */
+            valid_from?: string | null;
+            /**
+             * Valid Until
+             * @default null
+             */
+            valid_until?: string | null;
             /** Version */
             version: number;
         };
@@ -1879,6 +1904,11 @@ export interface components {
              * @default false
              */
             keep_observations?: boolean;
+            /**
+             * Knowledge Updates
+             * @default true
+             */
+            knowledge_updates?: boolean;
             /**
              * Memory Enabled
              * @default true

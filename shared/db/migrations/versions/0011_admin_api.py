@@ -1,14 +1,14 @@
 """administration of tenants: registered organizations and revoked tokens
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-03
 
 ``organizations`` holds what the admin API registers (``engram.admin.org.*``): a name, and when
 the organization was disabled — its tokens and platform clients are refused from then on.
 ``revoked_tokens`` holds the ids (``jti``) of tokens refused before they expire, with that expiry
 so a row can be dropped once it no longer matters. Every service reads both at start and follows
-``engram.admin.revoked`` after (docs/adr/0103-admin-api.md).
+``engram.admin.revoked`` after (docs/adr/0104-admin-api.md).
 """
 from collections.abc import Sequence
 
@@ -16,8 +16,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision: str = "0010"
-down_revision: str | None = "0009"
+revision: str = "0011"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
