@@ -16,6 +16,7 @@ from faststream.nats import NatsBroker
 from faststream.nats.security import NatsNKey, NatsSecurity
 
 from contracts.operations import JETSTREAMS, consumers_of
+from shared import revocations
 from shared.background import Worker
 from shared.bus import configured_streams, ensure_streams, record_consumer_lag, record_stream_usage
 from shared.cache import ResultCache
@@ -205,9 +206,13 @@ async def _connect(settings: EngramSettings, process: str, stack: AsyncExitStack
     tokens = build_verifier(settings)  # a bad issuer list stops the start here
     stack.push_async_callback(tokens.aclose)
     await broker.connect()
+    # Revoked tokens and disabled organizations: followed first, then read, so none is missed.
+    revoked = await revocations.follow(broker.connection, tokens.revocations)
+    await revocations.load(db, tokens.revocations)
     # Closed last but the database, also when start-up is cut short (Ctrl-C): before whoever
     # started NATS stops it, so the connection never outlives its server.
     stack.push_async_callback(_disconnect, broker)
+    stack.push_async_callback(revoked.unsubscribe)
     js = broker.connection.jetstream()
     await ensure_streams(
         js,

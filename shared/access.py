@@ -42,7 +42,7 @@ from pydantic import BaseModel
 from contracts.common import Principal
 from contracts.errors import Forbidden, InvalidRequest, NotFound
 from contracts.operations import Operation
-from shared.auth import ADMIN, OPERATOR, PURGE, READ, WRITE, Credential, act_as
+from shared.auth import ADMIN, DEPLOYMENT_PERMISSIONS, PURGE, READ, WRITE, Credential, act_as
 from shared.tenancy import SHARED_POOL, owner_key
 
 __all__ = ["Action", "AgentConfigs", "Caller", "authorize", "target_key"]
@@ -196,8 +196,8 @@ async def authorize(
     caller = Caller(credential, act_as(credential, getattr(request, "principal", None)))
     if permission == ADMIN:
         caller.require_admin()
-    elif permission == OPERATOR:
-        credential.require_deployment_operator()
+    elif permission in DEPLOYMENT_PERMISSIONS:
+        credential.require_deployment_operator(permission)
     # Rare (a restricted token leaving its restriction out): the common path copies nothing.
     if fill:
         request = request.model_copy(update=fill)

@@ -25,6 +25,7 @@ __all__ = [
     "ALL_PERMISSIONS",
     "KNOWN_PERMISSIONS",
     "OPERATOR",
+    "TENANT_ADMIN",
     "Credential",
     "Issuer",
     "TokenService",
@@ -45,7 +46,13 @@ ALL_PERMISSIONS: Final = frozenset({READ, WRITE, ADMIN, PURGE})
 #: organization's right over another: only whoever runs the deployment mints it (``engram token
 #: mint``; ``engram up``'s development token holds it). docs/adr/0082-operator-scoped-rejects.md.
 OPERATOR: Final = "deployment.operator"
-KNOWN_PERMISSIONS: Final = ALL_PERMISSIONS | {OPERATOR}
+#: The administration of tenants (``engram.admin.*``: organizations, agent configs, platform clients,
+#: tokens), deployment-wide like :data:`OPERATOR` and held by no organization's token over another:
+#: the organization a token names does not bound it (docs/adr/0104-admin-api.md).
+TENANT_ADMIN: Final = "tenant.admin"
+#: The deployment's permissions, which no organization's client is given.
+DEPLOYMENT_PERMISSIONS: Final = frozenset({OPERATOR, TENANT_ADMIN})
+KNOWN_PERMISSIONS: Final = ALL_PERMISSIONS | DEPLOYMENT_PERMISSIONS
 _ALGORITHM: Final = "HS256"
 # Bearer tokens are short JWTs; anything much longer is garbage or an attack on the parser.
 _MAX_TOKEN_CHARS: Final = 4096
@@ -88,11 +95,17 @@ class Credential:
             and self.session_id is None
         )
 
-    def require_deployment_operator(self) -> None:
-        self.require(OPERATOR)
-        if not self.is_deployment_operator:
+    def require_deployment_operator(self, permission: str = OPERATOR) -> None:
+        """``permission`` (:data:`OPERATOR` or :data:`TENANT_ADMIN`), on a token trusted with the
+        whole deployment: not an end user's, not restricted to an agent config or session."""
+        self.require(permission)
+        if (
+            self.principal.kind == "end_user"
+            or self.agent_config_id is not None
+            or self.session_id is not None
+        ):
             raise Forbidden(
-                f"{OPERATOR} counts only on a token that is not an end user's nor restricted to an "
+                f"{permission} counts only on a token that is not an end user's nor restricted to an "
                 "agent config or session"
             )
 
@@ -253,6 +266,29 @@ class Issuer(Protocol):
     async def aclose(self) -> None: ...
 
 
+class Revocations:
+    """What the admin API refused before it expired: token ids (``jti``) and disabled
+    organizations. Sets in memory, checked on every token check (a lookup each); filled from
+    Postgres at start and kept current by ``engram.admin.revoked`` (``shared.revocations``)."""
+
+    def __init__(self) -> None:
+        self._tokens: set[str] = set()
+        self._orgs: set[UUID] = set()
+
+    def revoke_token(self, token_id: str) -> None:
+        self._tokens.add(token_id)
+
+    def disable_org(self, org_id: UUID) -> None:
+        self._orgs.add(org_id)
+
+    def refuse(self, credential: Credential) -> None:
+        """``UNAUTHENTICATED`` for a revoked token or a disabled organization's."""
+        if credential.org_id in self._orgs:
+            raise Unauthenticated("organization disabled")
+        if credential.token_id and credential.token_id in self._tokens:
+            raise Unauthenticated("token revoked")
+
+
 class TokenVerifier:
     """The one way a token becomes a credential (docs/adr/0093-oidc-tokens.md): Engram's own
     tokens through :class:`TokenService`, an OpenID Connect issuer's through its :class:`Issuer`
@@ -271,8 +307,12 @@ class TokenVerifier:
         *,
         remember: int = 4096,
         clock: Callable[[], float] = time.time,
+        revocations: Revocations | None = None,
     ) -> None:
         self.own = own
+        #: Tokens revoked and organizations disabled (the admin API's): refused on every check,
+        #: remembered or not.
+        self.revocations = revocations or Revocations()
         self._issuers = {issuer.name: issuer for issuer in issuers}
         self._clock = clock
         # token → (credential, expiry, issuer or None for Engram's own, that issuer's epoch)
@@ -304,6 +344,7 @@ class TokenVerifier:
         if known is not None:
             credential, expires, issuer, epoch = known
             if issuer is None or issuer.epoch == epoch:
+                self.revocations.refuse(credential)
                 return credential, expires
             del self._verified[token]
         issuer, header = self._route(token)
@@ -315,6 +356,7 @@ class TokenVerifier:
             credential, expires = await issuer.verify(token, header)
         if self._clock() >= expires:  # PyJWT reads its own clock; the memory expires on this one
             raise Unauthenticated("token expired")
+        self.revocations.refuse(credential)
         self._verified[token] = (credential, expires, issuer, epoch)
         return credential, expires
 

@@ -15,7 +15,10 @@ from uuid import UUID
 
 import typer
 
+from services.cli.remote import CONNECTION, TOKEN, URL, Remote
+
 if TYPE_CHECKING:
+    from engram_client.contracts.admin import ClientCredentials
     from engram_client.contracts.connection import ConnectionInfo
 
     from shared.nats_auth.store import Identity
@@ -25,7 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["credentials_app", "signing_keys"]
 
 credentials_app = typer.Typer(
-    help="Issue, rotate and revoke NATS identities of platform clients.", no_args_is_help=True
+    help="Issue, rotate and revoke NATS identities of platform clients; with --url or --connection, "
+    "administer a running deployment's organizations, agent configs, clients and tokens.",
+    no_args_is_help=True,
 )
 DATA_DIR = typer.Option(Path(".engram"), "--data-dir", help="The `engram up` data dir.")
 DEFAULT_NATS_URL = "nats://127.0.0.1:4223"
@@ -90,6 +95,23 @@ def _write_client_file(
     typer.echo(f"wrote {out} (mode 0600): NATS identity {identity.public_key}, inbox {identity.inbox_prefix}")
 
 
+def _write_remote_client_file(
+    out: Path, creds: ClientCredentials, remote: Remote, nats_url: str, http_url: str, *, replace: bool
+) -> None:
+    """The client's file from the admin API's reply: where it is to work is the deployment's."""
+    from engram_client.contracts.connection import ConnectionInfo
+
+    from shared.nats_auth.store import Identity
+
+    identity = Identity(creds.name, creds.nats_nkey_seed, creds.nats_public_key, creds.nats_inbox_prefix)
+    where = ConnectionInfo(
+        nats_url=nats_url or remote.nats_url() or DEFAULT_NATS_URL,
+        http_url=http_url or remote.http_url(),
+        agent_config_id=creds.agent_config_id,
+    )
+    _write_client_file(out, identity, creds.org_id, creds.token, where, replace=replace)
+
+
 def _where(
     data_dir: Path, org: UUID, nats_url: str, http_url: str, agent_config: UUID | None
 ) -> ConnectionInfo:
@@ -146,6 +168,9 @@ def mint(
     http_url: str = HTTP_URL,
     agent_config: UUID = AGENT_CONFIG,
     data_dir: Path = DATA_DIR,
+    url: str = URL,
+    connection: Path = CONNECTION,
+    token: str = TOKEN,
 ) -> None:
     """Issue a platform client: its own NATS identity and a service token for ORG, in one file
     with the fields of connection.json."""
@@ -154,6 +179,14 @@ def mint(
     target = out or Path(f"{name}.json")
     if target.exists():
         raise typer.BadParameter(f"{target} exists; choose another --out")
+    remote = Remote(url, connection, token)
+    if remote.given:
+        with remote.client() as client:
+            creds = client.admin_mint_client(
+                org, name, permissions=perm, token_ttl_seconds=token_ttl, agent_config_id=agent_config
+            )
+        _write_remote_client_file(target, creds, remote, nats_url, http_url, replace=False)
+        return
     token = _client_token(data_dir, org, name, perm, token_ttl)
     try:
         identity = NatsIdentities(data_dir).mint(name, org)
@@ -174,10 +207,21 @@ def rotate(
     http_url: str = HTTP_URL,
     agent_config: UUID = AGENT_CONFIG,
     data_dir: Path = DATA_DIR,
+    url: str = URL,
+    connection: Path = CONNECTION,
+    token: str = TOKEN,
 ) -> None:
     """A new key (and token) for a client, same organization and inbox; the old key stops working."""
     from shared.nats_auth.store import NatsIdentities
 
+    remote = Remote(url, connection, token)
+    if remote.given:
+        with remote.client() as client:
+            creds = client.admin_rotate_client(name, permissions=perm, token_ttl_seconds=token_ttl)
+        _write_remote_client_file(
+            out or Path(f"{name}.json"), creds, remote, nats_url, http_url, replace=True
+        )
+        return
     try:
         identity, record = NatsIdentities(data_dir).rotate(name)
     except KeyError as exc:
@@ -190,10 +234,23 @@ def rotate(
 
 
 @credentials_app.command("revoke")
-def revoke(name: str = typer.Option(..., help="The client to refuse."), data_dir: Path = DATA_DIR) -> None:
-    """Refuse a client from now on; its open connections are closed."""
+def revoke(
+    name: str = typer.Option(..., help="The client to refuse."),
+    data_dir: Path = DATA_DIR,
+    url: str = URL,
+    connection: Path = CONNECTION,
+    token: str = TOKEN,
+) -> None:
+    """Refuse a client from now on; its open connections are closed (and, through the admin API,
+    its token refused)."""
     from shared.nats_auth.store import NatsIdentities
 
+    remote = Remote(url, connection, token)
+    if remote.given:
+        with remote.client() as client:
+            revoked = client.admin_revoke_client(name)
+        typer.echo(f"revoked {revoked.name} ({revoked.nats_public_key}; token {revoked.token_id})")
+        return
     try:
         record = NatsIdentities(data_dir).revoke(name)
     except KeyError as exc:
@@ -204,10 +261,21 @@ def revoke(name: str = typer.Option(..., help="The client to refuse."), data_dir
 
 @credentials_app.command("list")
 def list_clients(
-    all_: bool = typer.Option(False, "--all", help="Revoked clients too."), data_dir: Path = DATA_DIR
+    all_: bool = typer.Option(False, "--all", help="Revoked clients too."),
+    data_dir: Path = DATA_DIR,
+    url: str = URL,
+    connection: Path = CONNECTION,
+    token: str = TOKEN,
 ) -> None:
     """The platform clients of this data dir (public keys only), one JSON object per line."""
     from shared.nats_auth.store import NatsIdentities
+
+    remote = Remote(url, connection, token)
+    if remote.given:
+        with remote.client() as client:
+            for found in client.admin_list_clients(include_revoked=all_).clients:
+                typer.echo(found.model_dump_json())
+        return
 
     for record in NatsIdentities(data_dir).clients(include_revoked=all_):
         typer.echo(json.dumps(record.__dict__, sort_keys=True))

@@ -9,10 +9,12 @@ from uuid import UUID
 
 import typer
 
+from services.cli import tenants as _tenants  # noqa: F401 (registers its commands on credentials_app)
 from services.cli.backup import apply_ledger, backup, restore
 from services.cli.credentials import credentials_app
 from services.cli.errors import DEBUG_HELP, ErrorReportingGroup
 from services.cli.output import console
+from services.cli.remote import CONNECTION, TOKEN, URL, Remote
 
 if TYPE_CHECKING:
     from engram_client import EngramClient
@@ -516,10 +518,30 @@ def token_mint(
     session: str = typer.Option(None, help="Restrict to one session."),
     ttl: int = typer.Option(3600, help="Seconds until it expires."),
     data_dir: Path = DATA_DIR,
+    url: str = URL,
+    connection: Path = CONNECTION,
+    token: str = TOKEN,
 ) -> None:
-    """Print a signed token (keys from ENGRAM_TOKEN_KEYS, else the data dir's development key)."""
+    """Print a signed token (keys from ENGRAM_TOKEN_KEYS, else the data dir's development key; with
+    --url or --connection, from a running deployment's admin API)."""
     from engram_client.contracts.common import Principal
     from engram_client.contracts.connection import ConnectionInfo, connection_file
+
+    remote = Remote(url, connection, token)
+    if remote.given:
+        if org is None:
+            raise typer.BadParameter("give --org", param_hint="--org")
+        with remote.client() as client:
+            minted = client.admin_mint_token(
+                org,
+                {"kind": kind, "id": id},
+                permissions=perm,
+                ttl_seconds=ttl,
+                agent_config_id=agent_config,
+                session_id=session,
+            )
+        typer.echo(minted.token)
+        return
 
     from services.cli.credentials import signing_keys
     from shared.auth import KNOWN_PERMISSIONS, TokenService

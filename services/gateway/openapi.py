@@ -86,6 +86,7 @@ def _request_body(op: Operation[Any, Any], schemas: dict[str, Any]) -> dict[str,
     if not Shape.of(op).in_body:
         return None
     ref = component_schema(op.request, schemas, _SCHEMAS)
+    required = bool(schemas[op.request.__name__].get("required"))
     if op.path_params:
         # The body is the request without what the path already says.
         body = copy.deepcopy(schemas[op.request.__name__])
@@ -95,7 +96,8 @@ def _request_body(op: Operation[Any, Any], schemas: dict[str, Any]) -> dict[str,
         body["title"] = f"{op.request.__name__}Body"
         schemas[body["title"]] = body
         ref = {"$ref": _SCHEMAS + body["title"]}
-    required = bool(schemas[op.request.__name__].get("required"))
+        # Required only when it has a required field the path does not already give.
+        required = bool(body["required"])
     return {"required": required, "content": {_JSON: {"schema": ref}}}
 
 

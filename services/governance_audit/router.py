@@ -8,6 +8,7 @@ from faststream.nats import NatsRouter
 from contracts import operations as ops
 from contracts.governance import ManageReply, ManageRequest
 from contracts.requests import ConfigPut, ConfigReply
+from services.governance_audit.admin_api import Admin
 from services.governance_audit.audit_api import query_audit, verify_audit
 from services.governance_audit.config_api import get_config, set_config
 from services.governance_audit.erasure_api import Erasures
@@ -49,9 +50,22 @@ def build_router(
             await results.invalidate(caller.org_id, [request.agent_config_id])
         return reply
 
+    admin = Admin(infra)
     infra.edge.serve_group(
         QUEUE,
         [
+            # Administration of tenants (tenant.admin, checked by authorize).
+            route(ops.ADMIN_ORG_CREATE, admin.create_org),
+            route(ops.ADMIN_ORG_LIST, admin.list_orgs),
+            route(ops.ADMIN_ORG_DISABLE, admin.disable_org),
+            route(ops.ADMIN_AGENT_CONFIG_CREATE, admin.create_agent_config),
+            route(ops.ADMIN_AGENT_CONFIG_LIST, admin.list_agent_configs),
+            route(ops.ADMIN_CLIENT_MINT, admin.mint_client),
+            route(ops.ADMIN_CLIENT_ROTATE, admin.rotate_client),
+            route(ops.ADMIN_CLIENT_REVOKE, admin.revoke_client),
+            route(ops.ADMIN_CLIENT_LIST, admin.list_clients),
+            route(ops.ADMIN_TOKEN_MINT, admin.mint_token),
+            route(ops.ADMIN_TOKEN_REVOKE, admin.revoke_token),
             route(ops.CONFIG_GET, lambda c, r: get_config(infra, c, r)),
             route(ops.CONFIG_PUT, put_config),
             route(ops.AUDIT_QUERY, lambda c, r: query_audit(infra, c, r)),

@@ -35,8 +35,10 @@ __all__ = [
     "MemoryConfigVersion",
     "MemoryEntry",
     "OrgSettings",
+    "Organization",
     "OutboxMessage",
     "RecallRecord",
+    "RevokedToken",
 ]
 
 
@@ -249,6 +251,32 @@ class OrgSettings(SQLModel, table=True):
     org_id: UUID = Field(primary_key=True)
     memory_enabled: bool = True
     updated_at: datetime = _ts()
+
+
+class Organization(SQLModel, table=True):
+    """An organization registered through the admin API (``engram.admin.org.*``). Tokens of an
+    organization never registered still work (organizations were implicit before); a disabled one's
+    are refused (docs/adr/0104-admin-api.md)."""
+
+    __tablename__ = "organizations"
+
+    org_id: UUID = Field(primary_key=True)
+    name: str = Field(max_length=200)
+    created_at: datetime = _ts()
+    created_by: str | None = Field(default=None, max_length=256)
+    disabled_at: datetime | None = _ts(nullable=True)
+
+
+class RevokedToken(SQLModel, table=True):
+    """A token refused before it expires (by its ``jti``); kept until then."""
+
+    __tablename__ = "revoked_tokens"
+
+    token_id: str = Field(primary_key=True, max_length=128)
+    org_id: UUID
+    revoked_at: datetime = _ts()
+    #: When the token would have expired anyway (null: not known, kept).
+    expires_at: datetime | None = _ts(nullable=True)
 
 
 class OutboxMessage(SQLModel, table=True):

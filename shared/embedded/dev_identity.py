@@ -13,7 +13,7 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 from contracts.common import Principal
-from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
+from shared.auth import ALL_PERMISSIONS, DEPLOYMENT_PERMISSIONS, TokenService
 
 __all__ = ["DEV_TOKEN_TTL_S", "DevIdentity", "load_dev_identity"]
 
@@ -40,8 +40,8 @@ class DevIdentity:
         return self.tokens().mint(
             org_id=self.org_id,
             principal=Principal(kind="service", id="engram-dev"),
-            # Whoever runs `engram up` runs the deployment: its operator, too.
-            permissions=ALL_PERMISSIONS | {OPERATOR},
+            # Whoever runs `engram up` runs the deployment: its operator and tenants' admin, too.
+            permissions=ALL_PERMISSIONS | DEPLOYMENT_PERMISSIONS,
             ttl_seconds=ttl_seconds,
         )
 

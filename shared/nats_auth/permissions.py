@@ -181,7 +181,9 @@ def _service_rights(name: str) -> Permissions:
     publish: list[Grant] = []
     # Every service answers its liveness probe (shared/liveness.py), so every service responds.
     subscribe: list[Grant] = [
-        Grant(f"liveness probe, queue group {name!r}", (f"{s.health_subject(name)} {name}",))
+        Grant(f"liveness probe, queue group {name!r}", (f"{s.health_subject(name)} {name}",)),
+        # Every process refuses a revoked token or a disabled organization at once.
+        Grant("revocations announced by the admin API", (s.ADMIN_REVOKED,)),
     ]
     if name == "ingest":
         publish.append(Grant("hand-offs to distill", (s.SESSION_VALIDATED, s.MEMORY_SAVE_ACCEPTED)))
@@ -207,6 +209,7 @@ def _service_rights(name: str) -> Permissions:
                 ),
             )
         )
+        publish.append(Grant("revocations (the admin API)", (s.ADMIN_REVOKED,)))
         publish.append(
             Grant(
                 "consumer lag (engram.ops.lag)",

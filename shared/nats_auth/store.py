@@ -28,6 +28,8 @@ from shared.nats_auth.keys import new_user_seed, public_key_of
 from shared.nats_auth.permissions import (
     ALL_IN_ONE,
     GATEWAY,
+    Grant,
+    Permissions,
     all_in_one_permissions,
     audit_reader_permissions,
     dead_letter_reader_permissions,
@@ -83,6 +85,11 @@ class ClientRecord:
     created_at: str
     rotated_at: str | None = None
     revoked_at: str | None = None
+    #: Set when the admin API minted it (``engram.admin.client.*``): its current token's id, that
+    #: token's permissions and agent config; revoking the client revokes that token too.
+    token_id: str | None = None
+    permissions: tuple[str, ...] = ()
+    agent_config_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +143,7 @@ class NatsIdentities:
         return state
 
     def clients(self, *, include_revoked: bool = False) -> list[ClientRecord]:
-        records = [ClientRecord(**raw) for raw in self._read()["clients"].values()]
+        records = [_record(raw) for raw in self._read()["clients"].values()]
         return sorted((r for r in records if include_revoked or r.revoked_at is None), key=lambda r: r.name)
 
     def running(self) -> bool:
@@ -176,8 +183,17 @@ class NatsIdentities:
 
     # -- platform clients --------------------------------------------------------------------
 
-    def mint(self, name: str, org_id: UUID) -> Identity:
-        """A new platform client for ``org_id``; the name must be new (or revoked)."""
+    def mint(
+        self,
+        name: str,
+        org_id: UUID,
+        *,
+        token_id: str | None = None,
+        permissions: Sequence[str] = (),
+        agent_config_id: UUID | None = None,
+    ) -> Identity:
+        """A new platform client for ``org_id``; the name must be new (or revoked). ``token_id``
+        and the rest: the token it was given, when Engram keeps track of it (the admin API)."""
         _check_name(name)
         identity = _new_identity(name)
         with self._locked() as state:
@@ -191,21 +207,30 @@ class NatsIdentities:
                     public_key=identity.public_key,
                     inbox_prefix=identity.inbox_prefix,
                     created_at=utcnow().isoformat(),
+                    token_id=token_id,
+                    permissions=tuple(permissions),
+                    agent_config_id=str(agent_config_id) if agent_config_id else None,
                 )
             )
             self._write_auth(state)
         return identity
 
-    def rotate(self, name: str) -> tuple[Identity, ClientRecord]:
+    def rotate(
+        self, name: str, *, token_id: str | None = None, permissions: Sequence[str] | None = None
+    ) -> tuple[Identity, ClientRecord]:
         """A new key for an existing client (same name, organization and inbox); the old key is
-        refused from the next reload on."""
+        refused from the next reload on. ``token_id``: the new token's (the admin API's)."""
         identity = _new_identity(name)
         with self._locked() as state:
             record = self._active(state, name)
             record["public_key"] = identity.public_key
             record["rotated_at"] = utcnow().isoformat()
+            if token_id is not None:
+                record["token_id"] = token_id
+            if permissions is not None:
+                record["permissions"] = list(permissions)
             self._write_auth(state)
-        return identity, ClientRecord(**record)
+        return identity, _record(record)
 
     def revoke(self, name: str) -> ClientRecord:
         """Refuse the client from the next reload on (its open connections are closed then)."""
@@ -213,7 +238,12 @@ class NatsIdentities:
             record = self._active(state, name)
             record["revoked_at"] = utcnow().isoformat()
             self._write_auth(state)
-        return ClientRecord(**record)
+        return _record(record)
+
+    def client(self, name: str) -> ClientRecord | None:
+        """The client named ``name`` (revoked or not), if any."""
+        raw = self._read()["clients"].get(name)
+        return _record(raw) if raw is not None else None
 
     @staticmethod
     def _active(state: dict[str, Any], name: str) -> dict[str, Any]:
@@ -235,10 +265,26 @@ class NatsIdentities:
         run: dict[str, str] = state["run"]
         if not run:
             return
+        active = [raw for raw in state["clients"].values() if raw.get("revoked_at") is None]
+        # The inboxes the services answer, allowed outright: nats-server forgets the reply rights
+        # of requests in flight when it reloads its users (observed with 2.15), so without this a
+        # request answered during `engram credentials`' or the admin API's reload — that request
+        # among them — would lose its reply.
+        inboxes = [f"_INBOX_{DEV_CLIENT}", *(str(raw["inbox_prefix"]) for raw in active)]
+        if GATEWAY in run:
+            inboxes.append(service_inbox(GATEWAY))
+        replies = Permissions(
+            publish=(
+                Grant(
+                    "replies to this data dir's clients (they outlive a reload)",
+                    tuple(f"{i}.>" for i in inboxes),
+                ),
+            )
+        )
         users = [
             NatsUser(
                 run[ALL_IN_ONE],
-                all_in_one_permissions(),
+                all_in_one_permissions() | replies,
                 "engram up: every service in one process (the union of the service identities)",
             ),
             NatsUser(
@@ -253,7 +299,7 @@ class NatsIdentities:
         ]
         if GATEWAY in run:
             users.append(NatsUser(run[GATEWAY], gateway_permissions(), "engram up's HTTP gateway"))
-        for raw in sorted(state["clients"].values(), key=lambda r: str(r["name"])):
+        for raw in sorted(active, key=lambda r: str(r["name"])):
             if raw.get("revoked_at") is None:
                 users.append(
                     NatsUser(
@@ -266,6 +312,10 @@ class NatsIdentities:
                     )
                 )
         write_private(self.auth_file, render_authorization([*users, *extra], _HEADER))
+
+
+def _record(raw: dict[str, Any]) -> ClientRecord:
+    return ClientRecord(**{**raw, "permissions": tuple(raw.get("permissions") or ())})
 
 
 def _check_name(name: str) -> None:

@@ -143,6 +143,11 @@ REQUESTS = [
     "engram.audit.verify",
     "engram.ops.dead_letters",
     "engram.ops.lag",
+    # The admin API (tenant.admin): served by governance-audit like the governance requests.
+    *(f"engram.admin.org.{op}" for op in ("create", "list", "disable")),
+    *(f"engram.admin.agent_config.{op}" for op in ("create", "list")),
+    *(f"engram.admin.client.{op}" for op in ("mint", "rotate", "revoke", "list")),
+    *(f"engram.admin.token.{op}" for op in ("mint", "revoke")),
     "engram.webhooks.register",
     "engram.webhooks.list",
     "engram.webhooks.delete",
@@ -640,6 +645,8 @@ def test_every_contract_subject_is_in_the_matrix() -> None:
         subjects.DEAD_LETTER_PREFIX,
         subjects.SAVE_RESULT_PREFIX,
         subjects.HEALTH_PREFIX,
+        # Internal core NATS: the admin API's revocations to every service process.
+        subjects.ADMIN_REVOKED,
         subjects.FEED_PREFIX,
     }
     assert constants - streamed - prefixes == set(REQUESTS) == set(PUBLIC_REQUESTS)

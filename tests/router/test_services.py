@@ -20,6 +20,7 @@ from contracts.config import MemoryConfig
 from services.distill.save_path import Draft, SaveContext, save_entries
 from services.governance_audit.erasure_api import Erasures
 from services.governance_audit.router import build_router as governance_router
+from services.governance_audit.webhooks.api import Webhooks
 from services.ingest.router import build_router as ingest_router
 from services.recall.router import build_router as recall_router
 from services.recall.service import Recall
@@ -62,7 +63,8 @@ async def edge(database_url: str, tokens: TokenService) -> AsyncIterator[Edge]:
     effects = SideEffects(db)
     broker.include_router(ingest_router(infra))
     broker.include_router(recall_router(infra, Recall(db, effects, embedder=None, index=None)))
-    broker.include_router(governance_router(infra, Erasures(db)))
+    webhooks = Webhooks(db, allow_private=False, wake=lambda: None)  # no delivery worker here
+    broker.include_router(governance_router(infra, Erasures(db), webhooks))
     try:
         yield infra.edge
     finally:

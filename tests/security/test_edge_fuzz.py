@@ -48,7 +48,7 @@ from contracts.events import MAX_SESSION_BYTES, SessionEnded
 from contracts.operations import MEMORY_EXPORT, OPERATIONS, OPS_LAG, Operation
 from services.mcp import Caller
 from services.mcp.catalog import TOOLS
-from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
+from shared.auth import ALL_PERMISSIONS, OPERATOR, TENANT_ADMIN, TokenService
 from shared.db.engine import Database
 from shared.db.models import AUDIT_LOG, INBOX
 from shared.infra import Infra
@@ -266,6 +266,29 @@ def _bases(w: World) -> dict[str, dict[str, Any]]:
         "audit.verify": {},
         "ops.dead_letters": {"source": "ingest", "limit": 10},
         "ops.lag": {},
+        # The admin API: valid cases name an organization never registered (NOT_FOUND) or a new
+        # one, so the fuzzer changes no tenant it relies on.
+        "admin.org.create": {"name": "fuzz org"},
+        "admin.org.list": {"include_disabled": True},
+        "admin.org.disable": {"org_id": str(uuid4())},
+        "admin.agent_config.create": {"org_id": str(uuid4()), "config": {"top_k": 5}},
+        "admin.agent_config.list": {"org_id": str(uuid4())},
+        "admin.client.mint": {
+            "org_id": str(uuid4()),
+            "name": "fuzz-client",
+            "permissions": ["memory.read"],
+            "token_ttl_seconds": 3600,
+        },
+        "admin.client.rotate": {"name": "no-such-client", "permissions": ["memory.read"]},
+        "admin.client.revoke": {"name": "no-such-client"},
+        "admin.client.list": {"org_id": str(uuid4()), "include_revoked": True},
+        "admin.token.mint": {
+            "org_id": str(uuid4()),
+            "principal": {"kind": "actor", "id": "carol"},
+            "permissions": ["memory.read"],
+            "ttl_seconds": 600,
+        },
+        "admin.token.revoke": {"org_id": str(uuid4()), "token_id": "fuzz-token"},
         # A private address: refused (no DNS lookup, nothing registered that would call out).
         "webhooks.register": {
             "url": "http://127.0.0.1:9/fuzz",
@@ -286,9 +309,9 @@ def _pool(op: Operation[Any, Any], base: dict[str, Any], r: random.Random) -> li
 
 @pytest.fixture
 async def world(engram: Infra, nc: Client, tokens: TokenService, org: UUID, agent: UUID) -> World:
-    """The fuzzer's token may do everything, the deployment's operation included, so every
+    """The fuzzer's token may do everything, the deployment's operations included, so every
     operation runs its handler rather than stopping at a permission."""
-    token = mint(tokens, org, "service:runner", ALL_PERMISSIONS | {OPERATOR})
+    token = mint(tokens, org, "service:runner", ALL_PERMISSIONS | {OPERATOR, TENANT_ADMIN})
     ids = await save(nc, token, agent, ["Invoices route through the north team.", "Alice likes tea."], ALICE)
     return World(org, agent, token, ids)
 

@@ -69,6 +69,22 @@ def bodies(
         "engram.audit.verify": {},
         "engram.ops.dead_letters": {"limit": 10},
         "engram.ops.lag": {},
+        # The admin API, aimed at this organization and its platform client.
+        "engram.admin.org.create": {"name": "taken over", "org_id": str(org)},
+        "engram.admin.org.list": {"include_disabled": True},
+        "engram.admin.org.disable": {"org_id": str(org)},
+        "engram.admin.agent_config.create": {"org_id": str(org), "agent_config_id": a},
+        "engram.admin.agent_config.list": {"org_id": str(org)},
+        "engram.admin.client.mint": {"org_id": str(org), "name": "attacker"},
+        "engram.admin.client.rotate": {"name": "tenant"},
+        "engram.admin.client.revoke": {"name": "tenant"},
+        "engram.admin.client.list": {"org_id": str(org)},
+        "engram.admin.token.mint": {
+            "org_id": str(org),
+            "principal": {"kind": "service", "id": "attacker"},
+            "permissions": ["memory.read", "memory.write", "memory.admin", "memory.purge"],
+        },
+        "engram.admin.token.revoke": {"org_id": str(org), "token_id": "any"},
         # A private address: refused whoever asks (no DNS lookup, no delivery leaves the machine).
         "engram.webhooks.register": {"url": "http://127.0.0.1:9/hook"},
         "engram.webhooks.list": {},

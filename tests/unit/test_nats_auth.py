@@ -58,6 +58,8 @@ def test_public_requests_are_every_request_subject_of_the_contract() -> None:
         subjects.DEAD_LETTER_PREFIX,
         subjects.SAVE_RESULT_PREFIX,
         subjects.HEALTH_PREFIX,
+        # Internal core NATS, like liveness: the admin API's revocations to every process.
+        subjects.ADMIN_REVOKED,
         subjects.FEED_PREFIX,
     }
     assert constants - streamed - prefixes == set(PUBLIC_REQUESTS)

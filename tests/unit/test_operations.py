@@ -236,6 +236,8 @@ def test_every_subject_constant_is_in_the_table() -> None:
         subjects.DEAD_LETTER_PREFIX,
         subjects.SAVE_RESULT_PREFIX,
         subjects.HEALTH_PREFIX,
+        # Internal core NATS, like liveness: the admin API's revocations to every process.
+        subjects.ADMIN_REVOKED,
         subjects.FEED_PREFIX,
     }
     table = {op.subject for op in OPERATIONS} | {stream.subject for stream in STREAMS}
@@ -272,6 +274,7 @@ def test_http_routes_are_versioned_and_their_path_fields_are_request_fields(op: 
         "memory.admin",
         "memory.purge",
         "deployment.operator",
+        "tenant.admin",
     }
 
 

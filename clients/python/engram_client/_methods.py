@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from engram_client.contracts import operations as ops
 from engram_client.contracts.operations import Operation
+from engram_client.contracts.admin import AgentConfigInfo, AgentConfigListReply, ClientCredentials, ClientListReply, MintedToken, OrgListReply, Organization, PlatformClient, TokenRevoked
 from engram_client.contracts.events import SessionEnded
 from engram_client.contracts.feeds import WebhookCreated, WebhookDeleted, WebhookPage, WebhookReplayed
 from engram_client.contracts.governance import GetReply, ManageReply, Page, PruneReply, PurgeReceipt
@@ -126,6 +127,61 @@ class OperationMethods:
         """Message counts of Engram's streams and each durable consumer's pending and unacked messages (the
         whole deployment's: its operator's only). (``engram.ops.lag``, ``GET /v1/lag``)"""
         return await self._call(ops.OPS_LAG, {**fields})
+
+    async def admin_create_org(self, name: str, **fields: Any) -> Organization:
+        """Register an organization (a new id, or adopt one its tokens already name).
+        (``engram.admin.org.create``, ``POST /v1/admin/organizations``)"""
+        return await self._call(ops.ADMIN_ORG_CREATE, {"name": name, **fields})
+
+    async def admin_list_orgs(self, **fields: Any) -> OrgListReply:
+        """The registered organizations (disabled ones with include_disabled). (``engram.admin.org.list``,
+        ``GET /v1/admin/organizations``)"""
+        return await self._call(ops.ADMIN_ORG_LIST, {**fields})
+
+    async def admin_disable_org(self, org_id: UUID, **fields: Any) -> Organization:
+        """Disable an organization: its tokens and platform clients are refused at once.
+        (``engram.admin.org.disable``, ``POST /v1/admin/organizations/{org_id}/disable``)"""
+        return await self._call(ops.ADMIN_ORG_DISABLE, {"org_id": org_id, **fields})
+
+    async def admin_create_agent_config(self, org_id: UUID, **fields: Any) -> AgentConfigInfo:
+        """Create an agent config of an organization, with memory config keys to set.
+        (``engram.admin.agent_config.create``, ``POST /v1/admin/organizations/{org_id}/agent-configs``)"""
+        return await self._call(ops.ADMIN_AGENT_CONFIG_CREATE, {"org_id": org_id, **fields})
+
+    async def admin_list_agent_configs(self, org_id: UUID, **fields: Any) -> AgentConfigListReply:
+        """An organization's agent configs and their memory config versions.
+        (``engram.admin.agent_config.list``, ``GET /v1/admin/organizations/{org_id}/agent-configs``)"""
+        return await self._call(ops.ADMIN_AGENT_CONFIG_LIST, {"org_id": org_id, **fields})
+
+    async def admin_mint_client(self, org_id: UUID, name: str, **fields: Any) -> ClientCredentials:
+        """Issue a platform client: its own NATS identity and a token (the secrets in this reply only).
+        (``engram.admin.client.mint``, ``POST /v1/admin/clients``)"""
+        return await self._call(ops.ADMIN_CLIENT_MINT, {"org_id": org_id, "name": name, **fields})
+
+    async def admin_rotate_client(self, name: str, **fields: Any) -> ClientCredentials:
+        """A new NATS key and token for a client; the old ones are refused at once.
+        (``engram.admin.client.rotate``, ``POST /v1/admin/clients/{name}/rotate``)"""
+        return await self._call(ops.ADMIN_CLIENT_ROTATE, {"name": name, **fields})
+
+    async def admin_revoke_client(self, name: str, **fields: Any) -> PlatformClient:
+        """Revoke a platform client: its NATS identity and token are refused at once.
+        (``engram.admin.client.revoke``, ``DELETE /v1/admin/clients/{name}``)"""
+        return await self._call(ops.ADMIN_CLIENT_REVOKE, {"name": name, **fields})
+
+    async def admin_list_clients(self, **fields: Any) -> ClientListReply:
+        """The platform clients (public keys only), of one organization or all.
+        (``engram.admin.client.list``, ``GET /v1/admin/clients``)"""
+        return await self._call(ops.ADMIN_CLIENT_LIST, {**fields})
+
+    async def admin_mint_token(self, org_id: UUID, principal: Any, **fields: Any) -> MintedToken:
+        """A signed token for a principal of an organization (its own permissions only).
+        (``engram.admin.token.mint``, ``POST /v1/admin/tokens``)"""
+        return await self._call(ops.ADMIN_TOKEN_MINT, {"org_id": org_id, "principal": principal, **fields})
+
+    async def admin_revoke_token(self, org_id: UUID, token_id: str, **fields: Any) -> TokenRevoked:
+        """Refuse a token (by its id) from now on, before it expires. (``engram.admin.token.revoke``,
+        ``DELETE /v1/admin/organizations/{org_id}/tokens/{token_id}``)"""
+        return await self._call(ops.ADMIN_TOKEN_REVOKE, {"org_id": org_id, "token_id": token_id, **fields})
 
     async def register_webhook(self, url: str, **fields: Any) -> WebhookCreated:
         """Register a webhook for the organization's feed (Standard Webhooks, signed with the secret
@@ -251,6 +307,61 @@ class SyncOperationMethods:
         """Message counts of Engram's streams and each durable consumer's pending and unacked messages (the
         whole deployment's: its operator's only). (``engram.ops.lag``, ``GET /v1/lag``)"""
         return self._run(self._client.lag(**fields))
+
+    def admin_create_org(self, name: str, **fields: Any) -> Organization:
+        """Register an organization (a new id, or adopt one its tokens already name).
+        (``engram.admin.org.create``, ``POST /v1/admin/organizations``)"""
+        return self._run(self._client.admin_create_org(name, **fields))
+
+    def admin_list_orgs(self, **fields: Any) -> OrgListReply:
+        """The registered organizations (disabled ones with include_disabled). (``engram.admin.org.list``,
+        ``GET /v1/admin/organizations``)"""
+        return self._run(self._client.admin_list_orgs(**fields))
+
+    def admin_disable_org(self, org_id: UUID, **fields: Any) -> Organization:
+        """Disable an organization: its tokens and platform clients are refused at once.
+        (``engram.admin.org.disable``, ``POST /v1/admin/organizations/{org_id}/disable``)"""
+        return self._run(self._client.admin_disable_org(org_id, **fields))
+
+    def admin_create_agent_config(self, org_id: UUID, **fields: Any) -> AgentConfigInfo:
+        """Create an agent config of an organization, with memory config keys to set.
+        (``engram.admin.agent_config.create``, ``POST /v1/admin/organizations/{org_id}/agent-configs``)"""
+        return self._run(self._client.admin_create_agent_config(org_id, **fields))
+
+    def admin_list_agent_configs(self, org_id: UUID, **fields: Any) -> AgentConfigListReply:
+        """An organization's agent configs and their memory config versions.
+        (``engram.admin.agent_config.list``, ``GET /v1/admin/organizations/{org_id}/agent-configs``)"""
+        return self._run(self._client.admin_list_agent_configs(org_id, **fields))
+
+    def admin_mint_client(self, org_id: UUID, name: str, **fields: Any) -> ClientCredentials:
+        """Issue a platform client: its own NATS identity and a token (the secrets in this reply only).
+        (``engram.admin.client.mint``, ``POST /v1/admin/clients``)"""
+        return self._run(self._client.admin_mint_client(org_id, name, **fields))
+
+    def admin_rotate_client(self, name: str, **fields: Any) -> ClientCredentials:
+        """A new NATS key and token for a client; the old ones are refused at once.
+        (``engram.admin.client.rotate``, ``POST /v1/admin/clients/{name}/rotate``)"""
+        return self._run(self._client.admin_rotate_client(name, **fields))
+
+    def admin_revoke_client(self, name: str, **fields: Any) -> PlatformClient:
+        """Revoke a platform client: its NATS identity and token are refused at once.
+        (``engram.admin.client.revoke``, ``DELETE /v1/admin/clients/{name}``)"""
+        return self._run(self._client.admin_revoke_client(name, **fields))
+
+    def admin_list_clients(self, **fields: Any) -> ClientListReply:
+        """The platform clients (public keys only), of one organization or all.
+        (``engram.admin.client.list``, ``GET /v1/admin/clients``)"""
+        return self._run(self._client.admin_list_clients(**fields))
+
+    def admin_mint_token(self, org_id: UUID, principal: Any, **fields: Any) -> MintedToken:
+        """A signed token for a principal of an organization (its own permissions only).
+        (``engram.admin.token.mint``, ``POST /v1/admin/tokens``)"""
+        return self._run(self._client.admin_mint_token(org_id, principal, **fields))
+
+    def admin_revoke_token(self, org_id: UUID, token_id: str, **fields: Any) -> TokenRevoked:
+        """Refuse a token (by its id) from now on, before it expires. (``engram.admin.token.revoke``,
+        ``DELETE /v1/admin/organizations/{org_id}/tokens/{token_id}``)"""
+        return self._run(self._client.admin_revoke_token(org_id, token_id, **fields))
 
     def register_webhook(self, url: str, **fields: Any) -> WebhookCreated:
         """Register a webhook for the organization's feed (Standard Webhooks, signed with the secret

@@ -20,6 +20,28 @@ from typing import Any, Generic, Literal, TypeVar, cast, get_args
 from pydantic import BaseModel, ValidationError
 
 from engram_client.contracts import subjects as s
+from engram_client.contracts.admin import (
+    AgentConfigCreate,
+    AgentConfigInfo,
+    AgentConfigList,
+    AgentConfigListReply,
+    ClientCredentials,
+    ClientList,
+    ClientListReply,
+    ClientMint,
+    ClientRevoke,
+    ClientRotate,
+    MintedToken,
+    Organization,
+    OrgCreate,
+    OrgDisable,
+    OrgList,
+    OrgListReply,
+    PlatformClient,
+    TokenMint,
+    TokenRevoke,
+    TokenRevoked,
+)
 from engram_client.contracts.events import (
     MAX_SESSION_BYTES,
     AuditEvent,
@@ -78,6 +100,18 @@ from engram_client.contracts.requests import (
 )
 
 __all__ = [
+    "ADMIN_AGENT_CONFIG_CREATE",
+    "ADMIN_AGENT_CONFIG_LIST",
+    "ADMIN_CLIENT_LIST",
+    "ADMIN_CLIENT_MINT",
+    "ADMIN_CLIENT_REVOKE",
+    "ADMIN_CLIENT_ROTATE",
+    "ADMIN_OPERATIONS",
+    "ADMIN_ORG_CREATE",
+    "ADMIN_ORG_DISABLE",
+    "ADMIN_ORG_LIST",
+    "ADMIN_TOKEN_MINT",
+    "ADMIN_TOKEN_REVOKE",
     "AUDIT_QUERY",
     "AUDIT_VERIFY",
     "CONFIG_GET",
@@ -137,9 +171,12 @@ Req = TypeVar("Req", bound=BaseModel)
 Rep = TypeVar("Rep", bound=BaseModel)
 
 #: What a token must hold for the operation at all (``shared.auth`` checks it; handlers may check
-#: more, e.g. ``memory.admin`` to act on another owner's memory). ``deployment.operator`` is the
-#: deployment's, no organization's (``shared.auth.OPERATOR``).
-Permission = Literal["memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator"]
+#: more, e.g. ``memory.admin`` to act on another owner's memory). ``deployment.operator`` and
+#: ``tenant.admin`` are the deployment's, no organization's (``shared.auth.OPERATOR``,
+#: ``shared.auth.TENANT_ADMIN``: docs/adr/0104-admin-api.md).
+Permission = Literal[
+    "memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator", "tenant.admin"
+]
 #: What ``shared.access.authorize`` checks of the agent config a request names, before its
 #: handler: ``owned`` — not another organization's (``FORBIDDEN``: a guessed id never crosses
 #: tenants); ``known`` — also one this organization configured or wrote to (``NOT_FOUND``: a read
@@ -158,6 +195,7 @@ _QUOTA_OF: dict[str, QuotaClass | None] = {
     "memory.admin": "governance",
     "memory.purge": "governance",
     "deployment.operator": None,
+    "tenant.admin": None,
 }
 #: What a request body may weigh, unless its operation says otherwise (``PAYLOAD_TOO_LARGE``).
 MAX_REQUEST_BYTES = 256 * 1024
@@ -507,6 +545,69 @@ OPS_LAG = _op(
     summary="Message counts of Engram's streams and each durable consumer's pending and unacked messages "
     "(the whole deployment's: its operator's only).",
 )
+
+# Administration of tenants (SPEC 11): the deployment operator's, tenant.admin (docs/adr/0104-admin-api.md).
+ADMIN_ORG_CREATE = _op(
+    s.ADMIN_ORG_CREATE, "POST /v1/admin/organizations", "tenant.admin", OrgCreate, Organization,
+    served_by="governance-audit", client=("admin_create_org", "name"),
+    summary="Register an organization (a new id, or adopt one its tokens already name).",
+)
+ADMIN_ORG_LIST = _op(
+    s.ADMIN_ORG_LIST, "GET /v1/admin/organizations", "tenant.admin", OrgList, OrgListReply,
+    served_by="governance-audit", client="admin_list_orgs",
+    summary="The registered organizations (disabled ones with include_disabled).",
+)
+ADMIN_ORG_DISABLE = _op(
+    s.ADMIN_ORG_DISABLE, "POST /v1/admin/organizations/{org_id}/disable", "tenant.admin", OrgDisable,
+    Organization, served_by="governance-audit", client=("admin_disable_org", "org_id"),
+    summary="Disable an organization: its tokens and platform clients are refused at once.",
+)
+ADMIN_AGENT_CONFIG_CREATE = _op(
+    s.ADMIN_AGENT_CONFIG_CREATE, "POST /v1/admin/organizations/{org_id}/agent-configs", "tenant.admin",
+    AgentConfigCreate, AgentConfigInfo,
+    served_by="governance-audit", client=("admin_create_agent_config", "org_id"),
+    summary="Create an agent config of an organization, with memory config keys to set.",
+)
+ADMIN_AGENT_CONFIG_LIST = _op(
+    s.ADMIN_AGENT_CONFIG_LIST, "GET /v1/admin/organizations/{org_id}/agent-configs", "tenant.admin",
+    AgentConfigList, AgentConfigListReply,
+    served_by="governance-audit", client=("admin_list_agent_configs", "org_id"),
+    summary="An organization's agent configs and their memory config versions.",
+)
+ADMIN_CLIENT_MINT = _op(
+    s.ADMIN_CLIENT_MINT, "POST /v1/admin/clients", "tenant.admin", ClientMint, ClientCredentials,
+    served_by="governance-audit", client=("admin_mint_client", "org_id", "name"),
+    summary="Issue a platform client: its own NATS identity and a token (the secrets in this reply only).",
+    timeout_s=30.0,
+)
+ADMIN_CLIENT_ROTATE = _op(
+    s.ADMIN_CLIENT_ROTATE, "POST /v1/admin/clients/{name}/rotate", "tenant.admin", ClientRotate,
+    ClientCredentials, served_by="governance-audit", client=("admin_rotate_client", "name"),
+    summary="A new NATS key and token for a client; the old ones are refused at once.",
+    timeout_s=30.0,
+)
+ADMIN_CLIENT_REVOKE = _op(
+    s.ADMIN_CLIENT_REVOKE, "DELETE /v1/admin/clients/{name}", "tenant.admin", ClientRevoke, PlatformClient,
+    served_by="governance-audit", client=("admin_revoke_client", "name"),
+    summary="Revoke a platform client: its NATS identity and token are refused at once.",
+    timeout_s=30.0,
+)
+ADMIN_CLIENT_LIST = _op(
+    s.ADMIN_CLIENT_LIST, "GET /v1/admin/clients", "tenant.admin", ClientList, ClientListReply,
+    served_by="governance-audit", client="admin_list_clients",
+    summary="The platform clients (public keys only), of one organization or all.",
+)
+ADMIN_TOKEN_MINT = _op(
+    s.ADMIN_TOKEN_MINT, "POST /v1/admin/tokens", "tenant.admin", TokenMint, MintedToken,
+    served_by="governance-audit", client=("admin_mint_token", "org_id", "principal"),
+    summary="A signed token for a principal of an organization (its own permissions only).",
+)
+ADMIN_TOKEN_REVOKE = _op(
+    s.ADMIN_TOKEN_REVOKE, "DELETE /v1/admin/organizations/{org_id}/tokens/{token_id}", "tenant.admin",
+    TokenRevoke, TokenRevoked,
+    served_by="governance-audit", client=("admin_revoke_token", "org_id", "token_id"),
+    summary="Refuse a token (by its id) from now on, before it expires.",
+)
 WEBHOOKS_REGISTER = _op(
     s.WEBHOOKS_REGISTER, "POST /v1/webhooks", "memory.admin", WebhookRegister, WebhookCreated,
     served_by="governance-audit", client=("register_webhook", "url"),
@@ -530,6 +631,20 @@ WEBHOOKS_REPLAY = _op(
 )
 # fmt: on
 
+ADMIN_OPERATIONS: tuple[Operation[Any, Any], ...] = (
+    ADMIN_ORG_CREATE,
+    ADMIN_ORG_LIST,
+    ADMIN_ORG_DISABLE,
+    ADMIN_AGENT_CONFIG_CREATE,
+    ADMIN_AGENT_CONFIG_LIST,
+    ADMIN_CLIENT_MINT,
+    ADMIN_CLIENT_ROTATE,
+    ADMIN_CLIENT_REVOKE,
+    ADMIN_CLIENT_LIST,
+    ADMIN_TOKEN_MINT,
+    ADMIN_TOKEN_REVOKE,
+)
+
 OPERATIONS: tuple[Operation[Any, Any], ...] = (
     MEMORY_SAVE,
     SESSION_SUBMIT,
@@ -549,6 +664,7 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     AUDIT_VERIFY,
     OPS_DEAD_LETTERS,
     OPS_LAG,
+    *ADMIN_OPERATIONS,
     WEBHOOKS_REGISTER,
     WEBHOOKS_LIST,
     WEBHOOKS_DELETE,

@@ -7,6 +7,18 @@ The streams that keep them, and their consumers, are rows of the operation table
 from __future__ import annotations
 
 __all__ = [
+    "ADMIN_AGENT_CONFIG_CREATE",
+    "ADMIN_AGENT_CONFIG_LIST",
+    "ADMIN_CLIENT_LIST",
+    "ADMIN_CLIENT_MINT",
+    "ADMIN_CLIENT_REVOKE",
+    "ADMIN_CLIENT_ROTATE",
+    "ADMIN_ORG_CREATE",
+    "ADMIN_ORG_DISABLE",
+    "ADMIN_ORG_LIST",
+    "ADMIN_REVOKED",
+    "ADMIN_TOKEN_MINT",
+    "ADMIN_TOKEN_REVOKE",
     "AUDIT",
     "AUDIT_QUERY",
     "AUDIT_VERIFY",
@@ -98,6 +110,22 @@ WEBHOOKS_REGISTER = "engram.webhooks.register"
 WEBHOOKS_LIST = "engram.webhooks.list"
 WEBHOOKS_DELETE = "engram.webhooks.delete"
 WEBHOOKS_REPLAY = "engram.webhooks.replay"
+
+# -- administration of tenants (request-reply, the deployment's operator: docs/adr/0104-admin-api.md)
+ADMIN_ORG_CREATE = "engram.admin.org.create"
+ADMIN_ORG_LIST = "engram.admin.org.list"
+ADMIN_ORG_DISABLE = "engram.admin.org.disable"
+ADMIN_AGENT_CONFIG_CREATE = "engram.admin.agent_config.create"
+ADMIN_AGENT_CONFIG_LIST = "engram.admin.agent_config.list"
+ADMIN_CLIENT_MINT = "engram.admin.client.mint"
+ADMIN_CLIENT_ROTATE = "engram.admin.client.rotate"
+ADMIN_CLIENT_REVOKE = "engram.admin.client.revoke"
+ADMIN_CLIENT_LIST = "engram.admin.client.list"
+ADMIN_TOKEN_MINT = "engram.admin.token.mint"  # noqa: S105 (a subject, not a secret)
+ADMIN_TOKEN_REVOKE = "engram.admin.token.revoke"  # noqa: S105 (a subject, not a secret)
+#: Core NATS, internal: governance-audit tells every service process that a token was revoked or
+#: an organization disabled (``{"org_id"?, "token_id"?}``), so each refuses it at once.
+ADMIN_REVOKED = "engram.admin.revoked"
 
 # -- liveness (core NATS request-reply, internal) ------------------------------------------
 #: ``engram.health.<service>``: any running instance of the service answers, in the service's

@@ -119,6 +119,145 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/clients": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The platform clients (public keys only), of one organization or all. */
+        get: operations["admin.client.list"];
+        put?: never;
+        /** Issue a platform client: its own NATS identity and a token (the secrets in this reply only). */
+        post: operations["admin.client.mint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/clients/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke a platform client: its NATS identity and token are refused at once. */
+        delete: operations["admin.client.revoke"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/clients/{name}/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A new NATS key and token for a client; the old ones are refused at once. */
+        post: operations["admin.client.rotate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/organizations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The registered organizations (disabled ones with include_disabled). */
+        get: operations["admin.org.list"];
+        put?: never;
+        /** Register an organization (a new id, or adopt one its tokens already name). */
+        post: operations["admin.org.create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/organizations/{org_id}/agent-configs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An organization's agent configs and their memory config versions. */
+        get: operations["admin.agent_config.list"];
+        put?: never;
+        /** Create an agent config of an organization, with memory config keys to set. */
+        post: operations["admin.agent_config.create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/organizations/{org_id}/disable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Disable an organization: its tokens and platform clients are refused at once. */
+        post: operations["admin.org.disable"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/organizations/{org_id}/tokens/{token_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Refuse a token (by its id) from now on, before it expires. */
+        delete: operations["admin.token.revoke"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A signed token for a principal of an organization (its own permissions only). */
+        post: operations["admin.token.mint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/audit": {
         parameters: {
             query?: never;
@@ -467,6 +606,340 @@ export interface components {
             status?: 202;
         };
         /**
+         * AgentConfigCreate
+         * @description An agent config of ``org_id`` (default: a new id), with memory config keys to set.
+         */
+        AgentConfigCreate: {
+            /**
+             * Agent Config Id
+             * @default null
+             */
+            agent_config_id?: string | null;
+            /**
+             * MemoryConfigPatch
+             * @description The whole memory config of one agent config. Unknown keys are refused.
+             */
+            config?: {
+                /**
+                 * Keep Observations
+                 * @default false
+                 */
+                keep_observations?: boolean;
+                /**
+                 * Knowledge Updates
+                 * @default true
+                 */
+                knowledge_updates?: boolean;
+                /**
+                 * Memory Enabled
+                 * @default true
+                 */
+                memory_enabled?: boolean;
+                /**
+                 * Memory Strategy
+                 * @default last_k
+                 * @enum {string}
+                 */
+                memory_strategy?: "last_k" | "importance" | "full" | "pack" | "semantic" | "hybrid";
+                /**
+                 * Memory Write Enabled
+                 * @default true
+                 */
+                memory_write_enabled?: boolean;
+                /**
+                 * Observation Ttl Days
+                 * @default 7
+                 */
+                observation_ttl_days?: number;
+                /**
+                 * Pii Handling
+                 * @default redact
+                 * @enum {string}
+                 */
+                pii_handling?: "redact" | "block" | "allow";
+                /** PolicyConfig */
+                policy?: {
+                    /**
+                     * Memory Types Allowed
+                     * @default null
+                     */
+                    memory_types_allowed?: string[] | null;
+                    /** Relaxable */
+                    relaxable?: string[];
+                };
+                /** RetentionConfig */
+                retention?: {
+                    /**
+                     * Decay Strategy
+                     * @default hard_delete
+                     * @constant
+                     */
+                    decay_strategy?: "hard_delete";
+                    /**
+                     * Max Entries
+                     * @default 500
+                     */
+                    max_entries?: number;
+                    /**
+                     * Ttl Seconds
+                     * @default null
+                     */
+                    ttl_seconds?: number | null;
+                };
+                /**
+                 * Scope
+                 * @default workload
+                 * @enum {string}
+                 */
+                scope?: "workload" | "actor" | "session";
+                /** SemanticRecallConfig */
+                semantic_recall?: {
+                    /**
+                     * Embedding Model
+                     * @default all-MiniLM-L6-v2
+                     */
+                    embedding_model?: string;
+                    /**
+                     * Enabled
+                     * @default true
+                     */
+                    enabled?: boolean;
+                    /**
+                     * Fusion
+                     * @default convex
+                     * @enum {string}
+                     */
+                    fusion?: "convex" | "rrf";
+                    /**
+                     * Neighbourhood
+                     * @default true
+                     */
+                    neighbourhood?: boolean;
+                    /**
+                     * Time Grounding
+                     * @default true
+                     */
+                    time_grounding?: boolean;
+                };
+                /**
+                 * Top K
+                 * @default 10
+                 */
+                top_k?: number;
+                /** Type Policies */
+                type_policies?: {
+                    [key: string]: {
+                        /**
+                         * Decay On Failure
+                         * @default 0.7
+                         */
+                        decay_on_failure?: number;
+                        /**
+                         * Prune Below
+                         * @default 0.1
+                         */
+                        prune_below?: number;
+                        /**
+                         * Ttl Days
+                         * @default null
+                         */
+                        ttl_days?: number | null;
+                        /**
+                         * Version On Edit
+                         * @default false
+                         */
+                        version_on_edit?: boolean;
+                    };
+                };
+            };
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+        };
+        /**
+         * AgentConfigCreateBody
+         * @description An agent config of ``org_id`` (default: a new id), with memory config keys to set.
+         */
+        AgentConfigCreateBody: {
+            /**
+             * Agent Config Id
+             * @default null
+             */
+            agent_config_id?: string | null;
+            /**
+             * MemoryConfigPatch
+             * @description The whole memory config of one agent config. Unknown keys are refused.
+             */
+            config?: {
+                /**
+                 * Keep Observations
+                 * @default false
+                 */
+                keep_observations?: boolean;
+                /**
+                 * Knowledge Updates
+                 * @default true
+                 */
+                knowledge_updates?: boolean;
+                /**
+                 * Memory Enabled
+                 * @default true
+                 */
+                memory_enabled?: boolean;
+                /**
+                 * Memory Strategy
+                 * @default last_k
+                 * @enum {string}
+                 */
+                memory_strategy?: "last_k" | "importance" | "full" | "pack" | "semantic" | "hybrid";
+                /**
+                 * Memory Write Enabled
+                 * @default true
+                 */
+                memory_write_enabled?: boolean;
+                /**
+                 * Observation Ttl Days
+                 * @default 7
+                 */
+                observation_ttl_days?: number;
+                /**
+                 * Pii Handling
+                 * @default redact
+                 * @enum {string}
+                 */
+                pii_handling?: "redact" | "block" | "allow";
+                /** PolicyConfig */
+                policy?: {
+                    /**
+                     * Memory Types Allowed
+                     * @default null
+                     */
+                    memory_types_allowed?: string[] | null;
+                    /** Relaxable */
+                    relaxable?: string[];
+                };
+                /** RetentionConfig */
+                retention?: {
+                    /**
+                     * Decay Strategy
+                     * @default hard_delete
+                     * @constant
+                     */
+                    decay_strategy?: "hard_delete";
+                    /**
+                     * Max Entries
+                     * @default 500
+                     */
+                    max_entries?: number;
+                    /**
+                     * Ttl Seconds
+                     * @default null
+                     */
+                    ttl_seconds?: number | null;
+                };
+                /**
+                 * Scope
+                 * @default workload
+                 * @enum {string}
+                 */
+                scope?: "workload" | "actor" | "session";
+                /** SemanticRecallConfig */
+                semantic_recall?: {
+                    /**
+                     * Embedding Model
+                     * @default all-MiniLM-L6-v2
+                     */
+                    embedding_model?: string;
+                    /**
+                     * Enabled
+                     * @default true
+                     */
+                    enabled?: boolean;
+                    /**
+                     * Fusion
+                     * @default convex
+                     * @enum {string}
+                     */
+                    fusion?: "convex" | "rrf";
+                    /**
+                     * Neighbourhood
+                     * @default true
+                     */
+                    neighbourhood?: boolean;
+                    /**
+                     * Time Grounding
+                     * @default true
+                     */
+                    time_grounding?: boolean;
+                };
+                /**
+                 * Top K
+                 * @default 10
+                 */
+                top_k?: number;
+                /** Type Policies */
+                type_policies?: {
+                    [key: string]: {
+                        /**
+                         * Decay On Failure
+                         * @default 0.7
+                         */
+                        decay_on_failure?: number;
+                        /**
+                         * Prune Below
+                         * @default 0.1
+                         */
+                        prune_below?: number;
+                        /**
+                         * Ttl Days
+                         * @default null
+                         */
+                        ttl_days?: number | null;
+                        /**
+                         * Version On Edit
+                         * @default false
+                         */
+                        version_on_edit?: boolean;
+                    };
+                };
+            };
+        };
+        /** AgentConfigInfo */
+        AgentConfigInfo: {
+            /**
+             * Agent Config Id
+             * Format: uuid
+             */
+            agent_config_id: string;
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+            /** Version */
+            version: number;
+        };
+        /** AgentConfigList */
+        AgentConfigList: {
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+        };
+        /** AgentConfigListReply */
+        AgentConfigListReply: {
+            /** Agent Configs */
+            agent_configs: components["schemas"]["AgentConfigInfo"][];
+        };
+        /**
          * AuditEvent
          * @description ``engram.audit.<kind>``: one hash-chained audit record. Ids and counts, never memory text.
          */
@@ -563,6 +1036,122 @@ export interface components {
             record_id: string | null;
             /** Seq */
             seq: number;
+        };
+        /**
+         * ClientCredentials
+         * @description What a minted or rotated client connects with — in this reply only: Engram keeps the public
+         *     key, never the seed nor the token. The fields of ``connection.json`` where they apply.
+         */
+        ClientCredentials: {
+            /**
+             * Agent Config Id
+             * @default null
+             */
+            agent_config_id?: string | null;
+            /**
+             * Expires At
+             * Format: date-time
+             */
+            expires_at: string;
+            /** Name */
+            name: string;
+            /** Nats Inbox Prefix */
+            nats_inbox_prefix: string;
+            /** Nats Nkey Seed */
+            nats_nkey_seed: string;
+            /** Nats Public Key */
+            nats_public_key: string;
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /** Token */
+            token: string;
+            /** Token Id */
+            token_id: string;
+        };
+        /** ClientList */
+        ClientList: {
+            /**
+             * Include Revoked
+             * @default false
+             */
+            include_revoked?: boolean;
+            /**
+             * Org Id
+             * @default null
+             */
+            org_id?: string | null;
+        };
+        /** ClientListReply */
+        ClientListReply: {
+            /** Clients */
+            clients: components["schemas"]["PlatformClient"][];
+        };
+        /**
+         * ClientMint
+         * @description A platform client of ``org_id``: its own NATS identity and a service token named after it.
+         */
+        ClientMint: {
+            /**
+             * Agent Config Id
+             * @default null
+             */
+            agent_config_id?: string | null;
+            /** Name */
+            name: string;
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /** Permissions */
+            permissions?: ("memory.read" | "memory.write" | "memory.admin" | "memory.purge")[];
+            /**
+             * Token Ttl Seconds
+             * @default 2592000
+             */
+            token_ttl_seconds?: number;
+        };
+        /** ClientRevoke */
+        ClientRevoke: {
+            /** Name */
+            name: string;
+        };
+        /**
+         * ClientRotate
+         * @description A new key and token for a client (same organization and inbox); the old ones are refused.
+         */
+        ClientRotate: {
+            /** Name */
+            name: string;
+            /**
+             * Permissions
+             * @default null
+             */
+            permissions?: ("memory.read" | "memory.write" | "memory.admin" | "memory.purge")[] | null;
+            /**
+             * Token Ttl Seconds
+             * @default 2592000
+             */
+            token_ttl_seconds?: number;
+        };
+        /**
+         * ClientRotateBody
+         * @description A new key and token for a client (same organization and inbox); the old ones are refused.
+         */
+        ClientRotateBody: {
+            /**
+             * Permissions
+             * @default null
+             */
+            permissions?: ("memory.read" | "memory.write" | "memory.admin" | "memory.purge")[] | null;
+            /**
+             * Token Ttl Seconds
+             * @default 2592000
+             */
+            token_ttl_seconds?: number;
         };
         /** ConfigGet */
         ConfigGet: {
@@ -1470,6 +2059,79 @@ export interface components {
             /** Version */
             version: number;
         };
+        /** MintedToken */
+        MintedToken: {
+            /**
+             * Expires At
+             * Format: date-time
+             */
+            expires_at: string;
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /** Token */
+            token: string;
+            /** Token Id */
+            token_id: string;
+        };
+        /**
+         * OrgCreate
+         * @description A new organization; ``org_id`` adopts an id tokens already name (default: a new one).
+         */
+        OrgCreate: {
+            /** Name */
+            name: string;
+            /**
+             * Org Id
+             * @default null
+             */
+            org_id?: string | null;
+        };
+        /** OrgDisable */
+        OrgDisable: {
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+        };
+        /** OrgDisableBody */
+        OrgDisableBody: Record<string, never>;
+        /** OrgList */
+        OrgList: {
+            /**
+             * Include Disabled
+             * @default false
+             */
+            include_disabled?: boolean;
+        };
+        /** OrgListReply */
+        OrgListReply: {
+            /** Organizations */
+            organizations: components["schemas"]["Organization"][];
+        };
+        /** Organization */
+        Organization: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Disabled At
+             * @default null
+             */
+            disabled_at?: string | null;
+            /** Name */
+            name: string;
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+        };
         /**
          * Page
          * @description A page of entries; ``next_page_token`` is null on the last page.
@@ -1479,6 +2141,50 @@ export interface components {
             entries: components["schemas"]["EntryView"][];
             /** Next Page Token */
             next_page_token: string | null;
+        };
+        /**
+         * PlatformClient
+         * @description A platform client as the registry keeps it: public facts only.
+         */
+        PlatformClient: {
+            /**
+             * Agent Config Id
+             * @default null
+             */
+            agent_config_id?: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Name */
+            name: string;
+            /** Nats Inbox Prefix */
+            nats_inbox_prefix: string;
+            /** Nats Public Key */
+            nats_public_key: string;
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /** Permissions */
+            permissions?: string[];
+            /**
+             * Revoked At
+             * @default null
+             */
+            revoked_at?: string | null;
+            /**
+             * Rotated At
+             * @default null
+             */
+            rotated_at?: string | null;
+            /**
+             * Token Id
+             * @default null
+             */
+            token_id?: string | null;
         };
         /** PolicyConfig */
         PolicyConfig: {
@@ -2118,6 +2824,60 @@ export interface components {
             stream: string;
         };
         /**
+         * TokenMint
+         * @description A signed token for a principal of ``org_id``.
+         */
+        TokenMint: {
+            /**
+             * Agent Config Id
+             * @default null
+             */
+            agent_config_id?: string | null;
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /** Permissions */
+            permissions?: ("memory.read" | "memory.write" | "memory.admin" | "memory.purge")[];
+            principal: components["schemas"]["Principal"];
+            /**
+             * Session Id
+             * @default null
+             */
+            session_id?: string | null;
+            /**
+             * Ttl Seconds
+             * @default 3600
+             */
+            ttl_seconds?: number;
+        };
+        /** TokenRevoke */
+        TokenRevoke: {
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /** Token Id */
+            token_id: string;
+        };
+        /** TokenRevoked */
+        TokenRevoked: {
+            /**
+             * Org Id
+             * Format: uuid
+             */
+            org_id: string;
+            /**
+             * Revoked At
+             * Format: date-time
+             */
+            revoked_at: string;
+            /** Token Id */
+            token_id: string;
+        };
+        /**
          * ToolCall
          * @description One tool call of a session's trace.
          */
@@ -2327,6 +3087,466 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    "admin.client.list": {
+        parameters: {
+            query?: {
+                org_id?: string | null;
+                include_revoked?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description ClientListReply */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClientListReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "admin.client.mint": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ClientMint"];
+            };
+        };
+        responses: {
+            /** @description ClientCredentials */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClientCredentials"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "admin.client.revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description PlatformClient */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlatformClient"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "admin.client.rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ClientRotateBody"];
+            };
+        };
+        responses: {
+            /** @description ClientCredentials */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClientCredentials"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "admin.org.list": {
+        parameters: {
+            query?: {
+                include_disabled?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OrgListReply */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgListReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "admin.org.create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrgCreate"];
+            };
+        };
+        responses: {
+            /** @description Organization */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Organization"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "admin.agent_config.list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                org_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description AgentConfigListReply */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentConfigListReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "admin.agent_config.create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                org_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["AgentConfigCreateBody"];
+            };
+        };
+        responses: {
+            /** @description AgentConfigInfo */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentConfigInfo"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "admin.org.disable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                org_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["OrgDisableBody"];
+            };
+        };
+        responses: {
+            /** @description Organization */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Organization"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "admin.token.revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                org_id: string;
+                token_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description TokenRevoked */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenRevoked"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    "admin.token.mint": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TokenMint"];
+            };
+        };
+        responses: {
+            /** @description MintedToken */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MintedToken"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description The SPEC 9 error envelope; its status is the HTTP status. */
+            "5XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
     "audit.query": {
         parameters: {
             query?: {
@@ -3477,7 +4697,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["WebhookReplayBody"];
             };

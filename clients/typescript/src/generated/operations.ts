@@ -188,6 +188,116 @@ export const OPERATIONS = {
     timeoutMs: null,
     jsonLines: false,
   },
+  adminCreateOrg: {
+    name: "admin.org.create",
+    subject: "engram.admin.org.create",
+    method: "POST",
+    path: "/v1/admin/organizations",
+    pathParams: [],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
+  adminListOrgs: {
+    name: "admin.org.list",
+    subject: "engram.admin.org.list",
+    method: "GET",
+    path: "/v1/admin/organizations",
+    pathParams: [],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
+  adminDisableOrg: {
+    name: "admin.org.disable",
+    subject: "engram.admin.org.disable",
+    method: "POST",
+    path: "/v1/admin/organizations/{org_id}/disable",
+    pathParams: ["org_id"],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
+  adminCreateAgentConfig: {
+    name: "admin.agent_config.create",
+    subject: "engram.admin.agent_config.create",
+    method: "POST",
+    path: "/v1/admin/organizations/{org_id}/agent-configs",
+    pathParams: ["org_id"],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
+  adminListAgentConfigs: {
+    name: "admin.agent_config.list",
+    subject: "engram.admin.agent_config.list",
+    method: "GET",
+    path: "/v1/admin/organizations/{org_id}/agent-configs",
+    pathParams: ["org_id"],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
+  adminMintClient: {
+    name: "admin.client.mint",
+    subject: "engram.admin.client.mint",
+    method: "POST",
+    path: "/v1/admin/clients",
+    pathParams: [],
+    query: {},
+    timeoutMs: 30000,
+    jsonLines: false,
+  },
+  adminRotateClient: {
+    name: "admin.client.rotate",
+    subject: "engram.admin.client.rotate",
+    method: "POST",
+    path: "/v1/admin/clients/{name}/rotate",
+    pathParams: ["name"],
+    query: {},
+    timeoutMs: 30000,
+    jsonLines: false,
+  },
+  adminRevokeClient: {
+    name: "admin.client.revoke",
+    subject: "engram.admin.client.revoke",
+    method: "DELETE",
+    path: "/v1/admin/clients/{name}",
+    pathParams: ["name"],
+    query: {},
+    timeoutMs: 30000,
+    jsonLines: false,
+  },
+  adminListClients: {
+    name: "admin.client.list",
+    subject: "engram.admin.client.list",
+    method: "GET",
+    path: "/v1/admin/clients",
+    pathParams: [],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
+  adminMintToken: {
+    name: "admin.token.mint",
+    subject: "engram.admin.token.mint",
+    method: "POST",
+    path: "/v1/admin/tokens",
+    pathParams: [],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
+  adminRevokeToken: {
+    name: "admin.token.revoke",
+    subject: "engram.admin.token.revoke",
+    method: "DELETE",
+    path: "/v1/admin/organizations/{org_id}/tokens/{token_id}",
+    pathParams: ["org_id","token_id"],
+    query: {},
+    timeoutMs: null,
+    jsonLines: false,
+  },
   registerWebhook: {
     name: "webhooks.register",
     subject: "engram.webhooks.register",
@@ -343,6 +453,72 @@ export interface OperationMethods {
    * `engram.ops.lag` · `GET /v1/lag` · needs `deployment.operator`
    */
   lag(request: Schemas["LagQuery"], options?: CallOptions): Promise<Schemas["LagReply"]>;
+  /**
+   * Register an organization (a new id, or adopt one its tokens already name).
+   *
+   * `engram.admin.org.create` · `POST /v1/admin/organizations` · needs `tenant.admin`
+   */
+  adminCreateOrg(request: Schemas["OrgCreate"], options?: CallOptions): Promise<Schemas["Organization"]>;
+  /**
+   * The registered organizations (disabled ones with include_disabled).
+   *
+   * `engram.admin.org.list` · `GET /v1/admin/organizations` · needs `tenant.admin`
+   */
+  adminListOrgs(request: Schemas["OrgList"], options?: CallOptions): Promise<Schemas["OrgListReply"]>;
+  /**
+   * Disable an organization: its tokens and platform clients are refused at once.
+   *
+   * `engram.admin.org.disable` · `POST /v1/admin/organizations/{org_id}/disable` · needs `tenant.admin`
+   */
+  adminDisableOrg(request: Schemas["OrgDisable"], options?: CallOptions): Promise<Schemas["Organization"]>;
+  /**
+   * Create an agent config of an organization, with memory config keys to set.
+   *
+   * `engram.admin.agent_config.create` · `POST /v1/admin/organizations/{org_id}/agent-configs` · needs `tenant.admin`
+   */
+  adminCreateAgentConfig(request: Schemas["AgentConfigCreate"], options?: CallOptions): Promise<Schemas["AgentConfigInfo"]>;
+  /**
+   * An organization's agent configs and their memory config versions.
+   *
+   * `engram.admin.agent_config.list` · `GET /v1/admin/organizations/{org_id}/agent-configs` · needs `tenant.admin`
+   */
+  adminListAgentConfigs(request: Schemas["AgentConfigList"], options?: CallOptions): Promise<Schemas["AgentConfigListReply"]>;
+  /**
+   * Issue a platform client: its own NATS identity and a token (the secrets in this reply only).
+   *
+   * `engram.admin.client.mint` · `POST /v1/admin/clients` · needs `tenant.admin`
+   */
+  adminMintClient(request: Schemas["ClientMint"], options?: CallOptions): Promise<Schemas["ClientCredentials"]>;
+  /**
+   * A new NATS key and token for a client; the old ones are refused at once.
+   *
+   * `engram.admin.client.rotate` · `POST /v1/admin/clients/{name}/rotate` · needs `tenant.admin`
+   */
+  adminRotateClient(request: Schemas["ClientRotate"], options?: CallOptions): Promise<Schemas["ClientCredentials"]>;
+  /**
+   * Revoke a platform client: its NATS identity and token are refused at once.
+   *
+   * `engram.admin.client.revoke` · `DELETE /v1/admin/clients/{name}` · needs `tenant.admin`
+   */
+  adminRevokeClient(request: Schemas["ClientRevoke"], options?: CallOptions): Promise<Schemas["PlatformClient"]>;
+  /**
+   * The platform clients (public keys only), of one organization or all.
+   *
+   * `engram.admin.client.list` · `GET /v1/admin/clients` · needs `tenant.admin`
+   */
+  adminListClients(request: Schemas["ClientList"], options?: CallOptions): Promise<Schemas["ClientListReply"]>;
+  /**
+   * A signed token for a principal of an organization (its own permissions only).
+   *
+   * `engram.admin.token.mint` · `POST /v1/admin/tokens` · needs `tenant.admin`
+   */
+  adminMintToken(request: Schemas["TokenMint"], options?: CallOptions): Promise<Schemas["MintedToken"]>;
+  /**
+   * Refuse a token (by its id) from now on, before it expires.
+   *
+   * `engram.admin.token.revoke` · `DELETE /v1/admin/organizations/{org_id}/tokens/{token_id}` · needs `tenant.admin`
+   */
+  adminRevokeToken(request: Schemas["TokenRevoke"], options?: CallOptions): Promise<Schemas["TokenRevoked"]>;
   /**
    * Register a webhook for the organization's feed (Standard Webhooks, signed with the secret answered this once); events from now on are delivered at least once, with retries.
    *
