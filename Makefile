@@ -119,15 +119,15 @@ install-model: install
 ## Regenerate the checked-in JSON Schema, AsyncAPI and OpenAPI documents and the operation table
 ## (contracts/operations.json) after changing contracts/, the TypeScript SDK's generated types and
 ## operation map from them (where npm exists), infra/nats/engram-auth.conf after changing
-## shared/nats_auth/permissions.py, and docs/configuration.md with README's
-## settings table after changing shared/settings.py.
+## shared/security/nats_auth/permissions.py, and docs/configuration.md with README's
+## settings table after changing shared/runtime/settings.py.
 schema: install
 	$(BIN)/python -m contracts.schema_export
 	$(BIN)/python -m services.asyncapi
 	$(BIN)/python -m services.gateway.openapi
 	$(BIN)/python -m contracts.operations_export
 	$(BIN)/python -m engram_client.generate
-	$(BIN)/python -m shared.nats_auth.infra
+	$(BIN)/python -m shared.security.nats_auth.infra
 	$(BIN)/python -m services.config_reference
 ifneq ($(NPM),)
 	cd $(TS) && npm run --silent generate

@@ -55,7 +55,7 @@ def documented_broker() -> NatsBroker:
     """The table as FastStream's AsyncAPI generator reads it: a broker carrying one
     documentation-only subscriber or publisher per row (never connected, nothing handled)."""
     broker = NatsBroker("nats://localhost:4222")
-    # What the services consume from JetStream (shared.consumer subscribes them the same way).
+    # What the services consume from JetStream (shared.service.consumer subscribes them the same way).
     for consumer in CONSUMERS:
         broker.subscriber(
             consumer.stream.subject,
@@ -67,7 +67,7 @@ def documented_broker() -> NatsBroker:
             title=consumer.title,
             description=consumer.summary,
         )(_documentation_only)
-    # What the edge serves (on nats-py, shared/edge.py).
+    # What the edge serves (on nats-py, shared/service/edge.py).
     for op in OPERATIONS:
         broker.subscriber(
             op.subject, queue=op.queue_group, title=f"{op.queue_group}:{op.name}", description=op.summary

@@ -1,4 +1,4 @@
-"""Taking and restoring a backup of an ``engram up`` data dir (``shared.backup`` holds the format;
+"""Taking and restoring a backup of an ``engram up`` data dir (``shared.embedded.backup`` holds the format;
 decision record 0085 the why).
 
 Restore brings the backup into a fresh data dir, migrates its database forward to this code's
@@ -17,7 +17,8 @@ from uuid import UUID
 from sqlalchemy import text
 
 from contracts.errors import InvalidRequest
-from shared.backup import (
+from shared.adapters.vectors.edge_lock import exclusive_edge_store
+from shared.embedded.backup import (
     DUMP,
     Manifest,
     copy_parts,
@@ -26,11 +27,10 @@ from shared.backup import (
     verify_backup,
     write_manifest,
 )
-from shared.db.engine import Database, known_revision, migrate
 from shared.embedded.postgres import EmbeddedPostgres
-from shared.purge_ledger import LedgerRecord, PurgeLedger, Reapplied, reapply
-from shared.settings import EngramSettings
-from shared.vectors.edge_lock import exclusive_edge_store
+from shared.runtime.settings import EngramSettings
+from shared.storage.db.engine import Database, known_revision, migrate
+from shared.storage.purge_ledger import LedgerRecord, PurgeLedger, Reapplied, reapply
 
 __all__ = ["Restored", "apply_ledger", "read_ledgers", "restore_backup", "take_backup"]
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from uuid import UUID
 
 from services.embed.indexer import index_entries
-from shared.db.engine import Database
-from shared.entries import indexing
 from shared.ports import Embedder, VectorIndex
+from shared.storage.db.engine import Database
+from shared.storage.entries import indexing
 
 __all__ = ["reindex_all"]
 

@@ -16,25 +16,25 @@ from faststream.nats import NatsBroker
 from faststream.nats.security import NatsNKey, NatsSecurity
 
 from contracts.operations import JETSTREAMS, consumers_of
-from shared import revocations
-from shared.background import Worker
-from shared.bus import configured_streams, ensure_streams, record_consumer_lag, record_stream_usage
-from shared.cache import ResultCache
-from shared.component import Build, Ports
-from shared.db.engine import Database
-from shared.infra import Infra
-from shared.liveness import LivenessResponder
-from shared.metrics import refreshing
-from shared.nats_auth.permissions import ALL_IN_ONE, process_name, service_inbox
-from shared.oidc import build_verifier
-from shared.outbox import OutboxRelay
+from shared.adapters.vectors.edge_lock import exclusive_edge_store
+from shared.messaging.bus import configured_streams, ensure_streams, record_consumer_lag, record_stream_usage
+from shared.messaging.pull import patch_pull_loops
+from shared.observability.liveness import LivenessResponder
+from shared.observability.metrics import refreshing
+from shared.observability.telemetry import broker_middleware, setup_telemetry
 from shared.ports import Distiller, Embedder, VectorIndex
-from shared.provenance import MessageSigner
-from shared.pull import patch_pull_loops
-from shared.settings import EngramSettings
-from shared.telemetry import broker_middleware, setup_telemetry
-from shared.tls import client_tls_context
-from shared.vectors.edge_lock import exclusive_edge_store
+from shared.runtime.background import Worker
+from shared.runtime.settings import EngramSettings
+from shared.security.nats_auth.permissions import ALL_IN_ONE, process_name, service_inbox
+from shared.security.oidc import build_verifier
+from shared.security.provenance import MessageSigner
+from shared.security.tls import client_tls_context
+from shared.service import revocations
+from shared.service.component import Build, Ports
+from shared.service.infra import Infra
+from shared.storage.cache import ResultCache
+from shared.storage.db.engine import Database
+from shared.storage.outbox import OutboxRelay
 
 __all__ = [
     "SERVICES",
@@ -53,7 +53,7 @@ GRACEFUL_S = 10.0
 
 
 def build_embedder(settings: EngramSettings) -> Embedder:
-    from shared.embedders import build_embedder as choose
+    from shared.adapters.embedders import build_embedder as choose
 
     return choose(
         settings.embedder,
@@ -81,10 +81,10 @@ def build_vector_index(settings: EngramSettings, embedder: Embedder) -> VectorIn
     if settings.vector_store:
         from qdrant_client import AsyncQdrantClient
 
-        from shared.vectors.qdrant_server import QdrantServerIndex
+        from shared.adapters.vectors.qdrant_server import QdrantServerIndex
 
         return QdrantServerIndex(AsyncQdrantClient(url=settings.vector_store), collection, embedder.dimension)
-    from shared.vectors.qdrant_edge import QdrantEdgeIndex
+    from shared.adapters.vectors.qdrant_edge import QdrantEdgeIndex
 
     return QdrantEdgeIndex(edge_store_path(settings, embedder), embedder.dimension)
 
@@ -99,7 +99,7 @@ def nats_security(settings: EngramSettings) -> NatsSecurity | None:
     return NatsSecurity(ssl_context=tls) if tls is not None else None
 
 
-#: Each service's ``build`` (shared/component.py), imported only when that service runs here.
+#: Each service's ``build`` (shared/service/component.py), imported only when that service runs here.
 _COMPONENTS = {name: f"services.{name.replace('-', '_')}.component" for name in SERVICES}
 
 
@@ -174,7 +174,8 @@ async def _connect(settings: EngramSettings, process: str, stack: AsyncExitStack
     """The process's broker (connected, its streams ensured), database and outbox relay."""
     patch_pull_loops()
     service_label = ALL_IN_ONE if process == ALL_IN_ONE else f"engram-{process}"
-    # The process's NATS identity and inbox follow from what it runs (shared/nats_auth/permissions.py).
+    # The process's NATS identity and inbox follow from what it runs
+    # (shared/security/nats_auth/permissions.py).
     inbox = service_inbox(process)
     provider = setup_telemetry(
         service_label, exporter=settings.otel_exporter, endpoint=settings.otel_endpoint
@@ -188,7 +189,7 @@ async def _connect(settings: EngramSettings, process: str, stack: AsyncExitStack
         # Replies to this process's own requests (JetStream API, acks, pulled messages) arrive
         # under its own prefix, so least-privilege NATS users can keep each service to its own.
         inbox_prefix=inbox,
-        # This process's NATS identity (least privilege: shared/nats_auth/permissions.py) and TLS.
+        # This process's NATS identity (least privilege: shared/security/nats_auth/permissions.py) and TLS.
         security=nats_security(settings),
         logger=logging.getLogger("engram.broker"),
         # FastStream logs each message twice ("Received", "Processed") and each subscriber's start

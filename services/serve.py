@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
 from services.runtime import running_services
-from shared.health import HealthServer
-from shared.process_memory import settle_heap
-from shared.settings import EngramSettings
-from shared.vectors.edge_lock import EdgeStoreInUse
+from shared.adapters.vectors.edge_lock import EdgeStoreInUse
+from shared.observability.health import HealthServer
+from shared.runtime.process_memory import settle_heap
+from shared.runtime.settings import EngramSettings
 
 __all__ = ["EXIT_DRAIN_TIMEOUT", "EXIT_REFUSED", "serve"]
 

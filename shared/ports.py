@@ -1,5 +1,5 @@
 """Ports: what the domain needs from the outside world, as Protocols. Adapters live beside
-them (``shared/distillers/…``) and are chosen at the composition root."""
+them (``shared/adapters/distillers/…``) and are chosen at the composition root."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ class VectorPoint:
     session_id: str | None
     created_at: float  # epoch seconds
     #: The entry's lexical (BM25) sparse vector beside the dense one: dimension → weight
-    #: (``shared.lexical.document_weights``); empty for a text without lexemes.
+    #: (``shared.text.lexical.document_weights``); empty for a text without lexemes.
     lexical: Mapping[int, float] = field(default_factory=dict)
 
 

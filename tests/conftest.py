@@ -23,12 +23,12 @@ from pydantic import SecretStr
 
 from contracts.common import Principal
 from services.runtime import running_services
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
 from shared.embedded.nats_server import NatsServerProcess
-from shared.infra import Infra
-from shared.nats_auth.store import Identity
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.security.nats_auth.store import Identity
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
 from tests.support.servers import SecuredNatsServer, secured_nats_server, throwaway_database
 
 # Hypothesis's timing checks (a deadline per example, "input generation is slow") measure the

@@ -16,7 +16,7 @@ AGENT_CONFIG_ID = UUID("00000000-0000-4000-8000-000000000002")
 
 
 class AgentConfigsOf:
-    """Whose each agent config is, in memory (``shared.access.AgentConfigs``) for an edge under
+    """Whose each agent config is, in memory (``shared.security.access.AgentConfigs``) for an edge under
     test without Postgres: ``owners`` maps an agent config to its organization; one not in it is
     unknown (any organization may claim it, none has it ``known``)."""
 

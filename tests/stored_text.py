@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from shared.policy import PII_KINDS
+from shared.text.policy import PII_KINDS
 
 __all__ = ["artefacts", "readme_http_trace"]
 

@@ -21,7 +21,7 @@ def backup(
     import asyncio
 
     from services.backup import take_backup
-    from shared.logging import setup_logging
+    from shared.observability.logging import setup_logging
 
     setup_logging("WARNING", json=False)
     manifest = asyncio.run(take_backup(data_dir, out))
@@ -53,8 +53,8 @@ def restore(
     import asyncio
 
     from services.backup import restore_backup
-    from shared.logging import setup_logging
-    from shared.settings import EngramSettings
+    from shared.observability.logging import setup_logging
+    from shared.runtime.settings import EngramSettings
 
     setup_logging("WARNING", json=False)
     done = asyncio.run(
@@ -83,8 +83,8 @@ def apply_ledger(
 
     from services.backup import apply_ledger as apply
     from services.backup import read_ledgers
-    from shared.logging import setup_logging
-    from shared.settings import EngramSettings
+    from shared.observability.logging import setup_logging
+    from shared.runtime.settings import EngramSettings
 
     settings = EngramSettings()
     if not settings.database_url:

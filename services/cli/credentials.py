@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from engram_client.contracts.admin import ClientCredentials
     from engram_client.contracts.connection import ConnectionInfo
 
-    from shared.nats_auth.store import Identity
+    from shared.security.nats_auth.store import Identity
 
 # Each command imports what it needs when it runs (services/cli/main.py says why).
 
@@ -48,7 +48,7 @@ AGENT_CONFIG = typer.Option(
 def signing_keys(data_dir: Path) -> dict[str, str]:
     """``ENGRAM_TOKEN_KEYS``, else the data dir's development key."""
     from shared.embedded.dev_identity import load_dev_identity
-    from shared.settings import EngramSettings
+    from shared.runtime.settings import EngramSettings
 
     keys = EngramSettings().signing_keys()
     if not keys:
@@ -62,7 +62,7 @@ def _apply(data_dir: Path) -> None:
     import asyncio
 
     from shared.embedded.nats_server import reload_nats_server
-    from shared.nats_auth.store import NatsIdentities
+    from shared.security.nats_auth.store import NatsIdentities
 
     if NatsIdentities(data_dir).running() and asyncio.run(reload_nats_server(data_dir / "nats")):
         typer.echo("applied: the running nats-server reloaded its users", err=True)
@@ -77,7 +77,7 @@ def _write_client_file(
     development client), those the deployment does not tell null, plus the client's name."""
     from engram_client.contracts.connection import ConnectionInfo
 
-    from shared.nats_auth.store import write_private
+    from shared.security.nats_auth.store import write_private
 
     if out.exists() and not replace:
         raise typer.BadParameter(f"{out} exists; choose another --out")
@@ -101,7 +101,7 @@ def _write_remote_client_file(
     """The client's file from the admin API's reply: where it is to work is the deployment's."""
     from engram_client.contracts.connection import ConnectionInfo
 
-    from shared.nats_auth.store import Identity
+    from shared.security.nats_auth.store import Identity
 
     identity = Identity(creds.name, creds.nats_nkey_seed, creds.nats_public_key, creds.nats_inbox_prefix)
     where = ConnectionInfo(
@@ -134,8 +134,8 @@ def _where(
 def _client_token(data_dir: Path, org: UUID, name: str, perms: list[str], ttl: int) -> str:
     from engram_client.contracts.common import Principal
 
-    from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
-    from shared.settings import EngramSettings
+    from shared.runtime.settings import EngramSettings
+    from shared.security.auth import ALL_PERMISSIONS, OPERATOR, TokenService
 
     if OPERATOR in perms:
         raise typer.BadParameter(
@@ -174,7 +174,7 @@ def mint(
 ) -> None:
     """Issue a platform client: its own NATS identity and a service token for ORG, in one file
     with the fields of connection.json."""
-    from shared.nats_auth.store import NatsIdentities
+    from shared.security.nats_auth.store import NatsIdentities
 
     target = out or Path(f"{name}.json")
     if target.exists():
@@ -212,7 +212,7 @@ def rotate(
     token: str = TOKEN,
 ) -> None:
     """A new key (and token) for a client, same organization and inbox; the old key stops working."""
-    from shared.nats_auth.store import NatsIdentities
+    from shared.security.nats_auth.store import NatsIdentities
 
     remote = Remote(url, connection, token)
     if remote.given:
@@ -243,7 +243,7 @@ def revoke(
 ) -> None:
     """Refuse a client from now on; its open connections are closed (and, through the admin API,
     its token refused)."""
-    from shared.nats_auth.store import NatsIdentities
+    from shared.security.nats_auth.store import NatsIdentities
 
     remote = Remote(url, connection, token)
     if remote.given:
@@ -268,7 +268,7 @@ def list_clients(
     token: str = TOKEN,
 ) -> None:
     """The platform clients of this data dir (public keys only), one JSON object per line."""
-    from shared.nats_auth.store import NatsIdentities
+    from shared.security.nats_auth.store import NatsIdentities
 
     remote = Remote(url, connection, token)
     if remote.given:
@@ -285,8 +285,8 @@ def list_clients(
 def keygen(out: Path = typer.Option(..., help="Where to write the seed (mode 0600).")) -> None:
     """A new NATS user nkey for a production server (infra/nats/engram-auth.conf): the seed goes
     to OUT, the public key (for ENGRAM_NATS_NKEY_<USER> on the server) is printed."""
-    from shared.nats_auth.keys import new_user_seed, public_key_of
-    from shared.nats_auth.store import write_private
+    from shared.security.nats_auth.keys import new_user_seed, public_key_of
+    from shared.security.nats_auth.store import write_private
 
     if out.exists():
         raise typer.BadParameter(f"{out} exists; choose another --out")
@@ -306,9 +306,9 @@ def deployment_env(
     import secrets
     from datetime import UTC, datetime
 
-    from shared.nats_auth.infra import INFRA_USERS, nkey_variable, seed_variable
-    from shared.nats_auth.keys import new_user_seed, public_key_of
-    from shared.nats_auth.store import write_private
+    from shared.security.nats_auth.infra import INFRA_USERS, nkey_variable, seed_variable
+    from shared.security.nats_auth.keys import new_user_seed, public_key_of
+    from shared.security.nats_auth.store import write_private
 
     if out.exists():
         raise typer.BadParameter(f"{out} exists; move it away first (it holds the running deployment's keys)")

@@ -19,10 +19,10 @@ from contracts.client import EngramClient
 from contracts.common import Principal
 from contracts.errors import VectorUnavailable
 from services.cli.demo_data import DEMO_AGENT_B, DEMO_ORG_B, DEMO_RECALL_HINTS, demo_sessions
-from shared.auth import ALL_PERMISSIONS
-from shared.db.engine import Database
 from shared.embedded.stack import DevIdentity
-from shared.entries import Entry, listing
+from shared.security.auth import ALL_PERMISSIONS
+from shared.storage.db.engine import Database
+from shared.storage.entries import Entry, listing
 
 __all__ = ["DemoReport", "run_demo"]
 

@@ -87,15 +87,15 @@ def up(
         load_dev_identity,
         write_connection_file,
     )
-    from shared.logging import setup_logging
-    from shared.process_memory import limit_malloc_arenas, settle_heap
-    from shared.settings import EngramSettings
+    from shared.observability.logging import setup_logging
+    from shared.runtime.process_memory import limit_malloc_arenas, settle_heap
+    from shared.runtime.settings import EngramSettings
 
-    limit_malloc_arenas()  # first, before any thread allocates (shared/process_memory.py says why)
+    limit_malloc_arenas()  # first, before any thread allocates (shared/runtime/process_memory.py says why)
     from services.gateway.server import running_gateway
     from services.runtime import running_services
     from shared.embedded.nats_server import port_in_use
-    from shared.health import HealthServer
+    from shared.observability.health import HealthServer
 
     base = EngramSettings()
     if http_port is not None:
@@ -223,10 +223,10 @@ def serve(
 
     from services.runtime import SERVICES
     from services.serve import serve as serve_process
-    from shared.logging import setup_logging
-    from shared.nats_auth.permissions import GATEWAY
-    from shared.process_memory import limit_malloc_arenas
-    from shared.settings import EngramSettings
+    from shared.observability.logging import setup_logging
+    from shared.runtime.process_memory import limit_malloc_arenas
+    from shared.runtime.settings import EngramSettings
+    from shared.security.nats_auth.permissions import GATEWAY
 
     unknown = sorted(set(services) - {*SERVICES, GATEWAY})
     if unknown:
@@ -234,7 +234,7 @@ def serve(
         raise typer.BadParameter(f"unknown service {', '.join(unknown)}; choose from {choices}")
     if GATEWAY in services and len(set(services)) > 1:
         raise typer.BadParameter("the gateway runs in a process of its own: `engram serve gateway`")
-    limit_malloc_arenas()  # before any thread allocates (shared/process_memory.py says why)
+    limit_malloc_arenas()  # before any thread allocates (shared/runtime/process_memory.py says why)
     settings = EngramSettings()
     setup_logging(settings.log_level, json=settings.log_json)
     if GATEWAY in services:
@@ -253,9 +253,9 @@ def migrate() -> None:
     this first, then restarts the services one by one."""
     import asyncio
 
-    from shared.db.engine import migrate as upgrade
-    from shared.logging import setup_logging
-    from shared.settings import EngramSettings
+    from shared.observability.logging import setup_logging
+    from shared.runtime.settings import EngramSettings
+    from shared.storage.db.engine import migrate as upgrade
 
     settings = EngramSettings()
     setup_logging(settings.log_level, json=settings.log_json)
@@ -439,7 +439,7 @@ def mcp(
     # The MCP SDK (most of what this command imports) is loaded only once the arguments are good.
     from services.mcp.caller import Caller
     from services.mcp.stdio import serve_stdio
-    from shared.logging import setup_logging
+    from shared.observability.logging import setup_logging
 
     setup_logging("WARNING", json=False)
     asyncio.run(serve_stdio(info, Caller(token=token, agent_config_id=target, session_id=session)))
@@ -461,8 +461,8 @@ def reindex(
 
     from services.reindex import reindex_all
     from services.runtime import build_embedder, build_vector_index, edge_store_path
-    from shared.settings import EngramSettings
-    from shared.vectors.edge_lock import EdgeStoreInUse, exclusive_edge_store
+    from shared.adapters.vectors.edge_lock import EdgeStoreInUse, exclusive_edge_store
+    from shared.runtime.settings import EngramSettings
 
     settings = EngramSettings()
     if not settings.database_url:
@@ -544,8 +544,8 @@ def token_mint(
         return
 
     from services.cli.credentials import signing_keys
-    from shared.auth import KNOWN_PERMISSIONS, TokenService
-    from shared.settings import EngramSettings
+    from shared.runtime.settings import EngramSettings
+    from shared.security.auth import KNOWN_PERMISSIONS, TokenService
 
     settings = EngramSettings()
     keys = signing_keys(data_dir)
@@ -673,7 +673,7 @@ def audit_tail(
     from rich.markup import escape
 
     from services.cli.streams import read_stream
-    from shared.settings import EngramSettings
+    from shared.runtime.settings import EngramSettings
 
     url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
     if org is None and connection_file(data_dir).exists():
@@ -731,7 +731,7 @@ def dlq(
     from rich.markup import escape
 
     from services.cli.streams import read_stream
-    from shared.settings import EngramSettings
+    from shared.runtime.settings import EngramSettings
 
     url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
 

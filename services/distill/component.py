@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from services.distill.router import build_router
-from shared.component import Component, Ports
-from shared.distillers.builtin import BuiltinDistiller
-from shared.distillers.openai_compat import OpenAICompatDistiller
-from shared.infra import Infra
-from shared.judges import OpenAICompatJudge
+from shared.adapters.distillers.builtin import BuiltinDistiller
+from shared.adapters.distillers.openai_compat import OpenAICompatDistiller
+from shared.adapters.judges import OpenAICompatJudge
 from shared.ports import Distiller, SupersessionJudge
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.service.component import Component, Ports
+from shared.service.infra import Infra
 
 __all__ = ["build", "build_distiller", "build_judge"]
 

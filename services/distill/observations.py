@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from contracts.events import SessionEnded, ToolCall
 from services.distill.save_path import Draft
-from shared.trace_text import call_head, clip, one_line, output_text
+from shared.text.trace_text import call_head, clip, one_line, output_text
 
 __all__ = ["OBSERVATION_IMPORTANCE", "observation_drafts"]
 

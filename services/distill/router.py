@@ -6,9 +6,9 @@ from faststream.nats import NatsRouter
 
 from contracts.operations import DISTILL_SAVES, DISTILL_SESSIONS
 from services.distill import saves, sessions
-from shared.consumer import Batch, batch_consumer
-from shared.infra import Infra
 from shared.ports import Distiller, SupersessionJudge
+from shared.service.consumer import Batch, batch_consumer
+from shared.service.infra import Infra
 
 __all__ = ["build_router"]
 

@@ -2,7 +2,7 @@
 
 Per entry: importance floor → type policy → write policy (PII, size, injection flag) →
 normalize + fingerprint → erasure tombstones → the owner-scoped upsert and its ``memory.written``
-events (:class:`shared.entries.EntryStore`, the table's gateway). Then the ``max_entries``
+events (:class:`shared.storage.entries.EntryStore`, the table's gateway). Then the ``max_entries``
 prune, then the audit records of the outcome. The caller owns the transaction, so rows, outbox,
 inbox and audit commit together.
 A batch of writers goes through in one pass (:func:`save_batch`); one writer is a batch of one.
@@ -21,22 +21,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.common import Principal
 from contracts.config import MemoryConfig
-from shared import audit
-from shared.cooperative import TimeSlice
-from shared.entries import DedupeKey, EntryStore, NewEntry, dedupe_key
-from shared.entries.supersession import Neighbour, NewText, neighbours, supersede
-from shared.erasure import erased_before, prune_over_cap
-from shared.policy import (
+from shared.ports import SupersessionJudge
+from shared.runtime.cooperative import TimeSlice
+from shared.runtime.time import utcnow
+from shared.security.tenancy import owner_key
+from shared.storage import audit
+from shared.storage.entries import DedupeKey, EntryStore, NewEntry, dedupe_key
+from shared.storage.entries.supersession import Neighbour, NewText, neighbours, supersede
+from shared.storage.erasure import erased_before, prune_over_cap
+from shared.text.policy import (
     PolicyDecision,
     apply_metadata_policy,
     apply_write_policy,
     check_carried_fields,
     fingerprint,
 )
-from shared.ports import SupersessionJudge
-from shared.supersession import could_update, eligible, judge_pair, maybe_related
-from shared.tenancy import owner_key
-from shared.time import utcnow
+from shared.text.supersession import could_update, eligible, judge_pair, maybe_related
 
 __all__ = [
     "MIN_IMPORTANCE",
@@ -162,7 +162,7 @@ async def save_batch(
     new: list[NewEntry] = []
     occurrences: list[_Occurrence] = []
     tombstones = await _tombstones(session, items)
-    # A batch of sessions is hundreds of drafts: let recall answer in between (shared/cooperative.py).
+    # A batch of sessions is hundreds of drafts: let recall answer in between (shared/runtime/cooperative.py).
     slicer = TimeSlice()
     for index, item in enumerate(items):
         for draft in item.drafts:
@@ -377,7 +377,7 @@ def _row_params(item: SaveItem, draft: Draft, decision: PolicyDecision, now: dat
         "provenance": ctx.provenance if decision.quarantined else {},
         "expires_at": _expires_at(item.config, draft, now),
         "occurred_at": draft.occurred_at,
-        "session_position": None,  # numbered by EntryStore.upsert (shared/entries/store.py)
+        "session_position": None,  # numbered by EntryStore.upsert (shared/storage/entries/store.py)
         "created_at": now,
         "updated_at": now,
         "last_accessed_at": None,

@@ -7,7 +7,7 @@ transaction, one audit append and one outbox insert for the batch instead of one
 (docs/adr/0101-write-path-throughput.md). After the commit each waiting caller gets its own
 outcome and the batch acks them. A save that cannot be saved (its agent config belongs to another
 organization) is dead-lettered and its caller told why; a batch that fails otherwise is tried
-again one save at a time (``shared.consumer``), where a save's own error is that save's answer.
+again one save at a time (``shared.service.consumer``), where a save's own error is that save's answer.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from contracts.operations import DISTILL_SAVES
 from contracts.requests import SaveOutcome
 from contracts.subjects import save_result_subject
 from services.distill.save_path import Draft, SaveContext, SaveItem, SaveResult, save_batch
-from shared import audit
-from shared.config_store import claim_agent_config, org_memory_enabled
-from shared.consumer import Batch, is_outage
-from shared.deadletter import Rejection
-from shared.infra import Infra
-from shared.outbox import claim_inbox_many, first_of_each, processed_of
+from shared.observability.telemetry import annotate_consumer, extract_context, inject_trace_headers, tracer
 from shared.ports import SupersessionJudge
-from shared.telemetry import annotate_consumer, extract_context, inject_trace_headers, tracer
+from shared.service.consumer import Batch, is_outage
+from shared.service.infra import Infra
+from shared.storage import audit
+from shared.storage.config_store import claim_agent_config, org_memory_enabled
+from shared.storage.deadletter import Rejection
+from shared.storage.outbox import claim_inbox_many, first_of_each, processed_of
 
 __all__ = ["CONSUMER", "handle_accepted_saves"]
 

@@ -25,20 +25,20 @@ from services.distill.gate import distill_gate
 from services.distill.observations import observation_drafts
 from services.distill.save_path import Draft, SaveContext, SaveItem, save_batch
 from services.distill.summary import summarize_trace
-from shared import audit
-from shared.config_store import claim_agent_config, org_memory_enabled
-from shared.consumer import Batch
-from shared.deadletter import Rejection
-from shared.infra import Infra
-from shared.outbox import claim_inbox_many, first_of_each, processed_of
-from shared.ports import Distiller, Lesson, SupersessionJudge
-from shared.telemetry import (
+from shared.observability.telemetry import (
     annotate_consumer,
     annotate_memory_operation,
     extract_context,
     inject_trace_headers,
     tracer,
 )
+from shared.ports import Distiller, Lesson, SupersessionJudge
+from shared.service.consumer import Batch
+from shared.service.infra import Infra
+from shared.storage import audit
+from shared.storage.config_store import claim_agent_config, org_memory_enabled
+from shared.storage.deadletter import Rejection
+from shared.storage.outbox import claim_inbox_many, first_of_each, processed_of
 
 __all__ = ["CONSUMER", "handle_validated_sessions"]
 
@@ -127,7 +127,7 @@ async def _process(
             reason = f"distill failed: {outcome.message}"
             await batch.retry_or_dead_letter(item.msg, _rejection(outcome, item.session, reason))
         elif isinstance(outcome, BaseException):
-            raise outcome  # unexpected: settled by shared.consumer (each session tried alone)
+            raise outcome  # unexpected: settled by shared.service.consumer (each session tried alone)
         else:
             items.append((item, outcome))
     if not items:

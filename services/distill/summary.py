@@ -10,7 +10,7 @@ import re
 
 from contracts.events import SessionEnded, ToolCall
 from shared.ports import TraceSummary
-from shared.trace_text import as_json, call_head, clip, one_line, output_text
+from shared.text.trace_text import as_json, call_head, clip, one_line, output_text
 
 __all__ = ["DEFAULT_LIMIT", "score_calls", "summarize_trace"]
 
@@ -97,5 +97,5 @@ def _render_call(index: int, call: ToolCall) -> str:
 
 
 def _json_text(value: object) -> str:
-    """Strings as they are; anything else as JSON (see :func:`~shared.trace_text.as_json`)."""
+    """Strings as they are; anything else as JSON (see :func:`~shared.text.trace_text.as_json`)."""
     return value if isinstance(value, str) else as_json(value)

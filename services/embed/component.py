@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from services.embed.router import EmbedPipeline, build_router
-from shared.component import Component, Ports
-from shared.infra import Infra
+from shared.service.component import Component, Ports
+from shared.service.infra import Infra
 
 __all__ = ["build"]
 

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from uuid import UUID
 
 from contracts.errors import EmbeddingDimensionMismatch
-from shared.db.engine import Database
-from shared.entries import indexing
-from shared.entries.indexing import IndexRow
-from shared.lexical import document_weights
 from shared.ports import Embedder, VectorIndex, VectorPoint
+from shared.storage.db.engine import Database
+from shared.storage.entries import indexing
+from shared.storage.entries.indexing import IndexRow
+from shared.text.lexical import document_weights
 
 __all__ = ["IndexOutcome", "index_entries", "index_rows", "load_pending"]
 

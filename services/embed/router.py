@@ -7,7 +7,7 @@ few batches, so while the model embeds the subscriber goes on loading; the worke
 every batch waiting (up to :data:`MERGE_ROWS` rows) in one embedding call, one vector upsert and
 one mark — under load the model gets big batches however the pulls happened to cut the stream
 (docs/adr/0101-write-path-throughput.md). Every batch is kept from redelivery by its heartbeat
-(``shared.consumer``) from the moment it is fetched until it is settled: embedding can outlast
+(``shared.service.consumer``) from the moment it is fetched until it is settled: embedding can outlast
 the short ack_wait. Should the merged work fail, each batch is worked and settled on its own, as
 if it had come alone (a batch that fails then is tried a message at a time).
 """
@@ -24,12 +24,12 @@ from faststream.nats import NatsRouter
 from contracts.events import MemoryPurged, MemoryWritten
 from contracts.operations import EMBED_PURGED, EMBED_WRITTEN
 from services.embed.indexer import index_rows, load_pending
-from shared.background import Worker
-from shared.consumer import Batch, batch_consumer
-from shared.infra import Infra
-from shared.metrics import EMBED_BACKLOG, EMBEDDED
+from shared.adapters.vectors.coverage import foreign_vectors
+from shared.observability.metrics import EMBED_BACKLOG, EMBEDDED
 from shared.ports import Embedder, VectorIndex
-from shared.vectors.coverage import foreign_vectors
+from shared.runtime.background import Worker
+from shared.service.consumer import Batch, batch_consumer
+from shared.service.infra import Infra
 
 __all__ = ["MERGE_ROWS", "QUEUED_BATCHES", "EmbedPipeline", "build_router"]
 
@@ -55,13 +55,13 @@ class EmbedPipeline(Worker):
 
     async def submit(self, batch: Batch) -> None:
         """Load the batch's rows and queue it; waits while the queue is full. A failure to load is
-        settled by the subscriber (``shared.consumer``: an outage comes back after the backoff)."""
+        settled by the subscriber (``shared.service.consumer``: an outage comes back after the backoff)."""
         batch.hand_over()
         events = await batch.parse(MemoryWritten, what="memory.written event")
         todo, _ = await load_pending(self._infra.db, self._embedder, [event.entry_id for _, event in events])
         rows = {row.id: row for row in todo}
         # Each message's row (none when it needs no embedding): a message the worker must try
-        # alone (shared.consumer) is embedded alone.
+        # alone (shared.service.consumer) is embedded alone.
         by_message = {id(msg): rows[event.entry_id] for msg, event in events if event.entry_id in rows}
         EMBED_BACKLOG.inc(len(todo))
         await self._queue.put((batch, by_message))

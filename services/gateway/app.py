@@ -30,9 +30,9 @@ from services.gateway.console.web import PREFIX as CONSOLE_PREFIX
 from services.gateway.docs import docs_routes
 from services.gateway.events import EVENTS_PATH, events_endpoint
 from services.gateway.payloads import Shape, decode_object, read_limited
-from shared.auth import TokenVerifier
-from shared.metrics import HTTP_REQUESTS, HTTP_SECONDS, exposition
-from shared.wire import error_reply
+from shared.messaging.wire import error_reply
+from shared.observability.metrics import HTTP_REQUESTS, HTTP_SECONDS, exposition
+from shared.security.auth import TokenVerifier
 
 __all__ = ["JSONL", "build_app"]
 
@@ -49,7 +49,7 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 def error_response(exc: BaseException) -> Response:
     """The SPEC 9 envelope with its status as the HTTP status; anything unexpected is
-    ``INTERNAL`` without detail (``shared.wire.error_reply`` logs it)."""
+    ``INTERNAL`` without detail (``shared.messaging.wire.error_reply`` logs it)."""
     envelope = error_reply(exc)
     status = int(envelope["error"]["status"])
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
@@ -159,7 +159,8 @@ def _probes(bridge: Bridge) -> list[Route]:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        """Readiness: NATS is reachable and every service runs somewhere (shared/liveness.py)."""
+        """Readiness: NATS is reachable and every service runs somewhere
+        (shared/observability/liveness.py)."""
         checks = {"nats": bridge.connected}
         if checks["nats"]:
             checks |= await bridge.services_running()

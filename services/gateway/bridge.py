@@ -1,5 +1,5 @@
 """The gateway's NATS side: one connection under the gateway's own NATS identity
-(``shared.nats_auth.permissions.gateway_permissions``), over which every HTTP call becomes a
+(``shared.security.nats_auth.permissions.gateway_permissions``), over which every HTTP call becomes a
 request-reply carrying the caller's ``Authorization`` header. It publishes nothing itself: the
 gateway holds no signing keys, so a session is checked by ingest (``engram.session.submit``)
 before anything of it is stored."""
@@ -17,10 +17,10 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from contracts.errors import Unavailable
 from contracts.operations import Operation
-from shared.liveness import services_alive
-from shared.nats_auth.permissions import GATEWAY, SERVICES, service_inbox
-from shared.settings import EngramSettings
-from shared.tls import client_tls_context
+from shared.observability.liveness import services_alive
+from shared.runtime.settings import EngramSettings
+from shared.security.nats_auth.permissions import GATEWAY, SERVICES, service_inbox
+from shared.security.tls import client_tls_context
 
 __all__ = ["Bridge"]
 
@@ -97,7 +97,8 @@ class Bridge:
         """Whether some instance of each service runs. A service that answered one of this
         gateway's requests in the last few seconds, and failed none since, runs — its probe would
         only wait behind its work on a starved machine while it answers every request. The others
-        are asked their liveness probe (``shared.liveness``; distill and embed serve no request)."""
+        are asked their liveness probe (``shared.observability.liveness``; distill and embed serve no
+        request)."""
         running = {service: self._answered_recently(service) for service in SERVICES}
         ask = [service for service, known in running.items() if not known]
         if ask:

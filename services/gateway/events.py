@@ -36,8 +36,8 @@ from contracts import subjects as s
 from contracts.errors import Forbidden, InvalidRequest, Unauthenticated
 from contracts.operations import FEED
 from services.gateway.bridge import Bridge
-from shared.auth import Credential, TokenVerifier
-from shared.feed import org_of_feed_subject
+from shared.messaging.feed import org_of_feed_subject
+from shared.security.auth import Credential, TokenVerifier
 
 __all__ = ["EVENTS_PATH", "events_endpoint", "sse_frame"]
 

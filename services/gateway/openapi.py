@@ -26,7 +26,7 @@ from services.gateway.app import JSONL
 from services.gateway.docs import OPENAPI_FILE
 from services.gateway.events import EVENTS_PATH
 from services.gateway.payloads import Shape
-from shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from shared.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 __all__ = ["OPENAPI_FILE", "build_document", "main"]
 

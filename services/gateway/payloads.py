@@ -87,7 +87,7 @@ def _json_query_value(key: str, value: str) -> Any:
 
 def decode_object(body: bytes) -> dict[str, Any]:
     """A JSON object from a request body (an empty body is ``{}``), refused as the services refuse
-    it (``shared.wire.decode_json``: not JSON, nested too deep, text no store can keep)."""
+    it (``shared.messaging.wire.decode_json``: not JSON, nested too deep, text no store can keep)."""
     if not body.strip():
         return {}
     data = decode_json(body)

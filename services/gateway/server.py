@@ -20,9 +20,9 @@ from services.gateway.app import build_app
 from services.gateway.bridge import Bridge
 from services.gateway.http_protocol import EnvelopeHttpToolsProtocol
 from services.mcp import streamable_http_app
-from shared.oidc import build_verifier
-from shared.process_memory import settle_heap
-from shared.settings import EngramSettings
+from shared.runtime.process_memory import settle_heap
+from shared.runtime.settings import EngramSettings
+from shared.security.oidc import build_verifier
 
 __all__ = ["RunningGateway", "running_gateway", "serve_gateway"]
 
@@ -109,7 +109,7 @@ async def running_gateway(
         http=EnvelopeHttpToolsProtocol,  # what its parser refuses, in the SPEC 9 envelope too
         access_log=False,
         server_header=False,
-        log_config=None,  # our logging (shared.logging) stays as it is
+        log_config=None,  # our logging (shared.observability.logging) stays as it is
         timeout_graceful_shutdown=int(_GRACE_S),
     )
     server = _Server(config)

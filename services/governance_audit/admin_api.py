@@ -1,9 +1,9 @@
 """``engram.admin.*`` (SPEC 11): organizations, agent configs, platform clients and tokens, for the
 deployment's operator (``tenant.admin``; the edge has checked it). docs/adr/0104-admin-api.md.
 
-- Organizations, revoked tokens: Postgres (``shared.db.models``). A disabled organization's
-  tokens and a revoked token are refused by every service at once (``shared.revocations``).
-- Platform clients: the NATS identities of the data dir's registry (``shared.nats_auth.store``)
+- Organizations, revoked tokens: Postgres (``shared.storage.db.models``). A disabled organization's
+  tokens and a revoked token are refused by every service at once (``shared.service.revocations``).
+- Platform clients: the NATS identities of the data dir's registry (``shared.security.nats_auth.store``)
   that ``engram up``'s nats-server admits — reloaded before the reply, so a revoked or rotated key
   is disconnected by then. Where Engram does not run the NATS server's users (a production
   deployment's are ``infra/nats/engram-auth.conf``) minting and rotating answer ``UNAVAILABLE``.
@@ -47,14 +47,15 @@ from contracts.admin import (
 from contracts.admin import Organization as OrganizationReply
 from contracts.common import Principal
 from contracts.errors import Forbidden, InvalidRequest, NotFound, Unavailable
-from shared import audit, revocations
-from shared.access import Caller
-from shared.auth import TokenService
-from shared.config_store import claim_agent_config, put_config
-from shared.db.models import MemoryConfigRow, Organization, RevokedToken
-from shared.infra import Infra
-from shared.nats_auth.store import ClientRecord, Identity, NatsIdentities
-from shared.time import utcnow
+from shared.runtime.time import utcnow
+from shared.security.access import Caller
+from shared.security.auth import TokenService
+from shared.security.nats_auth.store import ClientRecord, Identity, NatsIdentities
+from shared.service import revocations
+from shared.service.infra import Infra
+from shared.storage import audit
+from shared.storage.config_store import claim_agent_config, put_config
+from shared.storage.db.models import MemoryConfigRow, Organization, RevokedToken
 
 __all__ = ["Admin"]
 
@@ -315,7 +316,8 @@ class Admin:
     async def _reload_nats(self) -> None:
         """Make the running nats-server apply the registry before the reply: a minted client is
         admitted, a removed key disconnected and refused. (The reply itself survives the reload:
-        the services may publish to the registry's clients' inboxes outright, ``shared.nats_auth.store``.)"""
+        the services may publish to the registry's clients' inboxes outright,
+        ``shared.security.nats_auth.store``.)"""
         from shared.embedded.nats_server import reload_nats_server
 
         await reload_nats_server(self._registry.data_dir / "nats")

@@ -11,10 +11,10 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from contracts.requests import AuditQuery, AuditQueryReply, AuditVerify, AuditVerifyReply, BrokenLink
-from shared import audit
-from shared.access import Caller
-from shared.db.models import AuditRecord
-from shared.infra import Infra
+from shared.security.access import Caller
+from shared.service.infra import Infra
+from shared.storage import audit
+from shared.storage.db.models import AuditRecord
 
 __all__ = ["query_audit", "verify_audit"]
 

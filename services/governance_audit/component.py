@@ -8,9 +8,9 @@ from services.governance_audit.retention import RetentionSweeper
 from services.governance_audit.router import build_router
 from services.governance_audit.webhooks.api import Webhooks
 from services.governance_audit.webhooks.delivery import WebhookDelivery
-from shared.component import Component, Ports
-from shared.infra import Infra
-from shared.purge_ledger import PurgeLedger
+from shared.service.component import Component, Ports
+from shared.service.infra import Infra
+from shared.storage.purge_ledger import PurgeLedger
 
 __all__ = ["build"]
 

@@ -1,13 +1,13 @@
 """``engram.config.get`` / ``engram.config.put`` (SPEC 7.1). The edge has authorized the caller
-for the operation and the agent config (``shared.access``)."""
+for the operation and the agent config (``shared.security.access``)."""
 
 from __future__ import annotations
 
 from contracts.requests import ConfigGet, ConfigPut, ConfigReply
-from shared import audit
-from shared.access import Caller
-from shared.config_store import load_config, put_config
-from shared.infra import Infra
+from shared.security.access import Caller
+from shared.service.infra import Infra
+from shared.storage import audit
+from shared.storage.config_store import load_config, put_config
 
 __all__ = ["get_config", "set_config"]
 
@@ -19,7 +19,7 @@ async def get_config(infra: Infra, caller: Caller, request: ConfigGet) -> Config
 
 
 async def set_config(infra: Infra, caller: Caller, request: ConfigPut) -> ConfigReply:
-    """``caller`` holds ``memory.admin`` on an operator token (``shared.access``)."""
+    """``caller`` holds ``memory.admin`` on an operator token (``shared.security.access``)."""
     credential = caller.credential
     async with infra.db.transaction() as db:
         config, version = await put_config(

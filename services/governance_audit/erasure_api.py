@@ -1,12 +1,12 @@
 """``engram.memory.purge``, ``engram.memory.delete`` and ``engram.memory.prune`` (SPEC 7.1, 7.2).
 
-Each runs :func:`shared.erasure.erase` in one transaction (rows, lineage, recall history,
+Each runs :func:`shared.storage.erasure.erase` in one transaction (rows, lineage, recall history,
 tombstone, ``memory.purged``, audit), then — after the commit, so nothing is dropped for an
 erasure that rolled back — deletes the vectors and cached results it can reach in-process.
 The embed service also deletes vectors on ``memory.purged``, which covers deployments where the
 vector store is not reachable from here; the receipt says which happened. A purge's or delete's
 tombstone also goes to the purge ledger before the commit, so a restore of an older backup erases
-it again (``shared.purge_ledger``).
+it again (``shared.storage.purge_ledger``).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from uuid import UUID, uuid4
 
 from contracts.governance import DeleteRequest, PruneReply, PruneRequest, PurgeReceipt, PurgeRequest
 from services.governance_audit.views import load_entry
-from shared.access import Caller, target_key
-from shared.cache import ResultCache
-from shared.db.engine import Database
-from shared.entries import EntryStore, in_scope, with_ids
-from shared.erasure import Erased, Tombstone, erase, prune_over_cap
 from shared.ports import VectorIndex
-from shared.purge_ledger import PurgeLedger
+from shared.security.access import Caller, target_key
+from shared.storage.cache import ResultCache
+from shared.storage.db.engine import Database
+from shared.storage.entries import EntryStore, in_scope, with_ids
+from shared.storage.erasure import Erased, Tombstone, erase, prune_over_cap
+from shared.storage.purge_ledger import PurgeLedger
 
 __all__ = ["Erasures"]
 

@@ -18,10 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from contracts.errors import InvalidRequest
 from contracts.governance import ExportRequest, Page
 from services.governance_audit.paging import PageQuery, read_page
-from shared.access import Caller, target_key
-from shared.db.engine import Database
-from shared.entries import Entry, listing
-from shared.page_tokens import PageTokens
+from shared.security.access import Caller, target_key
+from shared.security.page_tokens import PageTokens
+from shared.storage.db.engine import Database
+from shared.storage.entries import Entry, listing
 
 __all__ = ["export_page"]
 

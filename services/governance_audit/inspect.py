@@ -17,12 +17,12 @@ from contracts.errors import InvalidRequest
 from contracts.governance import EntryView, GetReply, GetRequest, ListRequest, Page
 from services.governance_audit.paging import PageQuery, read_page
 from services.governance_audit.views import entry_view, load_entry
-from shared import audit
-from shared.access import Caller, target_key
-from shared.db.engine import Database
-from shared.entries import Entry, EntryStore, listing
-from shared.page_tokens import PageTokens
-from shared.tenancy import SHARED_POOL
+from shared.security.access import Caller, target_key
+from shared.security.page_tokens import PageTokens
+from shared.security.tenancy import SHARED_POOL
+from shared.storage import audit
+from shared.storage.db.engine import Database
+from shared.storage.entries import Entry, EntryStore, listing
 
 __all__ = ["get_entry", "list_entries"]
 

@@ -25,13 +25,13 @@ from contracts.common import Principal
 from contracts.errors import InvalidRequest, WritePolicyDenied
 from contracts.governance import ManageReply, ManageRequest
 from services.governance_audit.views import entry_view, load_entry
-from shared import audit
-from shared.access import Caller, target_key
-from shared.config_store import load_config
-from shared.entries import Entry, EntryStore
-from shared.erasure import decay_or_erase, lineage
-from shared.policy import apply_write_policy, check_carried_fields, fingerprint
-from shared.time import utcnow
+from shared.runtime.time import utcnow
+from shared.security.access import Caller, target_key
+from shared.storage import audit
+from shared.storage.config_store import load_config
+from shared.storage.entries import Entry, EntryStore
+from shared.storage.erasure import decay_or_erase, lineage
+from shared.text.policy import apply_write_policy, check_carried_fields, fingerprint
 
 __all__ = ["manage_entry"]
 

@@ -28,8 +28,8 @@ from contracts.ops import (
     StreamCount,
 )
 from contracts.subjects import dead_letter_subject
-from shared.access import Caller
-from shared.infra import Infra
+from shared.security.access import Caller
+from shared.service.infra import Infra
 
 __all__ = ["DLQ_STREAM", "dead_letters", "lag"]
 

@@ -12,11 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.governance import Page
 from services.governance_audit.views import entry_view
-from shared import audit
-from shared.access import Caller
-from shared.db.engine import Database
-from shared.entries import Entry
-from shared.page_tokens import PageTokens
+from shared.security.access import Caller
+from shared.security.page_tokens import PageTokens
+from shared.storage import audit
+from shared.storage.db.engine import Database
+from shared.storage.entries import Entry
 
 __all__ = ["PageQuery", "read_page"]
 
@@ -28,7 +28,7 @@ class PageQuery:
     purpose: str
     filters: dict[str, Any]
     #: up to ``limit`` entries from a token's position (None: the first page) on, through the
-    #: entry gateway (``shared.entries.listing``); raises ``INVALID_REQUEST`` on a malformed one
+    #: entry gateway (``shared.storage.entries.listing``); raises ``INVALID_REQUEST`` on a malformed one
     read: Callable[[AsyncSession, dict[str, Any] | None, int], Awaitable[list[Entry]]]
     #: the position a page's last entry leaves for the next token
     position: Callable[[Entry], dict[str, Any]]

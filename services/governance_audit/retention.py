@@ -12,12 +12,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
-from shared.background import PeriodicWorker
-from shared.db.engine import Database
-from shared.entries import EntryStore, with_ids
-from shared.erasure import Erased, erase
-from shared.metrics import RETENTION_SWEEPS, RETENTION_SWEPT
-from shared.time import utcnow
+from shared.observability.metrics import RETENTION_SWEEPS, RETENTION_SWEPT
+from shared.runtime.background import PeriodicWorker
+from shared.runtime.time import utcnow
+from shared.storage.db.engine import Database
+from shared.storage.entries import EntryStore, with_ids
+from shared.storage.erasure import Erased, erase
 
 __all__ = ["RetentionSweeper"]
 

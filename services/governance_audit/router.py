@@ -1,5 +1,5 @@
 """governance-audit's request-reply handlers (queue group, so instances share load): one route per
-operation of the table, served by the edge (``shared.edge``)."""
+operation of the table, served by the edge (``shared.service.edge``)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from services.governance_audit.manage import manage_entry
 from services.governance_audit.ops_api import dead_letters, lag
 from services.governance_audit.webhooks.api import Webhooks
 from services.governance_audit.webhooks.fanout import subscribe_fanout
-from shared.access import Caller
-from shared.cache import ResultCache
-from shared.edge import route
-from shared.infra import Infra
-from shared.page_tokens import PageTokens
+from shared.security.access import Caller
+from shared.security.page_tokens import PageTokens
+from shared.service.edge import route
+from shared.service.infra import Infra
+from shared.storage.cache import ResultCache
 
 __all__ = ["build_router"]
 

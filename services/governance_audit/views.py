@@ -6,8 +6,8 @@ from uuid import UUID
 
 from contracts.common import Principal
 from contracts.governance import EntryView
-from shared.access import Caller
-from shared.entries import Entry, EntryStore
+from shared.security.access import Caller
+from shared.storage.entries import Entry, EntryStore
 
 __all__ = ["QUARANTINE_PLACEHOLDER", "entry_view", "load_entry"]
 

@@ -9,10 +9,10 @@ from contracts.operations import INGEST_SESSIONS, MEMORY_SAVE, SESSION_SUBMIT
 from contracts.requests import Accepted, SaveOutcome, SaveRequest, SessionAccepted
 from services.ingest.saves import handle_save
 from services.ingest.sessions import handle_sessions_ended, submit_session
-from shared.access import Caller
-from shared.consumer import Batch, batch_consumer
-from shared.edge import route
-from shared.infra import Infra
+from shared.security.access import Caller
+from shared.service.consumer import Batch, batch_consumer
+from shared.service.edge import route
+from shared.service.infra import Infra
 
 __all__ = ["build_router"]
 

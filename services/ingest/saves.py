@@ -16,10 +16,10 @@ from contracts.errors import Forbidden, InvalidRequest, error_for_code
 from contracts.internal import AcceptedSave
 from contracts.requests import Accepted, SaveOutcome, SaveRequest
 from contracts.subjects import MEMORY_SAVE_ACCEPTED, save_result_subject
-from shared.access import Caller
-from shared.deadletter import refuse_forged
-from shared.infra import Infra
-from shared.telemetry import inject_trace_headers
+from shared.observability.telemetry import inject_trace_headers
+from shared.security.access import Caller
+from shared.service.infra import Infra
+from shared.storage.deadletter import refuse_forged
 
 __all__ = ["handle_save"]
 
@@ -30,7 +30,7 @@ WAIT_TIMEOUT_S = 10.0
 
 
 async def handle_save(infra: Infra, caller: Caller, request: SaveRequest) -> Accepted | SaveOutcome:
-    """``caller`` is authorized (``shared.access``); the owner of the saved memories is whom it
+    """``caller`` is authorized (``shared.security.access``); the owner of the saved memories is whom it
     acts for."""
     credential, owner = caller.credential, caller.principal
     if owner.kind == "service":

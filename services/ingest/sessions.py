@@ -5,7 +5,7 @@ hand valid sessions to distill.
 Deduplication is by the inbox row ``<org>/<event_id>``, claimed only for a session whose token
 verified: an id a publisher chose (``Nats-Msg-Id``) decides nothing, so no caller can make another
 organization's session disappear by publishing its event_id first (docs/adr/0081-session-dedupe.md).
-The stream's ack comes last (``shared.consumer`` acks after this returns), a request's answer
+The stream's ack comes last (``shared.service.consumer`` acks after this returns), a request's answer
 after the commit: a crash anywhere before means redelivery or a retry, and every step is
 idempotent (the inbox rows of ingest and distill, the dead-letter key), so nothing is lost or
 doubled.
@@ -28,16 +28,16 @@ from contracts.events import MAX_SESSION_BYTES, SessionEnded
 from contracts.operations import INGEST_SESSIONS
 from contracts.requests import SessionAccepted
 from contracts.subjects import SESSION_VALIDATED
-from shared import audit
-from shared.access import Caller
-from shared.auth import WRITE, Credential, act_as, bearer_from_headers
-from shared.consumer import Batch
-from shared.db.models import RECALLS
-from shared.deadletter import Rejection
-from shared.infra import Infra
-from shared.outbox import claim_inbox_many, first_of_each, processed_of
-from shared.telemetry import annotate_consumer, extract_context, inject_trace_headers, tracer
-from shared.wire import parse_model
+from shared.messaging.wire import parse_model
+from shared.observability.telemetry import annotate_consumer, extract_context, inject_trace_headers, tracer
+from shared.security.access import Caller
+from shared.security.auth import WRITE, Credential, act_as, bearer_from_headers
+from shared.service.consumer import Batch
+from shared.service.infra import Infra
+from shared.storage import audit
+from shared.storage.db.models import RECALLS
+from shared.storage.deadletter import Rejection
+from shared.storage.outbox import claim_inbox_many, first_of_each, processed_of
 
 __all__ = ["CONSUMER", "handle_sessions_ended", "inbox_key", "submit_session"]
 
@@ -128,7 +128,7 @@ _letters: dict[int, asyncio.Task[bool]] = {}
 async def _within_budget(
     infra: Infra, verified: list[tuple[Msg, Verified, Credential]], rejected: list[tuple[Msg, Rejection]]
 ) -> list[Verified]:
-    """The sessions within their organization's session budget (``shared.quotas``), judged by
+    """The sessions within their organization's session budget (``shared.runtime.quotas``), judged by
     when each was published, so a backlog taken at once is not a burst; a session taken before (a
     redelivery) is not charged again. The others join ``rejected`` as ``RATE_LIMITED``
     (dead-lettered, replayable)."""

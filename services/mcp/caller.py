@@ -14,7 +14,7 @@ from typing import Protocol
 from uuid import UUID
 
 from contracts.errors import InvalidRequest, Unauthenticated
-from shared.auth import bearer_from_headers
+from shared.security.auth import bearer_from_headers
 
 __all__ = ["AGENT_CONFIG_HEADER", "SESSION_HEADER", "Caller", "CallerSource", "FixedCaller", "HeaderCaller"]
 

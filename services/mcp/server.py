@@ -32,8 +32,8 @@ from contracts.requests import SaveEntry
 from services.mcp.caller import Caller, CallerSource, HeaderCaller
 from services.mcp.catalog import TOOLS, ToolDecl
 from services.mcp.shapes import ExpandResult, ForgetResult, ListResult, RecallToolResult, ToolMetadata
-from shared.auth import TokenService, TokenVerifier, bearer_from_headers
-from shared.memory_block import render_context
+from shared.security.auth import TokenService, TokenVerifier, bearer_from_headers
+from shared.text.memory_block import render_context
 
 __all__ = ["build_server", "error_result", "streamable_http_app"]
 

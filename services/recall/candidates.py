@@ -1,13 +1,13 @@
 """The entry fields recall ranks and renders, as read from the store (already scoped):
-:class:`Candidate` is the entry gateway's row (``shared.entries.recall``); what may be shown of it
+:class:`Candidate` is the entry gateway's row (``shared.storage.entries.recall``); what may be shown of it
 is decided here."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from shared.entries.recall import Candidate
-from shared.memory_block import QUARANTINE_PLACEHOLDER
+from shared.storage.entries.recall import Candidate
+from shared.text.memory_block import QUARANTINE_PLACEHOLDER
 
 __all__ = ["QUARANTINE_PLACEHOLDER", "Candidate", "display_metadata", "display_text"]
 

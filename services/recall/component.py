@@ -5,10 +5,10 @@ from __future__ import annotations
 from services.recall.router import build_router
 from services.recall.service import Recall
 from services.recall.side_effects import SideEffects
-from shared.cache import CueVectorCache
-from shared.component import Component, Ports
-from shared.infra import Infra
-from shared.vectors.coverage import VectorCoverage
+from shared.adapters.vectors.coverage import VectorCoverage
+from shared.service.component import Component, Ports
+from shared.service.infra import Infra
+from shared.storage.cache import CueVectorCache
 
 __all__ = ["build"]
 

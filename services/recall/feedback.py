@@ -12,20 +12,20 @@ from sqlalchemy import update
 
 from contracts.errors import InvalidRequest, NotFound
 from contracts.recall import FeedbackReply, FeedbackRequest
-from shared import audit
-from shared.access import Caller
-from shared.config_store import load_config
-from shared.db.engine import Database
-from shared.db.models import RECALLS
-from shared.entries import EntryStore
-from shared.erasure import decay_or_erase
-from shared.tenancy import visible_owner_keys
+from shared.security.access import Caller
+from shared.security.tenancy import visible_owner_keys
+from shared.storage import audit
+from shared.storage.config_store import load_config
+from shared.storage.db.engine import Database
+from shared.storage.db.models import RECALLS
+from shared.storage.entries import EntryStore
+from shared.storage.erasure import decay_or_erase
 
 __all__ = ["give_feedback"]
 
 
 async def give_feedback(db: Database, caller: Caller, request: FeedbackRequest) -> FeedbackReply:
-    """``caller`` is authorized (``shared.access``): a session-restricted token rates, and gives
+    """``caller`` is authorized (``shared.security.access``): a session-restricted token rates, and gives
     feedback within, its own session only."""
     credential = caller.credential
     if request.entry_id is None and request.session_id is None:

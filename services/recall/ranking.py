@@ -18,7 +18,7 @@ from typing import NamedTuple
 from uuid import UUID
 
 from services.recall.candidates import Candidate, display_text
-from shared.policy.normalize import normalize
+from shared.text.policy.normalize import normalize
 
 __all__ = [
     "FULL_CAP",

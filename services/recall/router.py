@@ -14,12 +14,12 @@ from contracts.recall import FeedbackReply, FeedbackRequest, RecallReply
 from contracts.subjects import MEMORY_PURGED, MEMORY_WRITTEN
 from services.recall.feedback import give_feedback
 from services.recall.service import Recall
-from shared.access import Caller
-from shared.cache import ResultCache
-from shared.edge import route
-from shared.infra import Infra
-from shared.metrics import RECALL_SECONDS
-from shared.raw_message import as_message, whole_message
+from shared.messaging.raw_message import as_message, whole_message
+from shared.observability.metrics import RECALL_SECONDS
+from shared.security.access import Caller
+from shared.service.edge import route
+from shared.service.infra import Infra
+from shared.storage.cache import ResultCache
 
 __all__ = ["build_router"]
 

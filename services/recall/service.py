@@ -49,19 +49,19 @@ from services.recall.ranking import (
 )
 from services.recall.side_effects import Disclosure, SideEffects
 from services.recall.time_grounding import cue_periods, grounded
-from shared.access import Caller
-from shared.auth import Credential
-from shared.cache import CueVectorCache, ResultCache
-from shared.config_store import load_config, org_memory_enabled
-from shared.db.engine import Database
-from shared.entries import recall as queries
-from shared.lexical import query_weights
-from shared.memory_block import render_context
+from shared.adapters.vectors.coverage import VectorCoverage
 from shared.ports import Embedder, VectorIndex
-from shared.supersession import past_cue
-from shared.tenancy import visible_owner_keys
-from shared.time import utcnow
-from shared.vectors.coverage import VectorCoverage
+from shared.runtime.time import utcnow
+from shared.security.access import Caller
+from shared.security.auth import Credential
+from shared.security.tenancy import visible_owner_keys
+from shared.storage.cache import CueVectorCache, ResultCache
+from shared.storage.config_store import load_config, org_memory_enabled
+from shared.storage.db.engine import Database
+from shared.storage.entries import recall as queries
+from shared.text.lexical import query_weights
+from shared.text.memory_block import render_context
+from shared.text.supersession import past_cue
 
 __all__ = ["Recall"]
 
@@ -150,7 +150,7 @@ class Recall:
         return config, enabled, True
 
     async def recall(self, who: Caller, request: RecallRequest) -> RecallReply:
-        """``who`` is authorized (``shared.access``) for ``request``."""
+        """``who`` is authorized (``shared.security.access``) for ``request``."""
         credential, caller = who.credential, who.principal
         config, enabled, known = await self._config(credential.org_id, request.agent_config_id)
         # A relevance floor needs relevance: with min_score the strategy cannot quietly fall back.
@@ -504,7 +504,7 @@ class Recall:
         self, terms: dict[int, float], scope: queries.Scope, limit: int
     ) -> dict[UUID, float]:
         """hybrid's BM25 leg: the cue's IDF-weighted terms against the entries' lexical vectors,
-        with the dense leg's tenant filter (shared/lexical.py)."""
+        with the dense leg's tenant filter (shared/text/lexical.py)."""
         if self._index is None:
             raise VectorUnavailable("the vector index is not available")
         try:

@@ -18,12 +18,12 @@ from uuid import UUID
 
 from sqlalchemy import insert
 
-from shared import audit
-from shared.background import PeriodicWorker
-from shared.db.engine import Database
-from shared.db.models import RECALLS
-from shared.entries import EntryStore
-from shared.time import utcnow
+from shared.runtime.background import PeriodicWorker
+from shared.runtime.time import utcnow
+from shared.storage import audit
+from shared.storage.db.engine import Database
+from shared.storage.db.models import RECALLS
+from shared.storage.entries import EntryStore
 
 __all__ = ["Disclosure", "SideEffects"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 from contracts.common import Principal
-from shared.auth import ALL_PERMISSIONS, DEPLOYMENT_PERMISSIONS, TokenService
+from shared.security.auth import ALL_PERMISSIONS, DEPLOYMENT_PERMISSIONS, TokenService
 
 __all__ = ["DEV_TOKEN_TTL_S", "DevIdentity", "load_dev_identity"]
 

@@ -6,7 +6,7 @@ default, minus its blind spot for what is already stored). JetStream refuses pub
 cleanly ("insufficient resources"); a write that meets a full disk instead leaves the stream
 failing until the server restarts, which :func:`restart_after_full_disk` does once space is free
 again (docs/adr/0099-full-disks.md). With ``auth`` it admits only
-the users of ``auth.conf`` beside its config (``shared.nats_auth.store`` writes it), and reloads
+the users of ``auth.conf`` beside its config (``shared.security.nats_auth.store`` writes it), and reloads
 them on SIGHUP."""
 
 from __future__ import annotations

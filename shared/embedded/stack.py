@@ -2,7 +2,7 @@
 applied, development credentials generated once and kept. External servers can replace either
 (``--nats-url`` / ``--database-url``). The services themselves are started by the caller.
 
-Its nats-server admits only nkey users (``shared.nats_auth.store``): the services connect as one
+Its nats-server admits only nkey users (``shared.security.nats_auth.store``): the services connect as one
 least-privilege identity whose seed never leaves this process, ``connection.json`` hands the
 development client its own, and platform clients get theirs from ``engram credentials mint``."""
 
@@ -23,9 +23,9 @@ from contracts.connection import connection_file
 from shared.embedded.dev_identity import DevIdentity, load_dev_identity
 from shared.embedded.nats_server import NatsServerProcess, restart_after_full_disk
 from shared.embedded.postgres import EmbeddedPostgres
-from shared.metrics import JETSTREAM_MAX_STORAGE, refreshing, set_filesystem
-from shared.nats_auth.store import NatsIdentities, write_private
-from shared.settings import EngramSettings
+from shared.observability.metrics import JETSTREAM_MAX_STORAGE, refreshing, set_filesystem
+from shared.runtime.settings import EngramSettings
+from shared.security.nats_auth.store import NatsIdentities, write_private
 
 __all__ = [
     "DevIdentity",
@@ -79,7 +79,7 @@ async def embedded_stack(
     """Start what is not given externally, migrate, and yield settings pointing at it all."""
     # Imported here: the commands that read this module's files (connection.json, the development
     # identity) never touch the database, and SQLAlchemy with Alembic is most of their start-up.
-    from shared.db.engine import migrate
+    from shared.storage.db.engine import migrate
 
     data_dir = data_dir.resolve()  # noqa: ASYNC240 (once, at start-up)
     data_dir.mkdir(parents=True, exist_ok=True)

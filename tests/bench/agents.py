@@ -27,10 +27,10 @@ from contracts.client import EngramClient
 from contracts.langgraph_store import EngramStore, item_entry
 from services.mcp import Caller, streamable_http_app
 from services.runtime import running_services
-from shared.auth import TokenService
-from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.process_memory import settle_heap
+from shared.runtime.process_memory import settle_heap
+from shared.security.auth import TokenService
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES
 from tests.bench import measure
 from tests.mcp_clients import in_process, over_http, serving
 
@@ -45,7 +45,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"setup": {"memories": args.memories, "queries": args.queries}, "rows": {}}
     rows: dict[str, Any] = results["rows"]
     async with measure.running_stack(embedder="hashing-384") as stack, running_services(stack.settings):
-        settle_heap()  # start-up is done, as `engram up` settles it (shared/process_memory.py)
+        settle_heap()  # start-up is done, as `engram up` settles it (shared/runtime/process_memory.py)
         org = uuid4()
         token = measure.bench_token(org, "end_user:alice", {"memory.read", "memory.write"})
         nc = await nats.connect(stack.nats.url)

@@ -27,7 +27,7 @@ from uuid import uuid4
 
 import nats
 
-from shared.nats_auth.permissions import EDGE_VECTOR_PROCESS, SERVICES
+from shared.security.nats_auth.permissions import EDGE_VECTOR_PROCESS, SERVICES
 from tests.bench.measure import KID, SECRET, bench_parser, bench_token, load_average, run_bench
 from tests.bench.write_path import WrittenWatcher, steady, throughput, uncapped
 from tests.cluster.harness import PLATFORM_INBOX, running_cluster

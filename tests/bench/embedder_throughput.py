@@ -1,7 +1,7 @@
 """The default embedder against torch (``python -m tests.bench.embedder_throughput``, in ``make bench``).
 
-all-MiniLM-L6-v2 in onnxruntime (shared/embedders/minilm.py, the default) and through sentence-transformers
-on CPU torch (the ``local-model`` extra), in the same run, on the same texts:
+all-MiniLM-L6-v2 in onnxruntime (shared/adapters/embedders/minilm.py, the default) and through
+sentence-transformers on CPU torch (the ``local-model`` extra), in the same run, on the same texts:
 
 - single cue: one short cue per call, as recall embeds a cue it has not seen; p50/p99 over
   ``--cues`` distinct cues (goal: p50 ≤ 10 ms).
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shared.embedders.hashing import HashingEmbedder
-from shared.embedders.minilm import MiniLMEmbedder
-from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
+from shared.adapters.embedders.hashing import HashingEmbedder
+from shared.adapters.embedders.minilm import MiniLMEmbedder
+from shared.adapters.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
 from tests.bench.measure import bench_parser, load_average, machine, machine_note, run_bench, summary
 
 SINGLE_CUE_P50_GOAL_MS = 10.0

@@ -24,7 +24,7 @@ import nats
 
 from services.gateway.server import running_gateway
 from services.runtime import running_services
-from shared.process_memory import settle_heap
+from shared.runtime.process_memory import settle_heap
 from tests.bench import measure
 from tests.support.webhook_receiver import webhook_receiver
 

@@ -31,9 +31,9 @@ import nats
 from contracts.subjects import RECALL
 from services.gateway.server import running_gateway
 from services.runtime import running_services
-from shared.embedders.hashing import HashingEmbedder
-from shared.process_memory import settle_heap
-from shared.time import utcnow
+from shared.adapters.embedders.hashing import HashingEmbedder
+from shared.runtime.process_memory import settle_heap
+from shared.runtime.time import utcnow
 from tests.bench import measure
 from tests.bench.recall import _body, _copy, _dsn, _rows
 
@@ -99,7 +99,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             running_gateway(stack.settings, "") as gateway,
             httpx.AsyncClient(base_url=gateway.url) as client,
         ):
-            settle_heap()  # start-up is done, as `engram up` settles it (shared/process_memory.py)
+            settle_heap()  # start-up is done, as `engram up` settles it (shared/runtime/process_memory.py)
             raw = await RawHttp.connect(gateway.host, gateway.port)
             headers = {"Authorization": f"Bearer {token}"}
             results["machine"]["load_avg_before"] = measure.load_average()

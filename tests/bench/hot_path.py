@@ -4,16 +4,16 @@ Two interleaved comparisons, each on a fresh nats-server / throwaway database:
 
 - **subscriber**: a core-NATS echo answered by raw nats-py (the yardstick), by a FastStream
   subscriber taking the message as a ``NatsMessage`` parameter (resolved by fast_depends in a
-  worker thread), by one taking it through a decoder (``shared.raw_message``, what the streams'
+  worker thread), by one taking it through a decoder (``shared.messaging.raw_message``, what the streams'
   single-message consumers do; the edge did until it moved onto nats-py) and by one taking the body
   only; then what the services' broker adds (FastStream's OpenTelemetry middleware where spans are
   exported, the trace propagation alone by default), what replying through the raw message instead
   of FastStream's reply publisher (``no_reply=True``) would save, and the edge itself
-  (``shared.edge.Edge`` on nats-py: ``config.get`` answered by a constant handler, so its token
+  (``shared.service.edge.Edge`` on nats-py: ``config.get`` answered by a constant handler, so its token
   check, parse, authorization and encoding, without a database);
 - **read**: recall's ``last_k`` statement at 10k entries through an ORM session (how recall read
   before), through SQLAlchemy Core, and compiled once and run by ``Database.fetch``
-  (``shared.db.compiled``, what recall does now).
+  (``shared.storage.db.compiled``, what recall does now).
 
     .venv/bin/python -m tests.bench.hot_path
 """
@@ -39,15 +39,15 @@ from contracts.common import Principal
 from contracts.config import MemoryConfig
 from contracts.operations import CONFIG_GET
 from contracts.requests import ConfigGet, ConfigReply
-from shared.access import Caller
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.edge import Edge
-from shared.entries import recall as queries
-from shared.raw_message import as_message, whole_message
-from shared.telemetry import broker_middleware, nats_telemetry_middleware
-from shared.time import utcnow
+from shared.messaging.raw_message import as_message, whole_message
+from shared.observability.telemetry import broker_middleware, nats_telemetry_middleware
+from shared.runtime.time import utcnow
+from shared.security.access import Caller
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.edge import Edge
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES
+from shared.storage.entries import recall as queries
 from tests.bench import measure
 from tests.bench.recall import _copy, _dsn, _rows
 

@@ -27,10 +27,10 @@ from nats.aio.msg import Msg
 from pydantic import SecretStr
 
 from contracts.common import Principal
-from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedded.nats_server import NatsServerProcess
-from shared.process_memory import limit_malloc_arenas
-from shared.settings import EngramSettings
+from shared.runtime.process_memory import limit_malloc_arenas
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TokenService
 from tests.support.servers import nats_server, throwaway_database
 
 __all__ = [
@@ -214,7 +214,7 @@ def run_bench(
 ) -> None:
     """Parse the command line, run ``main(args)`` (a coroutine function, or a plain one) and write
     what it returns with :func:`write_results`. The process caps its malloc arenas first, as
-    `engram up` does (shared/process_memory.py); a bench that starts services in-process settles
+    `engram up` does (shared/runtime/process_memory.py); a bench that starts services in-process settles
     its heap once they are up (``settle_heap``), as `engram up` does after start-up."""
     limit_malloc_arenas()
     args = parser.parse_args()

@@ -39,8 +39,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from services.runtime import running_services
-from shared.process_memory import settle_heap
-from shared.quotas import QuotaSettings
+from shared.runtime.process_memory import settle_heap
+from shared.runtime.quotas import QuotaSettings
 from tests.bench import measure
 from tests.bench.flooder import paced as _paced
 from tests.bench.flooder import recall as _recall

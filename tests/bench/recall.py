@@ -57,19 +57,19 @@ from contracts.subjects import MEMORY_WRITTEN, RECALL
 from services.embed.indexer import index_entries
 from services.recall.service import HYBRID_FETCH
 from services.runtime import running_services
-from shared.db.compiled import Template
-from shared.db.engine import Database
-from shared.embedders.hashing import HashingEmbedder
-from shared.embedders.minilm import MiniLMEmbedder
-from shared.entries import recall as queries
-from shared.lexical import query_weights
-from shared.logging import setup_logging
+from shared.adapters.embedders.hashing import HashingEmbedder
+from shared.adapters.embedders.minilm import MiniLMEmbedder
+from shared.adapters.vectors.qdrant_edge import QdrantEdgeIndex
+from shared.observability.logging import setup_logging
 from shared.ports import Embedder, TenantFilter
-from shared.process_memory import settle_heap
-from shared.provenance import MessageSigner
-from shared.settings import EngramSettings
-from shared.time import utcnow
-from shared.vectors.qdrant_edge import QdrantEdgeIndex
+from shared.runtime.process_memory import settle_heap
+from shared.runtime.settings import EngramSettings
+from shared.runtime.time import utcnow
+from shared.security.provenance import MessageSigner
+from shared.storage.db.compiled import Template
+from shared.storage.db.engine import Database
+from shared.storage.entries import recall as queries
+from shared.text.lexical import query_weights
 from tests.bench import measure
 
 STRATEGIES = ("last_k", "importance", "pack", "semantic", "hybrid")
@@ -291,7 +291,7 @@ async def stage_timings(
     infra_db: Any, index: QdrantEdgeIndex, embedder: Embedder, org: UUID, agent: UUID, cues: Sequence[str]
 ) -> dict[str, Any]:
     """In-process p50/p99 of the pieces each strategy runs (no NATS, no handler): the Postgres
-    queries of ``shared/entries/recall.py`` and the Edge search, with recall's limits."""
+    queries of ``shared/storage/entries/recall.py`` and the Edge search, with recall's limits."""
     vectors = await embedder.embed(list(cues))
     tenant = TenantFilter(org, agent, ("",))
     sample = list(zip(cues, vectors, strict=True))
@@ -561,7 +561,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 }
                 _log(f"HNSW built in {build_s:.1f} s: {stats}")
 
-                # As `engram up` does once start-up is done (shared/process_memory.py): here the
+                # As `engram up` does once start-up is done (shared/runtime/process_memory.py): here the
                 # seeding's rows and vectors are what it would freeze. Left in the collector's
                 # sight they made each full collection stop this process for 120-220 ms during
                 # the timed rows, a pause no service process has.

@@ -34,7 +34,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from contracts.subjects import RECALL
-from shared.time import utcnow
+from shared.runtime.time import utcnow
 from tests.bench import measure
 from tests.bench.recall import TOP_K, _copy, _dsn, _rows
 from tests.support.servers import nats_server

@@ -37,10 +37,10 @@ from sqlalchemy import text
 
 from contracts.operations import EMBED_WRITTEN
 from services.runtime import build_embedder, build_vector_index, edge_store_path, running_services
-from shared.db.engine import Database
+from shared.adapters.vectors.edge_lock import exclusive_edge_store
 from shared.ports import Embedder, VectorPoint
-from shared.process_memory import settle_heap
-from shared.vectors.edge_lock import exclusive_edge_store
+from shared.runtime.process_memory import settle_heap
+from shared.storage.db.engine import Database
 from tests.bench import measure
 from tests.bench.embedder_throughput import make_cues, make_texts
 from tests.bench.write_path import uncapped

@@ -1,6 +1,6 @@
 """What finding a saved entry's supersession candidates costs the save path
 (docs/adr/0103-knowledge-updates.md): the neighbourhood statement
-(:func:`shared.entries.supersession.neighbours`) for a batch of new entries, against one owner
+(:func:`shared.storage.entries.supersession.neighbours`) for a batch of new entries, against one owner
 holding 1k, 10k and 100k current entries, p50/p99 per batch.
 
 The owner's entries are synthetic sentences over the labelled set's vocabulary (the words the
@@ -26,9 +26,9 @@ from uuid import uuid4
 
 import asyncpg
 
-from shared.db.engine import Database
-from shared.entries.supersession import NewText, neighbours
-from shared.time import utcnow
+from shared.runtime.time import utcnow
+from shared.storage.db.engine import Database
+from shared.storage.entries.supersession import NewText, neighbours
 from tests.bench import measure
 from tests.eval.supersession_data import load
 from tests.support.servers import throwaway_database

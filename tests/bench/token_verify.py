@@ -19,9 +19,9 @@ from pathlib import Path
 from uuid import uuid4
 
 from contracts.common import Principal
-from shared.auth import ALL_PERMISSIONS, TokenService, TokenVerifier, generate_secret
-from shared.oidc.issuer import OidcIssuer
-from shared.settings import OidcIssuerSettings
+from shared.runtime.settings import OidcIssuerSettings
+from shared.security.auth import ALL_PERMISSIONS, TokenService, TokenVerifier, generate_secret
+from shared.security.oidc.issuer import OidcIssuer
 from tests.oidc_provider import AUDIENCE, Client, new_key, running_provider
 
 ORG = uuid4()

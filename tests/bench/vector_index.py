@@ -25,10 +25,10 @@ from uuid import UUID, uuid4
 import numpy as np
 from qdrant_client import AsyncQdrantClient
 
+from shared.adapters.vectors._tenancy import tenant_conditions
+from shared.adapters.vectors.qdrant_edge import QdrantEdgeIndex
+from shared.adapters.vectors.qdrant_server import QdrantServerIndex
 from shared.ports import TenantFilter, VectorHit, VectorIndex, VectorPoint
-from shared.vectors._tenancy import tenant_conditions
-from shared.vectors.qdrant_edge import QdrantEdgeIndex
-from shared.vectors.qdrant_server import QdrantServerIndex
 
 Search = Callable[[list[float]], Awaitable[list[VectorHit]]]
 Row = tuple[str, int, str, int, float, float, str]
@@ -226,7 +226,7 @@ async def main(args: argparse.Namespace) -> str:
     import warnings
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
-    logging.getLogger("shared.vectors").setLevel(logging.INFO)  # the build's timings, on stderr
+    logging.getLogger("shared.adapters.vectors").setLevel(logging.INFO)  # the build's timings, on stderr
     warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local Qdrant")
     warnings.filterwarnings("ignore", message="Local mode is not recommended")
     rows: list[Row] = []

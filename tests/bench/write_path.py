@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from services.runtime import running_services
-from shared.process_memory import settle_heap
+from shared.runtime.process_memory import settle_heap
 from tests.bench import measure
 from tests.platform import session_payload
 
@@ -170,7 +170,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, Any] = {"machine": measure.machine()}
         results["yardstick"] = await yardstick(nc, args.rtt_samples)
         async with running_services(stack.settings):
-            settle_heap()  # start-up is done, as `engram up` settles it (shared/process_memory.py)
+            settle_heap()  # start-up is done, as `engram up` settles it (shared/runtime/process_memory.py)
             org, agent = uuid4(), uuid4()
             token = measure.bench_token(org, "service:b")
             await uncapped(nc, token, agent, timeout=5)

@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from shared.db.engine import migrate
 from shared.embedded.nats_server import free_port, port_in_use
 from shared.embedded.postgres import EmbeddedPostgres
-from shared.nats_auth.keys import new_user_seed, public_key_of
-from shared.nats_auth.permissions import (
+from shared.security.nats_auth.keys import new_user_seed, public_key_of
+from shared.security.nats_auth.permissions import (
     EDGE_VECTOR_PROCESS,
     GATEWAY,
     Grant,
@@ -37,7 +36,8 @@ from shared.nats_auth.permissions import (
     process_name,
     process_permissions,
 )
-from shared.nats_auth.render import NatsUser, render_authorization
+from shared.security.nats_auth.render import NatsUser, render_authorization
+from shared.storage.db.engine import migrate
 from tests.platform import until_nothing_missing
 from tests.support.nats_cluster import NatsCluster
 from tests.support.previous_release import previous_command

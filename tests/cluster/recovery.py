@@ -12,9 +12,9 @@ from uuid import UUID
 
 from sqlmodel import col, select
 
-from shared.db.engine import Database
-from shared.db.models import AuditRecord
-from shared.nats_auth.permissions import GATEWAY
+from shared.security.nats_auth.permissions import GATEWAY
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AuditRecord
 from tests.cluster.harness import Cluster
 from tests.cluster.workload import Outcome, Publish, Workload
 

@@ -39,11 +39,11 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
 from contracts.common import Principal
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import MemoryEntry
-from shared.nats_auth.permissions import GATEWAY
-from shared.policy import normalize
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.security.nats_auth.permissions import GATEWAY
+from shared.storage.db.engine import Database
+from shared.storage.db.models import MemoryEntry
+from shared.text.policy import normalize
 from tests.cluster.harness import (
     PLATFORM_INBOX,
     READINESS_LOOK_S,

@@ -11,7 +11,7 @@ from schemathesis.generation import GenerationMode
 @schemathesis.hook
 def filter_case(context: schemathesis.HookContext, case: schemathesis.Case) -> bool:
     """A page token is valid only as a previous page issued it: signed, bound to the caller, the
-    query and an expiry (shared/page_tokens.py). The document states its grammar; no token made
+    query and an expiry (shared/security/page_tokens.py). The document states its grammar; no token made
     up from it can be valid, so the cases that claim to be valid carry none (those meant to be
     refused still do)."""
     positive = case.meta is not None and case.meta.generation.mode == GenerationMode.POSITIVE

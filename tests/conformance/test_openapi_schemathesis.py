@@ -20,8 +20,8 @@ import pytest
 
 from contracts.common import Principal
 from services.gateway.openapi import OPENAPI_FILE
-from shared.auth import ALL_PERMISSIONS, TENANT_ADMIN, TokenService
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TENANT_ADMIN, TokenService
 
 pytestmark = pytest.mark.integration
 

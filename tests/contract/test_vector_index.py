@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 from qdrant_client import AsyncQdrantClient, models
 
 from contracts.errors import EmbeddingDimensionMismatch, VectorUnavailable
+from shared.adapters.vectors._tenancy import KEYWORD_FIELDS, payload_of, tenant_conditions
+from shared.adapters.vectors.qdrant_edge import QdrantEdgeIndex
+from shared.adapters.vectors.qdrant_server import QdrantServerIndex
 from shared.ports import TenantFilter, VectorHit, VectorIndex, VectorPoint
-from shared.vectors._tenancy import KEYWORD_FIELDS, payload_of, tenant_conditions
-from shared.vectors.qdrant_edge import QdrantEdgeIndex
-from shared.vectors.qdrant_server import QdrantServerIndex
 from tests.platform import eventually
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant")

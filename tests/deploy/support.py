@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from services.cli.main import app
 from services.runtime import SERVICES
-from shared.nats_auth.permissions import GATEWAY
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.nats_auth.permissions import GATEWAY
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"

@@ -16,8 +16,8 @@ import yaml
 from compose_spec import PyCompose
 
 from shared.embedded.nats_server import find_nats_server
-from shared.nats_auth.infra import INFRA_AUTH_FILE, seed_variable
-from shared.nats_auth.permissions import GATEWAY, process_name
+from shared.security.nats_auth.infra import INFRA_AUTH_FILE, seed_variable
+from shared.security.nats_auth.permissions import GATEWAY, process_name
 from tests.deploy.support import (
     DEPLOYED,
     GATEWAY_ENV,

@@ -12,9 +12,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from shared.nats_auth.keys import new_user_seed
-from shared.nats_auth.permissions import GATEWAY
-from shared.quotas import QuotaSettings
+from shared.runtime.quotas import QuotaSettings
+from shared.security.nats_auth.keys import new_user_seed
+from shared.security.nats_auth.permissions import GATEWAY
 from tests.deploy.support import DEPLOYED, GATEWAY_ENV, INFRA, NEED_VECTOR_SERVER, REQUIRED_ENV, SETTINGS_ENV
 
 CHART = INFRA / "helm" / "engram"

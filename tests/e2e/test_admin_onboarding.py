@@ -18,10 +18,10 @@ from uuid import uuid4
 import pytest
 
 from contracts.common import Principal
-from shared.auth import TENANT_ADMIN, TokenService
 from shared.embedded.nats_server import NatsServerProcess
-from shared.infra import Infra
-from shared.settings import EngramSettings, OidcIssuerSettings
+from shared.runtime.settings import EngramSettings, OidcIssuerSettings
+from shared.security.auth import TENANT_ADMIN, TokenService
+from shared.service.infra import Infra
 from tests.oidc_provider import AUDIENCE, Client, OidcProvider, running_provider
 from tests.platform import eventually
 from tests.support.servers import SecuredNatsServer

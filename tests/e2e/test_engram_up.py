@@ -24,8 +24,8 @@ from contracts.common import Principal
 from contracts.config import MemoryConfig
 from contracts.connection import ConnectionInfo
 from services.cli.main import app
-from shared.auth import TokenService
 from shared.embedded.stack import load_dev_identity
+from shared.security.auth import TokenService
 from tests.engram_up import (
     START_TIMEOUT_S,
     EngramUp,

@@ -69,12 +69,12 @@ from services.recall.ranking import NEIGHBOUR_REACH, Ranked, fuse_convex, fuse_h
 from services.recall.service import HYBRID_FETCH, best_allowed
 from services.recall.time_grounding import Period, cue_periods, grounded
 from services.runtime import build_embedder, build_vector_index, running_services
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.entries import recall as queries
-from shared.lexical import query_weights, term_index
-from shared.settings import EngramSettings
-from shared.time import utcnow
+from shared.runtime.settings import EngramSettings
+from shared.runtime.time import utcnow
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.storage.db.engine import Database
+from shared.storage.entries import recall as queries
+from shared.text.lexical import query_weights, term_index
 from tests.eval.locomo import (
     CATEGORY_NAMES,
     KID,

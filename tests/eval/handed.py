@@ -45,8 +45,8 @@ from contracts.common import Principal
 from contracts.subjects import CONFIG_PUT, RECALL
 from services.cli.demo_data import demo_sessions
 from services.runtime import build_embedder, running_services
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TokenService
 from tests.eval.locomo import EvalError, _call, embedder_unavailable, wait_indexed
 from tests.platform import publish_session
 from tests.support.servers import nats_server, throwaway_database

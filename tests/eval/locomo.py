@@ -76,8 +76,8 @@ from pydantic import SecretStr
 from contracts.common import Principal
 from contracts.subjects import CONFIG_PUT, MEMORY_SAVE, RECALL
 from services.runtime import running_services
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TokenService
 from tests.platform import request
 from tests.support.servers import nats_server, throwaway_database
 
@@ -201,7 +201,7 @@ def embedder_unavailable(name: str) -> str | None:
     """Why ``name`` cannot run here, or None (all-MiniLM-L6-v2 runs in onnxruntime: no torch needed)."""
     if name != "all-MiniLM-L6-v2":
         return None
-    from shared.embedders.model_files import ModelFilesError, model_dir
+    from shared.adapters.embedders.model_files import ModelFilesError, model_dir
 
     try:
         model_dir()

@@ -5,7 +5,7 @@ The labelled set is ``tests/eval/data/supersession.jsonl`` (:mod:`tests.eval.sup
 240 update pairs and 240 non-update look-alikes, from templates).
 
 - **Offline rules** (no model, no servers): supersession precision and recall of
-  :func:`shared.supersession.judge_pair` over every pair, and per category.
+  :func:`shared.text.supersession.judge_pair` over every pair, and per category.
 - **Through the write path** (a fresh stack: a nats-server from the wheel, a throwaway Postgres
   database, every service in-process): each pair gets an owner of its own (an end user) in one
   agent config; the old text is saved (``engram.memory.save``, ``wait: true``), then the new one;
@@ -45,10 +45,10 @@ from pydantic import SecretStr
 from contracts.common import Principal
 from contracts.subjects import CONFIG_PUT, MEMORY_SAVE, RECALL
 from services.runtime import running_services
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.judges import OpenAICompatJudge
-from shared.settings import EngramSettings
-from shared.supersession import judge_pair, maybe_related
+from shared.adapters.judges import OpenAICompatJudge
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.text.supersession import judge_pair, maybe_related
 from tests.eval.handed import pick_embedder
 from tests.eval.locomo import EvalError, _call, wait_indexed
 from tests.eval.supersession_data import Pair, load

@@ -21,9 +21,9 @@ from nats.aio.client import Client
 from pydantic import SecretStr
 
 from services.runtime import running_services
-from shared.db.engine import Database
 from shared.embedded.nats_server import NatsServerProcess, free_port
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.storage.db.engine import Database
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.faults.workload import (
     audit_count,

@@ -35,7 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from contracts.connection import ConnectionInfo
-from shared.db.engine import Database
+from shared.storage.db.engine import Database
 from tests.engram_up import EngramUp, stack_dir
 from tests.faults.workload import (
     audit_count,

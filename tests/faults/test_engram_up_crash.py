@@ -29,7 +29,7 @@ from nats.aio.client import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.connection import ConnectionInfo
-from shared.db.engine import Database
+from shared.storage.db.engine import Database
 from tests.engram_up import EngramUp, alive, postmaster_pid, stack_dir
 from tests.faults.workload import (
     audit_count,

@@ -19,9 +19,9 @@ from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 
 from services.runtime import running_services
-from shared.db.engine import Database
 from shared.embedded.nats_server import NatsServerProcess
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.storage.db.engine import Database
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.faults.proxy import SlowLink
 from tests.faults.workload import (

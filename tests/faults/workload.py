@@ -18,12 +18,12 @@ from sqlalchemy import func, select, text
 
 from contracts.events import SessionEnded
 from contracts.subjects import MEMORY_WRITTEN
-from shared import audit
-from shared.config_store import put_config
-from shared.db.engine import Database
-from shared.db.models import AuditRecord, MemoryEntry
-from shared.distillers.builtin import distill_session
-from shared.policy import normalize
+from shared.adapters.distillers.builtin import distill_session
+from shared.storage import audit
+from shared.storage.config_store import put_config
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AuditRecord, MemoryEntry
+from shared.text.policy import normalize
 from tests.platform import publish_session, session_payload
 
 __all__ = [

@@ -12,9 +12,9 @@ from typing import Any, Protocol
 import pytest
 
 from services.distill.summary import summarize_trace
-from shared.distillers.openai_compat import OpenAICompatDistiller
-from shared.embedders import OpenAICompatEmbedder
-from shared.resilience import CircuitBreaker
+from shared.adapters.distillers.openai_compat import OpenAICompatDistiller
+from shared.adapters.embedders import OpenAICompatEmbedder
+from shared.runtime.resilience import CircuitBreaker
 from tests.factories import make_session
 
 __all__ = ["ADAPTERS", "DISTILLER", "EMBEDDER", "Adapter", "Closing", "closing"]

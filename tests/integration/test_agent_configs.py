@@ -11,7 +11,7 @@ from uuid import UUID, uuid4
 import pytest
 from nats.aio.client import Client
 
-from shared.infra import Infra
+from shared.service.infra import Infra
 from tests.platform import request
 
 pytestmark = pytest.mark.integration

@@ -8,8 +8,8 @@ from uuid import UUID
 
 import pytest
 
-from shared import audit
-from shared.db.engine import Database
+from shared.storage import audit
+from shared.storage.db.engine import Database
 
 pytestmark = pytest.mark.integration
 

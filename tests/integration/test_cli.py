@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 from contracts.common import SYSTEM_ORG
 from services.cli.main import app
 from shared.embedded.nats_server import NatsServerProcess
-from shared.infra import Infra
+from shared.service.infra import Infra
 from tests.engram_up import ENGRAM, clean_env
 from tests.platform import eventually, publish_session, request, session_payload
 

@@ -13,11 +13,11 @@ from contracts.client import EngramClient
 from contracts.common import Principal
 from contracts.errors import Forbidden, InvalidRequest, Unauthenticated
 from contracts.requests import SaveEntry, SaveOutcome
-from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedded.nats_server import NatsServerProcess
-from shared.infra import Infra
-from shared.nats_auth.store import Identity
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.security.nats_auth.store import Identity
+from shared.service.infra import Infra
 from tests.platform import eventually, session_payload
 from tests.support.servers import SecuredNatsServer
 

@@ -25,9 +25,9 @@ from engram_client.contracts.requests import SaveOutcome
 from pydantic import ValidationError
 
 from services.gateway.openapi import OPENAPI_FILE
-from shared.auth import TokenService
-from shared.infra import Infra
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import TokenService
+from shared.service.infra import Infra
 from tests.platform import session_payload
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Recall's reads as compiled statements (``shared.db.compiled``, ``Database.fetch``): a template
+"""Recall's reads as compiled statements (``shared.storage.db.compiled``, ``Database.fetch``): a template
 run with one call's values finds exactly what the same query built with those values finds, over
 random scopes of every shape — so the tenancy predicate means the same in both forms — and the
 hot pool survives Postgres cutting its connections."""
@@ -16,12 +16,12 @@ import pytest
 from sqlalchemy import func, insert, select, text
 
 from contracts.recall import RecallFilters
-from shared.db.compiled import Compiled, Template
-from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.entries import recall as queries
-from shared.time import utcnow
-from shared.wire import dependency_down
+from shared.messaging.wire import dependency_down
+from shared.runtime.time import utcnow
+from shared.storage.db.compiled import Compiled, Template
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES
+from shared.storage.entries import recall as queries
 
 pytestmark = pytest.mark.integration
 

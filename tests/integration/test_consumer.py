@@ -1,4 +1,4 @@
-"""The JetStream batch helper (``shared.consumer``) on a real durable: bad input is dead-lettered
+"""The JetStream batch helper (``shared.service.consumer``) on a real durable: bad input is dead-lettered
 and acked once, an outage naks with backoff and the redelivery takes effect once, a batch that
 fails after acking part of itself naks only the rest, and a message that fails on its own is
 isolated from its batch and dead-lettered after ``max_deliver`` deliveries. The outages are real
@@ -22,14 +22,14 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import func, select
 
 from contracts.subjects import dead_letter_subject
-from shared import audit
-from shared.consumer import Batch, BatchHandler, consume
-from shared.db.engine import Database
-from shared.db.models import INBOX, AuditRecord
-from shared.deadletter import Rejection, dead_letter_all, delivery_key
 from shared.embedded.nats_server import free_port
-from shared.infra import Infra
-from shared.outbox import claim_inbox
+from shared.service.consumer import Batch, BatchHandler, consume
+from shared.service.infra import Infra
+from shared.storage import audit
+from shared.storage.db.engine import Database
+from shared.storage.db.models import INBOX, AuditRecord
+from shared.storage.deadletter import Rejection, dead_letter_all, delivery_key
+from shared.storage.outbox import claim_inbox
 from tests.platform import eventually
 
 pytestmark = pytest.mark.integration

@@ -11,9 +11,9 @@ import pytest
 import redis.asyncio as redis_asyncio
 from nats.aio.client import Client
 
-from shared.cache import CueVectorCache
-from shared.embedders.hashing import HashingEmbedder
-from shared.infra import Infra
+from shared.adapters.embedders.hashing import HashingEmbedder
+from shared.service.infra import Infra
+from shared.storage.cache import CueVectorCache
 from tests.conftest import TEST_REDIS_URL
 from tests.platform import eventually, request
 

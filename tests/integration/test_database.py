@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from shared.db.engine import Database
+from shared.storage.db.engine import Database
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from sqlalchemy import select
 
 from contracts.common import Principal
-from shared import audit
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import AuditRecord
-from shared.infra import Infra
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.infra import Infra
+from shared.storage import audit
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AuditRecord
 from tests.platform import eventually, publish_session, session_payload
 
 pytestmark = pytest.mark.integration

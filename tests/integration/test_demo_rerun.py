@@ -13,11 +13,11 @@ from rich.console import Console
 
 from contracts.common import Principal
 from services.cli.demo import run_demo
-from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedded.stack import DevIdentity
-from shared.infra import Infra
-from shared.nats_auth.store import Identity
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.security.nats_auth.store import Identity
+from shared.service.infra import Infra
 from tests.conftest import TEST_KID, TEST_SECRET, nats_options
 from tests.platform import eventually, publish_session, request, session_payload
 

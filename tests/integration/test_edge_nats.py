@@ -28,9 +28,9 @@ from opentelemetry.trace import SpanKind
 from contracts.config import MemoryConfig
 from contracts.operations import CONFIG_GET
 from contracts.requests import ConfigGet, ConfigReply
-from shared.access import Caller
-from shared.auth import TokenService
-from shared.edge import Edge, Handler, Observer
+from shared.security.access import Caller
+from shared.security.auth import TokenService
+from shared.service.edge import Edge, Handler, Observer
 from tests.platform import eventually
 from tests.support.servers import nats_server
 

@@ -17,12 +17,12 @@ from contracts.config import MemoryConfig
 from contracts.events import MemoryWritten
 from services.distill.save_path import Draft, SaveContext, save_entries
 from services.embed.router import EmbedPipeline
-from shared.consumer import Batch
-from shared.db.engine import Database
-from shared.db.models import MemoryEntry
-from shared.embedders.hashing import HashingEmbedder
-from shared.infra import Infra
-from shared.vectors.qdrant_edge import QdrantEdgeIndex
+from shared.adapters.embedders.hashing import HashingEmbedder
+from shared.adapters.vectors.qdrant_edge import QdrantEdgeIndex
+from shared.service.consumer import Batch
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import MemoryEntry
 
 pytestmark = pytest.mark.integration
 

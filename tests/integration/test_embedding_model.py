@@ -21,11 +21,11 @@ from sqlalchemy import select
 from services.embed.indexer import index_entries
 from services.reindex import reindex_all
 from services.runtime import build_embedder, build_vector_index, running_services
-from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.embedders import HashingEmbedder, MiniLMEmbedder
-from shared.settings import EngramSettings
-from shared.vectors.coverage import ForeignVectors, VectorCoverage, foreign_vectors
+from shared.adapters.embedders import HashingEmbedder, MiniLMEmbedder
+from shared.adapters.vectors.coverage import ForeignVectors, VectorCoverage, foreign_vectors
+from shared.runtime.settings import EngramSettings
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES
 from tests.platform import eventually, request
 from tests.support.servers import throwaway_database
 

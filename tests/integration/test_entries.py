@@ -1,4 +1,4 @@
-"""The memory-entry table's gateway (``shared.entries``) against real Postgres: the tenancy
+"""The memory-entry table's gateway (``shared.storage.entries``) against real Postgres: the tenancy
 predicate every reader starts from, and writes that commit with their ``memory.written`` events."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from uuid import UUID, uuid4
 import pytest
 from sqlalchemy import select
 
-from shared.db.engine import Database
-from shared.db.models import ENTRIES, OUTBOX
-from shared.entries import EntryStore, NewEntry, in_scope
-from shared.policy import fingerprint
-from shared.time import utcnow
+from shared.runtime.time import utcnow
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES, OUTBOX
+from shared.storage.entries import EntryStore, NewEntry, in_scope
+from shared.text.policy import fingerprint
 
 pytestmark = pytest.mark.integration
 

@@ -22,10 +22,10 @@ from contracts.common import Principal
 from contracts.config import MemoryConfig
 from contracts.operations import CONFIG_GET
 from contracts.requests import ConfigGet, ConfigReply
-from shared.access import Caller
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.edge import Edge, FairQueue
-from shared.quotas import Quotas, QuotaSettings
+from shared.runtime.quotas import Quotas, QuotaSettings
+from shared.security.access import Caller
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.edge import Edge, FairQueue
 from tests.conftest import TEST_REDIS_URL
 from tests.platform import eventually
 from tests.support.servers import nats_server

@@ -10,10 +10,10 @@ from nats.aio.client import Client
 from sqlalchemy import select, text
 
 from contracts.common import Principal
-from shared.auth import TokenService
-from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.infra import Infra
+from shared.security.auth import TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES
 from tests.platform import eventually, request
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ from pydantic import SecretStr
 from contracts.operations import OPERATIONS
 from services.gateway.server import running_gateway
 from services.runtime import running_services
-from shared.nats_auth.permissions import SERVICES
-from shared.settings import EngramSettings
-from shared.wire import MAX_REQUEST_BYTES
+from shared.messaging.wire import MAX_REQUEST_BYTES
+from shared.runtime.settings import EngramSettings
+from shared.security.nats_auth.permissions import SERVICES
 from tests.platform import eventually, session_payload
 from tests.support.servers import secured_nats_server
 

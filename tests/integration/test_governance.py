@@ -14,10 +14,10 @@ from sqlalchemy import func, select, text, update
 
 from contracts.common import Principal
 from services.governance_audit.retention import RetentionSweeper
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import ENTRIES, ERASURES
-from shared.infra import Infra
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES, ERASURES
 from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = pytest.mark.integration

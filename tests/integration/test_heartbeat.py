@@ -12,9 +12,9 @@ from nats.aio.client import Client
 from pydantic import SecretStr
 
 from services.runtime import running_services
-from shared.db.engine import Database
-from shared.distillers.openai_compat import OpenAICompatDistiller
-from shared.settings import EngramSettings
+from shared.adapters.distillers.openai_compat import OpenAICompatDistiller
+from shared.runtime.settings import EngramSettings
+from shared.storage.db.engine import Database
 from tests.faults.workload import audit_count
 from tests.platform import eventually, publish_session, session_payload
 from tests.support.fake_openai import FakeOpenAI

@@ -15,10 +15,10 @@ from nats.aio.client import Client
 from sqlalchemy import func, select
 
 from contracts.subjects import MEMORY_SAVE_ACCEPTED
-from shared import audit
-from shared.db.engine import Database
-from shared.db.models import ENTRIES, AuditRecord
-from shared.infra import Infra
+from shared.service.infra import Infra
+from shared.storage import audit
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES, AuditRecord
 from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = pytest.mark.integration

@@ -12,12 +12,12 @@ from sqlalchemy import select
 from contracts.common import Principal
 from contracts.config import MemoryConfig, merge_config
 from services.distill.save_path import Draft, SaveContext, SaveResult, save_entries
-from shared.db.engine import Database
-from shared.db.models import AuditRecord, MemoryEntry
-from shared.entries import with_ids
-from shared.erasure import erase
-from shared.judges import OpenAICompatJudge
+from shared.adapters.judges import OpenAICompatJudge
 from shared.ports import SupersessionJudge
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AuditRecord, MemoryEntry
+from shared.storage.entries import with_ids
+from shared.storage.erasure import erase
 from tests.support.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.integration

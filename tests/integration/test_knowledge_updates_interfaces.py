@@ -14,8 +14,8 @@ import pytest
 from nats.aio.client import Client as Nats
 
 from services.mcp import Caller
-from shared.auth import TokenService
-from shared.infra import Infra
+from shared.security.auth import TokenService
+from shared.service.infra import Infra
 from tests.mcp_clients import in_process, ok
 from tests.platform import eventually, request
 from tests.security.support import mint

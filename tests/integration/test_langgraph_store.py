@@ -22,11 +22,11 @@ from sqlalchemy import select
 from contracts.client import EngramClient
 from contracts.governance import EntryView
 from contracts.langgraph_store import WITHHELD, EngramStore
-from shared.auth import TokenService
-from shared.db.engine import Database
-from shared.db.models import AUDIT_LOG
-from shared.infra import Infra
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AUDIT_LOG
 from tests.integration.test_readme import python_block
 from tests.security.support import mint
 from tests.support.servers import SecuredNatsServer

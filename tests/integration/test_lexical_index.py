@@ -1,4 +1,4 @@
-"""hybrid's lexical leg as sparse vectors in the vector store (shared/lexical.py): its rankings
+"""hybrid's lexical leg as sparse vectors in the vector store (shared/text/lexical.py): its rankings
 equal the Postgres Okapi BM25 leg's (``queries.lexical_scores``) up to ties, its tenant filter is
 the dense leg's, and the per-owner term statistics Postgres keeps by trigger always equal a
 recount of the entries — through inserts, supersedes, owner moves and erasures."""
@@ -17,14 +17,14 @@ import pytest
 from sqlalchemy import delete, insert, text, update
 
 from services.embed.indexer import index_entries
-from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.embedders import HashingEmbedder
-from shared.entries import recall as queries
-from shared.lexical import query_weights
+from shared.adapters.embedders import HashingEmbedder
+from shared.adapters.vectors.qdrant_edge import QdrantEdgeIndex
 from shared.ports import TenantFilter
-from shared.time import utcnow
-from shared.vectors.qdrant_edge import QdrantEdgeIndex
+from shared.runtime.time import utcnow
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES
+from shared.storage.entries import recall as queries
+from shared.text.lexical import query_weights
 
 pytestmark = pytest.mark.integration
 

@@ -18,11 +18,11 @@ from prometheus_client import REGISTRY
 from contracts.operations import OPERATIONS, by_mcp_tool
 from services.mcp import Caller
 from services.mcp.catalog import TOOLS
-from shared.auth import ALL_PERMISSIONS, TokenService
 from shared.embedded.nats_server import NatsServerProcess
-from shared.infra import Infra
-from shared.memory_block import BLOCK_CLOSE, BLOCK_OPEN
-from shared.nats_auth.keys import new_user_seed
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.security.nats_auth.keys import new_user_seed
+from shared.service.infra import Infra
+from shared.text.memory_block import BLOCK_CLOSE, BLOCK_OPEN
 from tests.mcp_clients import ENGRAM, code_of, connection_file, error_of, in_process, ok, over_stdio, text_of
 from tests.platform import eventually
 from tests.security.support import mint

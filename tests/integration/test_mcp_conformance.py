@@ -28,9 +28,9 @@ from mcp.types import CallToolResult, TextContent
 
 from services.mcp import Caller
 from services.mcp.catalog import TOOLS
-from shared.auth import TokenService
 from shared.embedded.nats_server import NatsServerProcess
-from shared.infra import Infra
+from shared.security.auth import TokenService
+from shared.service.infra import Infra
 from tests.integration.test_mcp import RW
 from tests.mcp_clients import code_of, connection_file, ok, over_http, over_stdio, text_of
 from tests.security.support import mint

@@ -20,8 +20,8 @@ from starlette.routing import Route
 
 from services.mcp import Caller, streamable_http_app
 from services.mcp.catalog import TOOLS
-from shared.auth import TokenService
-from shared.infra import Infra
+from shared.security.auth import TokenService
+from shared.service.infra import Infra
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.integration.test_mcp import RW
 from tests.mcp_clients import error_of, ok, over_http, serving

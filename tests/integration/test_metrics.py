@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.subjects import SESSION_VALIDATED
 from services.runtime import SERVICES
 from shared.embedded.nats_server import free_port
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
 from tests.platform import eventually, publish_session, request, session_payload
 from tests.support.servers import SecuredNatsServer
 

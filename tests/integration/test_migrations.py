@@ -15,13 +15,13 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import Row, select, text
 
-from shared.db.engine import Database, known_revision, migrate
-from shared.db.models import ENTRIES
+from shared.storage.db.engine import Database, known_revision, migrate
+from shared.storage.db.models import ENTRIES
 from tests.support.servers import throwaway_database
 
 pytestmark = pytest.mark.integration
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "shared" / "db" / "migrations"
+MIGRATIONS = Path(__file__).resolve().parents[2] / "shared" / "storage" / "db" / "migrations"
 
 
 #: A memory entry as the first schema's code wrote it (its columns, nothing added since).

@@ -1,4 +1,4 @@
-"""The torch reference of all-MiniLM-L6-v2 (shared/embedders/minilm_torch.py), from the same
+"""The torch reference of all-MiniLM-L6-v2 (shared/adapters/embedders/minilm_torch.py), from the same
 packaged weights, offline.
 
 Needs the ``local-model`` extra (torch, sentence-transformers); skipped without it. Loading the
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
+from shared.adapters.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
 from tests.unit.embedder_suite import DEPLOY_FAILURE, RELATED, UNRELATED, EmbedderSuite, cosine
 
 _MISSING = missing_dependencies()

@@ -13,12 +13,12 @@ from nats.aio.client import Client
 from sqlalchemy import select
 
 from services.runtime import running_services
-from shared.db.engine import Database
-from shared.db.models import AuditRecord, MemoryEntry
-from shared.distillers.openai_compat import OpenAICompatDistiller
-from shared.infra import Infra
-from shared.resilience import CircuitBreaker
-from shared.settings import EngramSettings
+from shared.adapters.distillers.openai_compat import OpenAICompatDistiller
+from shared.runtime.resilience import CircuitBreaker
+from shared.runtime.settings import EngramSettings
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AuditRecord, MemoryEntry
 from tests.platform import eventually, publish_session, session_payload
 from tests.support.fake_openai import FakeOpenAI
 

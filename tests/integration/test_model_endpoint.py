@@ -1,5 +1,5 @@
 """What both OpenAI-compatible adapters (distiller and embedder) owe their callers when the endpoint
-misbehaves, through ``shared.guarded_http.ModelEndpoint``, against a real HTTP server speaking the
+misbehaves, through ``shared.adapters.guarded_http.ModelEndpoint``, against a real HTTP server speaking the
 protocol (FakeOpenAI): retries with backoff for what may pass (5xx, 429, timeouts, refused
 connections), one request for what will not (4xx, an unreadable answer), a breaker that opens and
 recovers, and a shared HTTP client left open. Every test runs once per adapter.
@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from contracts.errors import Unavailable
-from shared.resilience import CircuitBreaker
+from shared.runtime.resilience import CircuitBreaker
 from tests.integration.openai_adapters import ADAPTERS, Adapter, Closing, closing
 from tests.platform import eventually
 from tests.support import FakeOpenAI

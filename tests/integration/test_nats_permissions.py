@@ -39,13 +39,13 @@ from sqlalchemy import func, select
 from contracts import subjects
 from contracts.operations import JETSTREAMS as STREAMS
 from services.runtime import SERVICES, build_embedder, build_vector_index, running_services
-from shared.db.engine import Database
-from shared.db.models import ENTRIES, OUTBOX
 from shared.embedded.nats_server import NatsServerProcess, find_nats_server, free_port, port_in_use
-from shared.nats_auth.infra import INFRA_AUTH_FILE, INFRA_USERS, nkey_variable
-from shared.nats_auth.keys import new_user_seed, public_key_of
-from shared.nats_auth.permissions import PUBLIC_REQUESTS
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.nats_auth.infra import INFRA_AUTH_FILE, INFRA_USERS, nkey_variable
+from shared.security.nats_auth.keys import new_user_seed, public_key_of
+from shared.security.nats_auth.permissions import PUBLIC_REQUESTS
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES, OUTBOX
 from tests.nats_probe import Probe, cannot_connect
 from tests.platform import eventually, publish_session, request, session_payload
 
@@ -237,7 +237,7 @@ def _service_case(name: str, pub: list[str], sub: Sequence[tuple[str, str | None
         f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.engram.dlq.session"
         for stream, durable, _ in CONSUMERS[name]
     ] + [f"$JS.API.CONSUMER.CREATE.{stream}.sneaky.{filt}" for stream, _, filt in CONSUMERS[name]]
-    liveness = f"engram.health.{name}"  # shared/liveness.py: in its own queue group only
+    liveness = f"engram.health.{name}"  # shared/observability/liveness.py: in its own queue group only
     return UserCase(
         allowed_pub=[*pub, *RELAY, *ENSURE_STREAMS, *own],
         allowed_sub=[

@@ -19,10 +19,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from contracts.errors import Unauthenticated
-from shared.auth import TokenService, TokenVerifier
-from shared.oidc.issuer import OidcIssuer
-from shared.oidc.keys import KeySet, parse_keys
-from shared.settings import OidcIssuerSettings
+from shared.runtime.settings import OidcIssuerSettings
+from shared.security.auth import TokenService, TokenVerifier
+from shared.security.oidc.issuer import OidcIssuer
+from shared.security.oidc.keys import KeySet, parse_keys
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.oidc_provider import AUDIENCE, Client, OidcProvider, new_key, running_provider
 

@@ -16,7 +16,7 @@ import pytest
 
 from contracts.events import SessionEnded
 from services.distill.summary import summarize_trace
-from shared.distillers.openai_compat import OpenAICompatDistiller
+from shared.adapters.distillers.openai_compat import OpenAICompatDistiller
 from shared.ports import Distiller, Lesson
 from tests.factories import make_call, make_session, make_turn
 from tests.integration.openai_adapters import DISTILLER, Closing, closing

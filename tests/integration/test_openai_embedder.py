@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from contracts.errors import EmbeddingDimensionMismatch, ErrorCode
-from shared.embedders import HashingEmbedder, OpenAICompatEmbedder
-from shared.resilience import CircuitBreaker
+from shared.adapters.embedders import HashingEmbedder, OpenAICompatEmbedder
+from shared.runtime.resilience import CircuitBreaker
 from tests.integration.openai_adapters import EMBEDDER, Closing, closing
 from tests.support import FakeOpenAI
 from tests.unit.embedder_suite import EmbedderSuite

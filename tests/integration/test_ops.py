@@ -17,9 +17,9 @@ from nats.aio.client import Client
 
 from contracts.common import SYSTEM_ORG, Principal
 from contracts.subjects import OPS_DEAD_LETTERS, OPS_LAG
-from shared.auth import ALL_PERMISSIONS, OPERATOR, TokenService
 from shared.embedded.stack import DevIdentity
-from shared.infra import Infra
+from shared.security.auth import ALL_PERMISSIONS, OPERATOR, TokenService
+from shared.service.infra import Infra
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.platform import eventually, publish_session, request, session_payload
 

@@ -16,11 +16,11 @@ from sqlalchemy import func, select, text
 
 from contracts.events import DeadLetter
 from contracts.subjects import dead_letter_subject
-from shared.bus import ensure_streams
-from shared.db.engine import Database
-from shared.db.models import OUTBOX
-from shared.outbox import OutboxRelay, enqueue
-from shared.provenance import MessageSigner
+from shared.messaging.bus import ensure_streams
+from shared.security.provenance import MessageSigner
+from shared.storage.db.engine import Database
+from shared.storage.db.models import OUTBOX
+from shared.storage.outbox import OutboxRelay, enqueue
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.platform import eventually
 

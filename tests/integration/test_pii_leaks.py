@@ -12,7 +12,7 @@ for every raw value:
   every file the Qdrant Edge store keeps on disk;
 - every message (data and headers) of ``ENGRAM_MEMORY``, ``ENGRAM_AUDIT``, ``ENGRAM_DLQ`` and ``ENGRAM_FEED``;
 - the cue-vector cache in Redis, when it runs;
-- every log record at DEBUG (``caplog``) and every line of the JSON handler ``shared.logging``
+- every log record at DEBUG (``caplog``) and every line of the JSON handler ``shared.observability.logging``
   installs.
 
 ``ENGRAM_SESSIONS`` is excluded: it *is* the raw input (``session.ended``, ``session.validated``,
@@ -42,12 +42,12 @@ from nats.js.errors import NotFoundError
 from sqlalchemy import text
 
 from services.runtime import build_embedder, build_vector_index, running_services
-from shared.db.engine import Database
-from shared.infra import Infra
-from shared.logging import NOISY_LOGGERS, JsonFormatter, setup_logging
+from shared.adapters.vectors._tenancy import payload_of
+from shared.observability.logging import NOISY_LOGGERS, JsonFormatter, setup_logging
 from shared.ports import TenantFilter, VectorHit, VectorIndex, VectorPoint
-from shared.settings import EngramSettings
-from shared.vectors._tenancy import payload_of
+from shared.runtime.settings import EngramSettings
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
 from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = pytest.mark.integration
@@ -232,7 +232,7 @@ async def engram(settings: EngramSettings, vectors: RecordingIndex) -> AsyncIter
 
 @dataclass
 class JsonLogs:
-    """The handler ``shared.logging`` installs, writing JSON lines to the captured stderr."""
+    """The handler ``shared.observability.logging`` installs, writing JSON lines to the captured stderr."""
 
     capsys: pytest.CaptureFixture[str]
     lines: list[str] = field(default_factory=list)

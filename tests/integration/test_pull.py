@@ -1,4 +1,4 @@
-"""The durables' pull loop (``shared/pull.py``) on a real JetStream: an idle durable asks the server
+"""The durables' pull loop (``shared/messaging/pull.py``) on a real JetStream: an idle durable asks the server
 for one message and lets the pull linger (not a 20 ms poll), and what is published then is taken."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from shared.embedded.nats_server import NatsServerProcess
-from shared.pull import IDLE_PULL_S, patch_pull_loops
+from shared.messaging.pull import IDLE_PULL_S, patch_pull_loops
 from tests.platform import eventually
 
 pytestmark = pytest.mark.integration

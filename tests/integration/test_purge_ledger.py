@@ -13,12 +13,12 @@ from nats.aio.client import Client
 from sqlalchemy import delete, insert, select
 
 from contracts.common import Principal
-from shared.auth import TokenService
-from shared.db.engine import Database
-from shared.db.models import ENTRIES, ERASURES
-from shared.infra import Infra
-from shared.purge_ledger import PurgeLedger, reapply
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES, ERASURES
+from shared.storage.purge_ledger import PurgeLedger, reapply
 from tests.platform import request
 
 pytestmark = pytest.mark.integration
@@ -144,7 +144,7 @@ def test_a_torn_last_line_is_skipped_and_a_damaged_middle_refused(tmp_path: Any)
         "erased_at": datetime.now(UTC),
         "reason": "purge",
     }
-    from shared.purge_ledger import LedgerRecord
+    from shared.storage.purge_ledger import LedgerRecord
 
     ledger.append([LedgerRecord.of_tombstone(row, "end_user:alice")])
     with ledger.path.open("a") as handle:

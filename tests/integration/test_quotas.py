@@ -20,12 +20,12 @@ from contracts.common import Principal
 from contracts.errors import RateLimited
 from services.gateway.openapi import build_document
 from services.mcp import Caller
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.infra import Infra
-from shared.outbox import processed_of
-from shared.quotas import Quotas, QuotaSettings
-from shared.settings import EngramSettings
+from shared.runtime.quotas import Quotas, QuotaSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.outbox import processed_of
 from tests.conftest import TEST_REDIS_URL
 from tests.mcp_clients import error_of, in_process, ok
 from tests.platform import eventually, publish_session, request, session_payload

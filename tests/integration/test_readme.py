@@ -12,10 +12,10 @@ from uuid import UUID, uuid4
 import pytest
 from sqlalchemy import select, text
 
-from shared.db.engine import Database
-from shared.db.models import AuditRecord
-from shared.infra import Infra
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AuditRecord
 from tests.platform import eventually
 from tests.support.servers import SecuredNatsServer
 

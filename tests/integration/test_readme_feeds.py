@@ -16,7 +16,7 @@ from uuid import UUID
 import httpx
 import pytest
 
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
 from tests.integration.test_readme import README, python_block
 from tests.platform import eventually
 from tests.support.webhook_receiver import Receiver, webhook_receiver

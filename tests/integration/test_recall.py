@@ -10,9 +10,9 @@ from sqlalchemy import func, select
 
 from contracts.common import Principal
 from services.recall.service import HYBRID_DEPTH, HYBRID_FETCH
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.models import ENTRIES
-from shared.infra import Infra
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.infra import Infra
+from shared.storage.db.models import ENTRIES
 from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from shared.infra import Infra
+from shared.service.infra import Infra
 from tests.platform import eventually, request
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from sqlalchemy import text
 
 from services.cli.demo_data import demo_sessions
 from services.recall.distinct import similar, word_set
-from shared.db.engine import Database
-from shared.infra import Infra
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
 from tests.platform import eventually, publish_session, request
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from uuid import UUID
 import pytest
 from nats.aio.client import Client
 
-from shared.infra import Infra
+from shared.service.infra import Infra
 from tests.platform import eventually, request
 
 pytestmark = pytest.mark.integration

@@ -9,10 +9,10 @@ from nats.aio.client import Client
 from sqlalchemy import select, text
 
 from contracts.common import Principal
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import MemoryEntry
-from shared.infra import Infra
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import MemoryEntry
 from tests.platform import request
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,11 @@ from nats.aio.client import Client
 from sqlalchemy import func, select
 
 from contracts.common import Principal
-from shared.auth import TokenService
-from shared.cache import ResultCache
-from shared.db.engine import Database
-from shared.db.models import RECALLS
-from shared.infra import Infra
+from shared.security.auth import TokenService
+from shared.service.infra import Infra
+from shared.storage.cache import ResultCache
+from shared.storage.db.engine import Database
+from shared.storage.db.models import RECALLS
 from tests.conftest import TEST_REDIS_URL
 from tests.platform import eventually, request
 

@@ -19,11 +19,11 @@ from contracts.internal import AcceptedSave
 from contracts.requests import SaveEntry
 from contracts.subjects import save_result_subject
 from services.distill.saves import CONSUMER, handle_accepted_saves
-from shared.config_store import claim_agent_config
-from shared.consumer import Batch, consume
-from shared.db.engine import Database
-from shared.db.models import AuditRecord, MemoryEntry
-from shared.infra import Infra
+from shared.service.consumer import Batch, consume
+from shared.service.infra import Infra
+from shared.storage.config_store import claim_agent_config
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AuditRecord, MemoryEntry
 
 pytestmark = pytest.mark.integration
 

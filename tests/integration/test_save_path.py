@@ -13,10 +13,10 @@ from sqlalchemy import select
 from contracts.common import Principal
 from contracts.config import MemoryConfig, merge_config
 from services.distill.save_path import Draft, SaveContext, save_entries
-from shared import audit
-from shared.db.engine import Database
-from shared.db.models import MemoryEntry, OutboxMessage
-from shared.policy import fingerprint
+from shared.storage import audit
+from shared.storage.db.engine import Database
+from shared.storage.db.models import MemoryEntry, OutboxMessage
+from shared.text.policy import fingerprint
 
 pytestmark = pytest.mark.integration
 

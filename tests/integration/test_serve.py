@@ -20,13 +20,13 @@ import pytest
 from pydantic import SecretStr
 
 from services.runtime import running_services
+from shared.adapters.vectors.edge_lock import exclusive_edge_store
 from shared.embedded.nats_server import NatsServerProcess, free_port, port_in_use
-from shared.infra import Infra
-from shared.nats_auth.keys import new_user_seed, public_key_of
-from shared.nats_auth.permissions import Grant, Permissions
-from shared.nats_auth.render import NatsUser, render_authorization
-from shared.settings import EngramSettings
-from shared.vectors.edge_lock import exclusive_edge_store
+from shared.runtime.settings import EngramSettings
+from shared.security.nats_auth.keys import new_user_seed, public_key_of
+from shared.security.nats_auth.permissions import Grant, Permissions
+from shared.security.nats_auth.render import NatsUser, render_authorization
+from shared.service.infra import Infra
 from tests.platform import eventually, publish_session, session_payload
 from tests.support.nats_cluster import NatsCluster
 from tests.support.servers import SecuredNatsServer

@@ -8,7 +8,7 @@ from uuid import UUID
 import pytest
 from nats.aio.client import Client
 
-from shared.infra import Infra
+from shared.service.infra import Infra
 from tests.platform import eventually, publish_session, request, session_payload
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ async def test_handled_messages_are_logged_at_debug_only(
         reply = await request(nc, "engram.recall", {"agent_config_id": str(agent)}, service_token)
         assert "warnings" in reply, reply
     # Where a per-request line would come from (background work may log INFO meanwhile).
-    per_request = ("engram.broker", "shared.edge", "services.recall")
+    per_request = ("engram.broker", "shared.service.edge", "services.recall")
     loud = [r for r in caplog.records if r.levelno >= logging.INFO and r.name.startswith(per_request)]
     assert [r.getMessage() for r in loud] == []
 

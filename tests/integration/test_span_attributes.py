@@ -20,10 +20,10 @@ from contracts.operations import MEMORY_DELETE as DELETE_OP
 from contracts.operations import RECALL as RECALL_OP
 from contracts.recall import RecallReply, RecallRequest
 from contracts.subjects import MEMORY_DELETE, RECALL
-from shared.access import Caller
-from shared.auth import TokenService
-from shared.edge import Edge
 from shared.embedded.nats_server import NatsServerProcess
+from shared.security.access import Caller
+from shared.security.auth import TokenService
+from shared.service.edge import Edge
 from tests.factories import AgentConfigsOf
 from tests.platform import eventually, request
 from tests.support.servers import nats_server

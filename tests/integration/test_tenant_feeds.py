@@ -28,11 +28,11 @@ from contracts import subjects as s
 from contracts.common import Principal
 from services.governance_audit.webhooks.api import new_secret
 from services.governance_audit.webhooks.delivery import FEED_RETENTION_S, WebhookDelivery
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import WEBHOOK_DELIVERIES, WEBHOOKS
-from shared.settings import EngramSettings
-from shared.time import utcnow
+from shared.runtime.settings import EngramSettings
+from shared.runtime.time import utcnow
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.storage.db.engine import Database
+from shared.storage.db.models import WEBHOOK_DELIVERIES, WEBHOOKS
 from tests.conftest import nats_options
 from tests.platform import eventually
 from tests.support.servers import SecuredNatsServer

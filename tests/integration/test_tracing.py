@@ -26,7 +26,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from contracts.subjects import MEMORY_WRITTEN, SESSION_ENDED
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
 from tests.platform import session_payload
 from tests.support.servers import SecuredNatsServer
 

@@ -17,12 +17,12 @@ from sqlalchemy import func, select
 from services.cli.demo_data import demo_sessions
 from services.distill.sessions import CONSUMER, handle_validated_sessions
 from services.ingest import sessions as ingest
-from shared.consumer import Batch, consume
-from shared.db.engine import Database
-from shared.db.models import INBOX, AuditRecord, MemoryEntry
-from shared.distillers.builtin import BuiltinDistiller
-from shared.infra import Infra
-from shared.policy import normalize
+from shared.adapters.distillers.builtin import BuiltinDistiller
+from shared.service.consumer import Batch, consume
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import INBOX, AuditRecord, MemoryEntry
+from shared.text.policy import normalize
 from tests.faults.workload import expected_lessons, sessions
 from tests.platform import eventually, publish_session, request, session_payload
 from tests.stored_text import artefacts, readme_http_trace

@@ -1,4 +1,4 @@
-"""The request-reply edge (``shared/edge.py``) in memory (``Edge.request``: what it would answer a
+"""The request-reply edge (``shared/service/edge.py``) in memory (``Edge.request``: what it would answer a
 NATS request): token, parse, authorize, error mapping, metrics and reply encoding, for operations
 of the table. Its NATS side (queue subscriptions, drain, spans) is in
 tests/integration/test_edge_nats.py. The handlers here only report what the edge handed them: the
@@ -29,10 +29,10 @@ from contracts.operations import (
 )
 from contracts.recall import RecallReply, RecallRequest
 from contracts.requests import AuditQuery, AuditQueryReply, ConfigGet, ConfigPut, ConfigReply
-from shared.access import Caller
-from shared.auth import ALL_PERMISSIONS, KNOWN_PERMISSIONS, TokenService
-from shared.edge import Edge, route
-from shared.wire import MAX_REQUEST_BYTES
+from shared.messaging.wire import MAX_REQUEST_BYTES
+from shared.security.access import Caller
+from shared.security.auth import ALL_PERMISSIONS, KNOWN_PERMISSIONS, TokenService
+from shared.service.edge import Edge, route
 from tests.factories import AgentConfigsOf
 
 ORG = uuid4()

@@ -25,15 +25,15 @@ from services.ingest.router import build_router as ingest_router
 from services.recall.router import build_router as recall_router
 from services.recall.service import Recall
 from services.recall.side_effects import SideEffects
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.config_store import claim_agent_config
-from shared.db.engine import Database
-from shared.edge import Edge
-from shared.infra import Infra
-from shared.memory_block import BLOCK_OPEN
-from shared.outbox import OutboxRelay
-from shared.provenance import MessageSigner
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.security.provenance import MessageSigner
+from shared.service.edge import Edge
+from shared.service.infra import Infra
+from shared.storage.config_store import claim_agent_config
+from shared.storage.db.engine import Database
+from shared.storage.outbox import OutboxRelay
+from shared.text.memory_block import BLOCK_OPEN
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,9 @@ import pytest
 from nats.aio.client import Client
 
 from services.runtime import build_embedder, build_vector_index, running_services
-from shared.infra import Infra
 from shared.ports import Embedder, VectorIndex
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.service.infra import Infra
 from tests.security import support
 from tests.security.transport import INTERFACES, Interface, OverHttp, OverNats
 

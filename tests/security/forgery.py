@@ -17,7 +17,7 @@ from contracts.events import MemoryPurged, MemoryWritten
 from contracts.internal import AcceptedSave
 from contracts.requests import SaveEntry
 from contracts.subjects import MEMORY_PURGED, MEMORY_SAVE_ACCEPTED, MEMORY_WRITTEN, SESSION_VALIDATED
-from shared.provenance import SIGNATURE_HEADER, MessageSigner
+from shared.security.provenance import SIGNATURE_HEADER, MessageSigner
 
 __all__ = ["MARKER", "Forgery", "forged_session", "forgeries"]
 

@@ -21,9 +21,9 @@ from nats.aio.client import Client
 from sqlalchemy import func, select
 
 from contracts.common import Principal
-from shared.auth import TokenService
-from shared.db.engine import Database
-from shared.db.models import AUDIT_LOG, ENTRIES, ERASURES, RECALLS
+from shared.security.auth import TokenService
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AUDIT_LOG, ENTRIES, ERASURES, RECALLS
 from tests.platform import request
 
 if TYPE_CHECKING:

@@ -18,12 +18,12 @@ from sqlmodel import col
 from contracts import subjects as s
 from contracts.common import Principal
 from contracts.operations import ADMIN_OPERATIONS
-from shared.auth import ALL_PERMISSIONS, TENANT_ADMIN, TokenService
-from shared.db.engine import Database
-from shared.db.models import AuditRecord
 from shared.embedded.nats_server import NatsServerProcess
-from shared.infra import Infra
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import ALL_PERMISSIONS, TENANT_ADMIN, TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AuditRecord
 from tests.security.transport import Interface
 from tests.support.servers import SecuredNatsServer
 

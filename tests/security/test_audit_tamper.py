@@ -16,11 +16,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contracts.common import Principal
-from shared.audit import record_hash
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import AuditRecord
-from shared.infra import Infra
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.infra import Infra
+from shared.storage.audit import record_hash
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AuditRecord
 from tests.platform import request
 from tests.security.support import Tally, report
 

@@ -13,10 +13,10 @@ import pytest
 from nats.aio.client import Client
 from sqlalchemy import select
 
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.infra import Infra
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES
 from tests.platform import eventually
 from tests.security.support import Tally, count_rows, error_code, mint, report, save
 from tests.security.transport import Interface

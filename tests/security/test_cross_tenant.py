@@ -15,10 +15,10 @@ import pytest
 from nats.aio.client import Client
 from sqlalchemy import select
 
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import AUDIT_LOG, ENTRIES, RECALLS
 from shared.ports import Embedder, TenantFilter, VectorIndex
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AUDIT_LOG, ENTRIES, RECALLS
 from tests.platform import eventually, request
 from tests.security.support import Tally, count_rows, mint, org_snapshot, report, rng, save
 from tests.security.transport import Interface

@@ -48,10 +48,10 @@ from contracts.events import MAX_SESSION_BYTES, SessionEnded
 from contracts.operations import MEMORY_EXPORT, OPERATIONS, OPS_LAG, Operation
 from services.mcp import Caller
 from services.mcp.catalog import TOOLS
-from shared.auth import ALL_PERMISSIONS, OPERATOR, TENANT_ADMIN, TokenService
-from shared.db.engine import Database
-from shared.db.models import AUDIT_LOG, INBOX
-from shared.infra import Infra
+from shared.security.auth import ALL_PERMISSIONS, OPERATOR, TENANT_ADMIN, TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AUDIT_LOG, INBOX
 from tests.mcp_clients import code_of, in_process, text_of
 from tests.platform import request, session_payload, until_nothing_missing
 from tests.security import hostile

@@ -18,12 +18,12 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from sqlalchemy import func, select
 
 from services.reindex import reindex_all
-from shared.auth import TokenService
-from shared.db.engine import Database
-from shared.db.models import ENTRIES, LEXICAL_TERMS
-from shared.infra import Infra
-from shared.lexical import term_index
 from shared.ports import Embedder, TenantFilter, VectorIndex
+from shared.security.auth import TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES, LEXICAL_TERMS
+from shared.text.lexical import term_index
 from tests.platform import eventually, request
 from tests.security.support import Tally, count_rows, error_code, mint, report, save
 

@@ -1,5 +1,5 @@
 """A platform client follows its own organization's feed and never another's, on a real
-nats-server with the users rendered from the permission table (shared/nats_auth/permissions.py),
+nats-server with the users rendered from the permission table (shared/security/nats_auth/permissions.py),
 from the attacker's side: a client of organization A subscribes, creates consumers and pulls
 everything it can think of on organization B's feed, and the server refuses it all."""
 
@@ -15,11 +15,11 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts import subjects as s
 from contracts.operations import JETSTREAMS
-from shared.bus import ensure_streams
 from shared.embedded.nats_server import AUTH_INCLUDE, NatsServerProcess
-from shared.nats_auth.keys import new_user_seed, public_key_of
-from shared.nats_auth.permissions import all_in_one_permissions, platform_permissions, service_inbox
-from shared.nats_auth.render import NatsUser, render_authorization
+from shared.messaging.bus import ensure_streams
+from shared.security.nats_auth.keys import new_user_seed, public_key_of
+from shared.security.nats_auth.permissions import all_in_one_permissions, platform_permissions, service_inbox
+from shared.security.nats_auth.render import NatsUser, render_authorization
 from tests.nats_probe import Probe
 
 pytestmark = pytest.mark.integration

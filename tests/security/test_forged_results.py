@@ -20,12 +20,12 @@ from sqlalchemy import func, select
 from contracts.requests import SaveOutcome
 from contracts.subjects import MEMORY_SAVE_ACCEPTED, save_result_subject
 from services.runtime import running_services
-from shared import audit
-from shared.db.engine import Database
-from shared.db.models import AUDIT_LOG
-from shared.infra import Infra
-from shared.provenance import SIGNATURE_HEADER, MessageSigner
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.provenance import SIGNATURE_HEADER, MessageSigner
+from shared.service.infra import Infra
+from shared.storage import audit
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AUDIT_LOG
 from tests.conftest import TEST_KID
 from tests.platform import eventually, request
 from tests.security.support import report

@@ -15,11 +15,11 @@ from sqlalchemy import select
 
 from services.governance_audit.views import QUARANTINE_PLACEHOLDER as LIST_PLACEHOLDER
 from services.recall.candidates import QUARANTINE_PLACEHOLDER
-from shared.auth import TokenService
-from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.infra import Infra
-from shared.memory_block import BLOCK_CLOSE, BLOCK_HEADER, BLOCK_OPEN, ORDERED_SEPARATOR, PACK_PREFIX
+from shared.security.auth import TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES
+from shared.text.memory_block import BLOCK_CLOSE, BLOCK_HEADER, BLOCK_OPEN, ORDERED_SEPARATOR, PACK_PREFIX
 from tests.platform import eventually, request
 from tests.security.support import Tally, count_rows, error_code, mint, report, save
 from tests.security.transport import Interface

@@ -19,12 +19,12 @@ from nats.aio.client import Client as Nats
 
 from contracts.common import Principal
 from services.mcp import Caller, streamable_http_app
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import ENTRIES
 from shared.embedded.nats_server import NatsServerProcess
-from shared.infra import Infra
-from shared.memory_block import BLOCK_CLOSE, BLOCK_OPEN
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES
+from shared.text.memory_block import BLOCK_CLOSE, BLOCK_OPEN
 from tests.conftest import TEST_KID, TEST_SECRET, connect_as
 from tests.mcp_clients import code_of, in_process, over_http, serving, text_of
 from tests.platform import eventually

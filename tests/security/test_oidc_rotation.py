@@ -18,9 +18,9 @@ from uuid import UUID, uuid4
 import jwt
 import pytest
 
-from shared.infra import Infra
-from shared.oidc.issuer import OidcIssuer
-from shared.settings import EngramSettings, OidcIssuerSettings
+from shared.runtime.settings import EngramSettings, OidcIssuerSettings
+from shared.security.oidc.issuer import OidcIssuer
+from shared.service.infra import Infra
 from tests.oidc_provider import AUDIENCE, Client, OidcProvider, SigningKey, new_key, running_provider
 from tests.platform import eventually
 from tests.security.support import report

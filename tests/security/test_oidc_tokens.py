@@ -19,10 +19,10 @@ import httpx
 import pytest
 from nats.aio.client import Client as NatsClient
 
-from shared.db.engine import Database
-from shared.db.models import ENTRIES
-from shared.infra import Infra
-from shared.settings import EngramSettings, OidcIssuerSettings
+from shared.runtime.settings import EngramSettings, OidcIssuerSettings
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import ENTRIES
 from tests.oidc_provider import AUDIENCE, Client, OidcProvider, running_provider
 from tests.platform import eventually, session_payload
 from tests.security.oidc_forgery import oidc_forgeries

@@ -12,8 +12,8 @@ from uuid import UUID, uuid4
 import pytest
 from nats.aio.client import Client
 
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.page_tokens import PageTokens
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.security.page_tokens import PageTokens
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.platform import request
 from tests.security.support import Tally, b64url, error_code, mint, report, save, unb64url

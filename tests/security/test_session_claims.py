@@ -18,9 +18,9 @@ import pytest
 from nats.aio.client import Client
 from sqlalchemy import func, select
 
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import AUDIT_LOG
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AUDIT_LOG
 from tests.platform import eventually, publish_session, session_payload
 from tests.security.support import mint, report
 from tests.security.transport import Interface

@@ -18,10 +18,10 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from sqlalchemy import select
 
 from contracts.operations import OPERATIONS
-from shared.auth import ALL_PERMISSIONS, TokenService
-from shared.db.engine import Database
-from shared.db.models import AUDIT_LOG, ENTRIES
-from shared.infra import Infra
+from shared.security.auth import ALL_PERMISSIONS, TokenService
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AUDIT_LOG, ENTRIES
 from tests.conftest import TEST_KID, TEST_SECRET
 from tests.platform import eventually, session_payload
 from tests.security.support import (

@@ -28,15 +28,15 @@ from sqlalchemy import func, select
 
 from contracts.connection import ConnectionInfo
 from contracts.operations import JETSTREAMS as STREAMS
-from shared import audit
-from shared.db.engine import Database
-from shared.db.models import AUDIT_LOG, ENTRIES
 from shared.embedded.nats_server import reload_nats_server
 from shared.embedded.stack import load_dev_identity
-from shared.nats_auth.keys import new_user_seed, public_key_of
-from shared.nats_auth.permissions import PUBLIC_REQUESTS, Grant, Permissions
-from shared.nats_auth.render import NatsUser
-from shared.nats_auth.store import NatsIdentities
+from shared.security.nats_auth.keys import new_user_seed, public_key_of
+from shared.security.nats_auth.permissions import PUBLIC_REQUESTS, Grant, Permissions
+from shared.security.nats_auth.render import NatsUser
+from shared.security.nats_auth.store import NatsIdentities
+from shared.storage import audit
+from shared.storage.db.engine import Database
+from shared.storage.db.models import AUDIT_LOG, ENTRIES
 from tests.engram_up import EngramUp, cli, stack_dir
 from tests.nats_probe import Probe, cannot_connect, quiet
 from tests.platform import eventually, publish_session, request, session_payload

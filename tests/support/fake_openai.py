@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from shared.embedders.hashing import HashingEmbedder
+from shared.adapters.embedders.hashing import HashingEmbedder
 
 __all__ = ["FakeOpenAI", "FakeOpenAIMode", "RecordedRequest"]
 

@@ -16,11 +16,10 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
-from shared.db.engine import migrate
 from shared.embedded.nats_server import NatsServerProcess
 from shared.embedded.postgres import EmbeddedPostgres
-from shared.nats_auth.keys import new_user_seed, public_key_of
-from shared.nats_auth.permissions import (
+from shared.security.nats_auth.keys import new_user_seed, public_key_of
+from shared.security.nats_auth.permissions import (
     GATEWAY,
     SERVICES,
     Grant,
@@ -28,8 +27,9 @@ from shared.nats_auth.permissions import (
     gateway_permissions,
     service_permissions,
 )
-from shared.nats_auth.render import NatsUser
-from shared.nats_auth.store import Identity, NatsIdentities
+from shared.security.nats_auth.render import NatsUser
+from shared.security.nats_auth.store import Identity, NatsIdentities
+from shared.storage.db.engine import migrate
 
 __all__ = ["SecuredNatsServer", "nats_server", "secured_nats_server", "throwaway_database"]
 

@@ -135,7 +135,7 @@ def _write_reference() -> None:
     import sentence_transformers
     import torch
 
-    from shared.embedders.minilm_torch import SentenceTransformerEmbedder
+    from shared.adapters.embedders.minilm_torch import SentenceTransformerEmbedder
 
     texts = parity_texts()
     vectors = np.asarray(SentenceTransformerEmbedder().embed_sync(texts), dtype=np.float32)

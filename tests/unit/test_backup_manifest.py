@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import InvalidRequest
-from shared.backup import BACKUP_FORMAT, copy_parts, verify_backup, write_manifest
+from shared.embedded.backup import BACKUP_FORMAT, copy_parts, verify_backup, write_manifest
 
 
 def _backup(tmp_path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""The ONNX graph ``shared/embedders/_bert.py`` writes from BERT weights, on a tiny random BERT of
+"""The ONNX graph ``shared/adapters/embedders/_bert.py`` writes from BERT weights, on a tiny random BERT of
 another shape (2 layers, 2 heads, hidden 8), against the textbook forward pass written plainly in
 numpy here: the graph is read from the weights' shapes, not from MiniLM's (which the parity tests
 hold to sentence-transformers)."""
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from shared.embedders._bert import BertEncoder
+from shared.adapters.embedders._bert import BertEncoder
 
 VOCAB, POSITIONS, HIDDEN, HEADS, INNER, LAYERS = 30, 12, 8, 2, 16, 2
 

@@ -1,4 +1,4 @@
-"""Choosing the embedder from configuration (shared/embedders/__init__.py)."""
+"""Choosing the embedder from configuration (shared/adapters/embedders/__init__.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from shared.embedders import HashingEmbedder, MiniLMEmbedder, OpenAICompatEmbedder, build_embedder
-from shared.settings import EngramSettings
+from shared.adapters.embedders import HashingEmbedder, MiniLMEmbedder, OpenAICompatEmbedder, build_embedder
+from shared.runtime.settings import EngramSettings
 
 
 @pytest.mark.parametrize(("name", "dimension"), [("hashing-384", 384), ("hashing-64", 64), ("hashing", 128)])

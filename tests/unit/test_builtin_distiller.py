@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.distill.summary import summarize_trace
-from shared.distillers.builtin import BuiltinDistiller, distill_session
+from shared.adapters.distillers.builtin import BuiltinDistiller, distill_session
 from shared.ports import Distiller, Lesson
 from tests.factories import make_call, make_session, make_turn
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from contracts.connection import ConnectionInfo
 from services.cli.main import app
-from shared.auth import TokenService
 from shared.embedded.stack import load_dev_identity
+from shared.security.auth import TokenService
 
 
 @pytest.fixture(autouse=True)

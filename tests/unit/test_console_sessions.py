@@ -14,7 +14,7 @@ from services.gateway.console.sessions import (
     SessionStore,
     TokenClaims,
 )
-from shared.auth import TokenService
+from shared.security.auth import TokenService
 
 
 class Clock:

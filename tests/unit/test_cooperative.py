@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from shared.cooperative import TimeSlice
+from shared.runtime.cooperative import TimeSlice
 
 
 async def _count_turns_of_another_task(slicer: TimeSlice, *, until: int, at_most: int) -> int:

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from shared.embedded.nats_server import STORE_SHARE_OF_FREE, NatsServerProcess, store_limit
-from shared.metrics import FILESYSTEM_FREE, FILESYSTEM_SIZE, set_filesystem
+from shared.observability.metrics import FILESYSTEM_FREE, FILESYSTEM_SIZE, set_filesystem
 
 
 def test_free_space_gauges_read_the_stores_filesystem(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ from services.cli.demo import _lessons_table, _observations_table
 from services.cli.demo_data import DEMO_AGENT_B, DEMO_ORG_B, demo_sessions
 from services.distill.observations import observation_drafts
 from services.distill.summary import summarize_trace
-from shared.db.models import MemoryEntry
-from shared.distillers.builtin import distill_session
-from shared.policy import apply_write_policy
+from shared.adapters.distillers.builtin import distill_session
+from shared.storage.db.models import MemoryEntry
+from shared.text.policy import apply_write_policy
 from tests.factories import make_call, make_session
 from tests.stored_text import artefacts, readme_http_trace
 

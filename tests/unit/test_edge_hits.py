@@ -7,7 +7,7 @@ from uuid import UUID, uuid4
 
 from qdrant_edge import Point, Query, QueryRequest, ScoredPoint, UpdateOperation
 
-from shared.vectors._edge_shards import best_hits, create_shard, live_config
+from shared.adapters.vectors._edge_shards import best_hits, create_shard, live_config
 
 
 def _shard_answer(

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from shared.vectors.edge_lock import EdgeStoreInUse, exclusive_edge_store
+from shared.adapters.vectors.edge_lock import EdgeStoreInUse, exclusive_edge_store
 
 REPO = Path(__file__).resolve().parents[2]
 _OTHER = """
 import sys
 from pathlib import Path
-from shared.vectors.edge_lock import EdgeStoreInUse, exclusive_edge_store
+from shared.adapters.vectors.edge_lock import EdgeStoreInUse, exclusive_edge_store
 try:
     with exclusive_edge_store(Path(sys.argv[1])):
         print("acquired")
@@ -27,7 +27,7 @@ except EdgeStoreInUse as exc:
 _HOLD = """
 import sys
 from pathlib import Path
-from shared.vectors.edge_lock import exclusive_edge_store
+from shared.adapters.vectors.edge_lock import exclusive_edge_store
 with exclusive_edge_store(Path(sys.argv[1])):
     print("held", flush=True)
     sys.stdin.read()

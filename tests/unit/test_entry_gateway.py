@@ -1,6 +1,6 @@
-"""The memory-entry table has one gateway (``shared.entries``, docs/adr/0012-entry-gateway.md):
+"""The memory-entry table has one gateway (``shared.storage.entries``, docs/adr/0012-entry-gateway.md):
 no production module outside it names the table — not its ``Table`` (``ENTRIES``), not its
-model (``MemoryEntry``), not its name in SQL text. The schema (``shared/db/models.py``) and the
+model (``MemoryEntry``), not its name in SQL text. The schema (``shared/storage/db/models.py``) and the
 migrations define it, so they name it too; nothing else does."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shared.entries import ENTRY_COLUMNS, Entry
+from shared.storage.entries import ENTRY_COLUMNS, Entry
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Where the table may be named: the gateway, the schema that defines it, the migrations.
-ALLOWED = ("shared/entries/", "shared/db/models.py", "shared/db/migrations/")
+ALLOWED = ("shared/storage/entries/", "shared/storage/db/models.py", "shared/storage/db/migrations/")
 #: The table's names: ``MAX_ENTRIES`` or ``memory_entry_session_position`` (a sequence) are not.
 NAMES = re.compile(r"\bENTRIES\b|\bMemoryEntry\b|\bmemory_entries\b")
 
@@ -32,7 +32,7 @@ def _naming(root: Path) -> list[str]:
 
 def test_no_module_outside_the_gateway_names_the_entries_table() -> None:
     found = _naming(ROOT)
-    assert found == [], "read and write entries through shared.entries:\n" + "\n".join(found)
+    assert found == [], "read and write entries through shared.storage.entries:\n" + "\n".join(found)
 
 
 def test_the_scan_finds_each_way_of_naming_the_table(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_the_scan_finds_each_way_of_naming_the_table(tmp_path: Path) -> None:
     (tmp_path / "shared").mkdir()
     (tmp_path / "contracts").mkdir()
     (tmp_path / "services" / "x" / "a.py").write_text(
-        "from shared.db.models import ENTRIES\nMAX_ENTRIES = 3\n"
+        "from shared.storage.db.models import ENTRIES\nMAX_ENTRIES = 3\n"
     )
     (tmp_path / "shared" / "b.py").write_text('q = "SELECT id FROM memory_entries"\nseq = "memory_entry_x"\n')
     (tmp_path / "contracts" / "c.py").write_text("select(MemoryEntry)\n")

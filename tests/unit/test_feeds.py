@@ -20,7 +20,7 @@ from services.governance_audit.webhooks.api import new_secret
 from services.governance_audit.webhooks.delivery import Attempt, signed_request
 from services.governance_audit.webhooks.fanout import wanted
 from services.governance_audit.webhooks.targets import check_target
-from shared.feed import feed_copy_subject, org_of_feed_subject
+from shared.messaging.feed import feed_copy_subject, org_of_feed_subject
 
 ORG = uuid4()
 

@@ -1,4 +1,5 @@
-"""The hashing embedder (shared/embedders/hashing.py): deterministic, normalized, word-overlap aware."""
+"""The hashing embedder (shared/adapters/embedders/hashing.py): deterministic, normalized, word-overlap
+aware."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.embedders import HashingEmbedder
+from shared.adapters.embedders import HashingEmbedder
 from tests.unit.embedder_suite import DEPLOY_FAILURE, TEXTS, EmbedderSuite, cosine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ def test_another_process_gives_the_same_vectors() -> None:
     """A new interpreter (with another hash seed) gives bit-identical vectors: no salted hash()."""
     script = (
         "import json, sys\n"
-        "from shared.embedders.hashing import HashingEmbedder\n"
+        "from shared.adapters.embedders.hashing import HashingEmbedder\n"
         "print(json.dumps(HashingEmbedder(384).embed_sync(json.loads(sys.stdin.read()))))\n"
     )
     for seed in ("1", "2"):

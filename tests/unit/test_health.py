@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from shared.health import HealthServer
+from shared.observability.health import HealthServer
 
 
 async def _get(port: int, path: str, method: str = "GET") -> tuple[int, dict[str, object]]:
@@ -90,7 +90,7 @@ async def test_metrics_answer_the_prometheus_text_format() -> None:
     """/metrics answers 200 in the Prometheus text format with Engram's metrics, refreshed first."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from shared.metrics import OUTBOX_BACKLOG, refreshing
+    from shared.observability.metrics import OUTBOX_BACKLOG, refreshing
 
     async def refresh() -> None:
         OUTBOX_BACKLOG.set(42)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from contracts.errors import InvalidRequest
 from contracts.json_rules import MAX_JSON_DEPTH, check_storable, decode_json
 from contracts.requests import SaveRequest
-from shared.wire import parse_model
+from shared.messaging.wire import parse_model
 
 AGENT = "0b0b0b0b-0000-4000-8000-000000000001"
 
@@ -88,7 +88,8 @@ def test_a_surrogate_pair_and_control_characters_are_kept() -> None:
 
 
 def test_parse_model_refuses_nul_in_a_save() -> None:
-    """The request-reply edge's parser (shared.wire.parse_model) applies the rule before the model."""
+    """The request-reply edge's parser (shared.messaging.wire.parse_model) applies the rule before the
+    model."""
     body = json.dumps({"agent_config_id": AGENT, "content": "a \x00 b"}).encode()
     with pytest.raises(InvalidRequest):
         parse_model(SaveRequest, body)

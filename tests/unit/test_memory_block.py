@@ -9,7 +9,7 @@ import pytest
 
 from services.recall.budget import QUARANTINE_PLACEHOLDER, Format, fit_budget
 from services.recall.ranking import rank_last_k
-from shared.memory_block import (
+from shared.text.memory_block import (
     BLOCK_CLOSE,
     BLOCK_HEADER,
     BLOCK_OPEN,

@@ -1,4 +1,4 @@
-"""The default embedder, all-MiniLM-L6-v2 without torch (shared/embedders/minilm.py): the port's
+"""The default embedder, all-MiniLM-L6-v2 without torch (shared/adapters/embedders/minilm.py): the port's
 behaviour, the checked model files, no torch, and how texts are split over threads."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.embedders.minilm import _SUB_BATCH_TEXTS, _SUB_BATCH_TOKENS, MiniLMEmbedder, _sub_batches
-from shared.embedders.model_files import SHA256, ModelFilesError, model_dir
+from shared.adapters.embedders.minilm import _SUB_BATCH_TEXTS, _SUB_BATCH_TOKENS, MiniLMEmbedder, _sub_batches
+from shared.adapters.embedders.model_files import SHA256, ModelFilesError, model_dir
 from tests.unit.embedder_suite import DEPLOY_FAILURE, TEXTS, EmbedderSuite, cosine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,7 +130,7 @@ def test_embeds_without_torch() -> None:
     script = (
         "import sys\n"
         "sys.modules['torch'] = None\n"  # how Python marks a module as not importable
-        "from shared.embedders import build_embedder\n"
+        "from shared.adapters.embedders import build_embedder\n"
         "embedder = build_embedder('all-MiniLM-L6-v2')\n"
         "[vector] = embedder.embed_sync(['the deploy failed'])\n"
         "assert len(vector) == 384\n"

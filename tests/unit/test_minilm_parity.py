@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared.embedders.minilm import MiniLMEmbedder
-from shared.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
+from shared.adapters.embedders.minilm import MiniLMEmbedder
+from shared.adapters.embedders.minilm_torch import SentenceTransformerEmbedder, missing_dependencies
 from tests.unit.minilm_parity import load_reference, parity_texts
 
 MIN_COSINE = 0.9999

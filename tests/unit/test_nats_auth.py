@@ -13,9 +13,9 @@ import pytest
 
 from contracts import subjects
 from contracts.operations import JETSTREAMS as STREAMS
-from shared.nats_auth.infra import INFRA_AUTH_FILE, render_infra
-from shared.nats_auth.keys import new_user_seed, public_key_of
-from shared.nats_auth.permissions import (
+from shared.security.nats_auth.infra import INFRA_AUTH_FILE, render_infra
+from shared.security.nats_auth.keys import new_user_seed, public_key_of
+from shared.security.nats_auth.permissions import (
     ALL_IN_ONE,
     PUBLIC_REQUESTS,
     SERVICES,
@@ -28,8 +28,8 @@ from shared.nats_auth.permissions import (
     process_permissions,
     service_permissions,
 )
-from shared.nats_auth.render import NatsUser, render_authorization
-from shared.nats_auth.store import DEV_CLIENT, NatsIdentities
+from shared.security.nats_auth.render import NatsUser, render_authorization
+from shared.security.nats_auth.store import DEV_CLIENT, NatsIdentities
 
 #: Every subject only services may publish (SPEC 6 internal hand-offs and Engram's own events).
 INTERNAL = {
@@ -45,7 +45,7 @@ INTERNAL = {
 
 def test_infra_file_is_the_rendered_table() -> None:
     """infra/nats/engram-auth.conf is exactly what the permission table renders (run
-    `python -m shared.nats_auth.infra` after changing the table)."""
+    `python -m shared.security.nats_auth.infra` after changing the table)."""
     assert INFRA_AUTH_FILE.read_text() == render_infra()
 
 

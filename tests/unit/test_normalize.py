@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.policy import fingerprint, normalize
+from shared.text.policy import fingerprint, normalize
 
 
 def test_case_spacing_and_edge_punctuation_share_a_fingerprint() -> None:

@@ -11,8 +11,8 @@ from uuid import uuid4
 import pydantic
 import pytest
 
-from shared.oidc import build_verifier
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.oidc import build_verifier
 
 KEYS = "k1=" + "s" * 32
 

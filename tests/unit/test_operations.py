@@ -42,16 +42,16 @@ from services.governance_audit.component import build as governance
 from services.ingest.component import build as ingest
 from services.recall.component import build as recall
 from services.runtime import SERVICES
-from shared.auth import TokenService
-from shared.component import Ports
-from shared.db.engine import Database
-from shared.distillers.builtin import BuiltinDistiller
-from shared.infra import Infra
-from shared.nats_auth import permissions
-from shared.outbox import OutboxRelay
+from shared.adapters.distillers.builtin import BuiltinDistiller
 from shared.ports import VectorIndex
-from shared.provenance import MessageSigner
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import TokenService
+from shared.security.nats_auth import permissions
+from shared.security.provenance import MessageSigner
+from shared.service.component import Ports
+from shared.service.infra import Infra
+from shared.storage.db.engine import Database
+from shared.storage.outbox import OutboxRelay
 
 #: The MCP tools issue 9 asks for, by the operation each calls.
 REQUIRED_TOOLS = {

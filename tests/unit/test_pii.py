@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.policy import PII_KINDS, find_pii, redact_pii
+from shared.text.policy import PII_KINDS, find_pii, redact_pii
 
 PGP_KEY = "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF\n-----END PGP PRIVATE KEY BLOCK-----"
 PRIVATE_KEY = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7\nq3Zk9+abc=\n-----END RSA PRIVATE KEY-----"

@@ -1,4 +1,4 @@
-"""The service process's memory settings (shared/process_memory.py), each in a fresh interpreter:
+"""The service process's memory settings (shared/runtime/process_memory.py), each in a fresh interpreter:
 they change process-wide state this test process must keep."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from shared.process_memory import ARENAS, GC_THRESHOLDS
+from shared.runtime.process_memory import ARENAS, GC_THRESHOLDS
 
 #: Eight threads alive at once each malloc from C; glibc's malloc_stats() then lists one
 #: "Arena N:" per arena on stderr.
 _THREADS_MALLOC = """
 import ctypes, sys, threading
-from shared.process_memory import limit_malloc_arenas
+from shared.runtime.process_memory import limit_malloc_arenas
 capped = limit_malloc_arenas() if sys.argv[1] == "limit" else False
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
@@ -52,7 +52,8 @@ def test_the_process_caps_its_malloc_arenas_unless_the_operator_chose() -> None:
 
 def test_settling_the_heap_freezes_what_start_up_made() -> None:
     code = (
-        "import gc, json; import shared.settings; from shared.process_memory import settle_heap; "
+        "import gc, json; import shared.runtime.settings; "
+        "from shared.runtime.process_memory import settle_heap; "
         "before = gc.get_freeze_count(); settle_heap(); "
         "print(json.dumps([before, gc.get_freeze_count(), gc.get_threshold()]))"
     )

@@ -8,7 +8,7 @@ import secrets
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.provenance import SIGNATURE_HEADER, MessageSigner
+from shared.security.provenance import SIGNATURE_HEADER, MessageSigner
 
 KEY = secrets.token_urlsafe(40)
 signer = MessageSigner({"k1": KEY})

@@ -15,7 +15,7 @@ import pytest
 from platformdirs.api import RuntimeDirWarning
 
 from shared.embedded.postgres import private_runtime_dir
-from shared.logging import setup_logging
+from shared.observability.logging import setup_logging
 
 
 @pytest.fixture

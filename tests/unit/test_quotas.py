@@ -1,4 +1,4 @@
-"""Token buckets per organization, token and operation class (shared.quotas), in-process: the
+"""Token buckets per organization, token and operation class (shared.runtime.quotas), in-process: the
 arithmetic on a clock the test moves, and which operations spend which budget."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from contracts.errors import RateLimited
 from contracts.operations import MEMORY_PURGE, MEMORY_SAVE, OPERATIONS, OPS_LAG, RECALL, SESSION_SUBMIT
-from shared.quotas import Limit, Quotas, QuotaSettings
+from shared.runtime.quotas import Limit, Quotas, QuotaSettings
 
 
 class Clock:

@@ -14,7 +14,7 @@ from typer.main import get_command
 from contracts.operations import JETSTREAMS as STREAMS
 from services import config_reference
 from services.cli.main import app
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

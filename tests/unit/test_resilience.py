@@ -1,4 +1,4 @@
-"""Circuit breaker and retries (shared/resilience.py)."""
+"""Circuit breaker and retries (shared/runtime/resilience.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from shared.resilience import CircuitBreaker, retry_async
+from shared.runtime.resilience import CircuitBreaker, retry_async
 
 
 class FakeClock:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 
 from services.runtime import _open_ports
-from shared.embedders.openai_compat import OpenAICompatEmbedder
-from shared.settings import EngramSettings
+from shared.adapters.embedders.openai_compat import OpenAICompatEmbedder
+from shared.runtime.settings import EngramSettings
 
 
 def _settings(**values: object) -> EngramSettings:

@@ -27,10 +27,10 @@ SERVER_ONLY = (
     "qdrant_edge",
     "sqlalchemy",
     "tokenizers",
-    "shared.db",
+    "shared.storage.db",
     "shared.embedded",
-    "shared.settings",
-    "shared.wire",
+    "shared.runtime.settings",
+    "shared.messaging.wire",
     "services.gateway",
     "services.runtime",
 )

@@ -104,7 +104,7 @@ def test_empty_trace() -> None:
 async def test_the_summary_is_rendered_only_when_a_distiller_reads_it() -> None:
     """Choosing the calls is eager and cheap; rendering them (PII-safe cuts of long fields) waits
     for ``text``, which the built-in distiller never reads: its sessions pay nothing for it."""
-    from shared.distillers.builtin import BuiltinDistiller
+    from shared.adapters.distillers.builtin import BuiltinDistiller
     from shared.ports import TraceSummary
 
     session = make_session(tool_trace=[{"tool": "deploy", "output": "x" * 5000, "error": "boom"}])

@@ -1,11 +1,11 @@
-"""The offline knowledge-update rules (shared/supersession.py) and their labelled set."""
+"""The offline knowledge-update rules (shared/text/supersession.py) and their labelled set."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.judges.openai_compat import parse_verdict, render_pair
-from shared.supersession import eligible, judge_pair, maybe_related, past_cue
+from shared.adapters.judges.openai_compat import parse_verdict, render_pair
+from shared.text.supersession import eligible, judge_pair, maybe_related, past_cue
 from tests.eval.supersession_data import DATA, load, render
 
 

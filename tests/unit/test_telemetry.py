@@ -24,8 +24,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from shared.logging import NOISY_LOGGERS, setup_logging
-from shared.telemetry import (
+from shared.observability.logging import NOISY_LOGGERS, setup_logging
+from shared.observability.telemetry import (
     TracePropagation,
     broker_middleware,
     extract_context,
@@ -69,7 +69,7 @@ def test_setup_telemetry_exports_spans_once_even_when_called_twice() -> None:
         import json, sys
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from shared.telemetry import setup_telemetry, tracer
+        from shared.observability.telemetry import setup_telemetry, tracer
 
         first = setup_telemetry("engram-test", exporter="console")
         second = setup_telemetry("engram-test", exporter="console")

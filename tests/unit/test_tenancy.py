@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from contracts.common import Principal, PrincipalKind
 from contracts.errors import InvalidRequest, SessionRequired
-from shared.tenancy import SHARED_POOL, ConfigScope, owner_key, visible_owner_keys
+from shared.security.tenancy import SHARED_POOL, ConfigScope, owner_key, visible_owner_keys
 
 SCOPES: list[ConfigScope] = ["workload", "actor", "session"]
 KINDS: list[PrincipalKind] = ["end_user", "actor"]

@@ -1,4 +1,4 @@
-"""``TokenService.verify`` remembers a verified token until it expires (shared/auth.py): the
+"""``TokenService.verify`` remembers a verified token until it expires (shared/security/auth.py): the
 remembered answer is the one a fresh check would give, and nothing that failed is remembered."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from contracts.common import Principal
 from contracts.errors import Unauthenticated
-from shared.auth import ALL_PERMISSIONS, TokenService
+from shared.security.auth import ALL_PERMISSIONS, TokenService
 
 RUNNER = Principal(kind="service", id="runner")
 

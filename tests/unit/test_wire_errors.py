@@ -10,7 +10,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from contracts.errors import NotFound
-from shared.wire import dependency_down, error_reply
+from shared.messaging.wire import dependency_down, error_reply
 
 
 def _caused(exc: BaseException, cause: BaseException) -> BaseException:

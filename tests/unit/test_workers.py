@@ -1,4 +1,4 @@
-"""The one background-worker base (shared/background.py): a stop lets the loop finish what it
+"""The one background-worker base (shared/runtime/background.py): a stop lets the loop finish what it
 holds, is bounded when the loop does not end, and runs the last flush once."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from shared.background import PeriodicWorker, Worker
+from shared.runtime.background import PeriodicWorker, Worker
 
 
 class Ticks(PeriodicWorker):

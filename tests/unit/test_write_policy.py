@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.policy import PolicyDecision, apply_write_policy, check_carried_fields
+from shared.text.policy import PolicyDecision, apply_write_policy, check_carried_fields
 from tests.unit.injection_corpus import ATTACKS, BENIGN
 
 PII_TEXT = "Mail alice@example.com or call (415) 555-0132 about the refund."
@@ -145,7 +145,7 @@ def test_decision_is_frozen() -> None:
 
 
 def test_metadata_strings_get_the_texts_pii_handling() -> None:
-    from shared.policy import apply_metadata_policy
+    from shared.text.policy import apply_metadata_policy
 
     meta = {"contact": "ops@example.com", "nested": [{"ip": "10.1.2.3"}], "n": 3, "ok": "fine"}
     stored, kinds, denied = apply_metadata_policy(meta, "redact")
@@ -161,7 +161,7 @@ def test_metadata_strings_get_the_texts_pii_handling() -> None:
 
 
 def test_clipping_never_cuts_through_a_pii_value() -> None:
-    from shared.policy import clip_outside_pii, find_pii
+    from shared.text.policy import clip_outside_pii, find_pii
 
     text = "payment failed for card 4111 1111 1111 1111 declined"
     clipped = clip_outside_pii(text, 34)
@@ -175,7 +175,7 @@ def test_clipping_never_cuts_through_a_pii_value() -> None:
 def test_clipping_a_long_text_cuts_where_a_full_scan_would() -> None:
     """Clipping looks only a bounded distance past the cut, and moves the cut exactly as a scan of
     the whole text would, for values of every kind across the cut and a private key reaching to the end."""
-    from shared.policy import clip_outside_pii, find_pii
+    from shared.text.policy import clip_outside_pii, find_pii
 
     values = [
         "4111 1111 1111 1111", "jane.doe@example.com", "DE89 3704 0044 0532 0130 00", "+1 415-555-0134",

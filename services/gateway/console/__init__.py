@@ -18,7 +18,7 @@ from services.gateway.console.sessions import SessionStore
 from services.gateway.console.signin import SignIn
 from services.gateway.console.views import Views
 from services.gateway.console.web import PREFIX, SECURITY_HEADERS
-from shared.auth import TokenVerifier
+from shared.security.auth import TokenVerifier
 
 __all__ = ["PREFIX", "console_mount"]
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 from contracts.errors import InvalidRequest, error_for_code
 from contracts.operations import Operation
 from services.gateway.bridge import Bridge
-from shared.wire import validation_details
+from shared.messaging.wire import validation_details
 
 __all__ = ["call", "request_of"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from cachetools import TLRUCache, TTLCache
 
-from shared.auth import Credential
+from shared.security.auth import Credential
 
 __all__ = ["ConsoleSession", "SessionStore", "TokenClaims"]
 

@@ -27,7 +27,7 @@ from services.gateway.console.web import (
     set_cookie,
 )
 from services.gateway.payloads import decode_object, read_limited
-from shared.auth import TokenVerifier
+from shared.security.auth import TokenVerifier
 
 __all__ = ["SignIn"]
 

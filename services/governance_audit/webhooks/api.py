@@ -28,12 +28,12 @@ from contracts.feeds import (
     WebhookReplayed,
 )
 from services.governance_audit.webhooks.targets import check_target
-from shared import audit
-from shared.access import Caller
-from shared.db.engine import Database
-from shared.db.models import WEBHOOK_DELIVERIES as D
-from shared.db.models import WEBHOOKS as W
-from shared.time import utcnow
+from shared.runtime.time import utcnow
+from shared.security.access import Caller
+from shared.storage import audit
+from shared.storage.db.engine import Database
+from shared.storage.db.models import WEBHOOK_DELIVERIES as D
+from shared.storage.db.models import WEBHOOKS as W
 
 __all__ = ["MAX_WEBHOOKS", "Webhooks", "new_secret"]
 

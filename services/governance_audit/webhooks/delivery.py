@@ -41,12 +41,12 @@ from standardwebhooks.webhooks import Webhook
 from contracts.errors import EngramError
 from contracts.operations import FEED, JETSTREAMS
 from services.governance_audit.webhooks.targets import check_target
-from shared.background import PeriodicWorker
-from shared.db.engine import Database
-from shared.db.models import WEBHOOK_DELIVERIES as D
-from shared.db.models import WEBHOOKS as W
-from shared.deadletter import Rejection, record_dead_letter
-from shared.time import utcnow
+from shared.runtime.background import PeriodicWorker
+from shared.runtime.time import utcnow
+from shared.storage.db.engine import Database
+from shared.storage.db.models import WEBHOOK_DELIVERIES as D
+from shared.storage.db.models import WEBHOOKS as W
+from shared.storage.deadletter import Rejection, record_dead_letter
 
 __all__ = ["Attempt", "WebhookDelivery", "signed_request"]
 

@@ -16,13 +16,13 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from contracts.operations import WEBHOOKS_FANOUT
-from shared.consumer import Batch, batch_consumer
-from shared.db.models import WEBHOOK_DELIVERIES as D
-from shared.db.models import WEBHOOKS as W
-from shared.deadletter import Rejection
-from shared.feed import org_of_feed_subject
-from shared.infra import Infra
-from shared.time import utcnow
+from shared.messaging.feed import org_of_feed_subject
+from shared.runtime.time import utcnow
+from shared.service.consumer import Batch, batch_consumer
+from shared.service.infra import Infra
+from shared.storage.db.models import WEBHOOK_DELIVERIES as D
+from shared.storage.db.models import WEBHOOKS as W
+from shared.storage.deadletter import Rejection
 
 __all__ = ["subscribe_fanout", "wanted"]
 

@@ -13,9 +13,9 @@ from uuid import UUID
 import pytest
 
 from services.runtime import running_services
-from shared.auth import TokenService
 from shared.embedded.nats_server import NatsServerProcess
-from shared.settings import EngramSettings
+from shared.runtime.settings import EngramSettings
+from shared.security.auth import TokenService
 from tests.conformance.langgraph.stores import EngramStores, LoopThread
 from tests.security.support import mint
 

@@ -56,7 +56,7 @@ _ACTOR_REF = rf"^(none|(end_user|actor):{ID_CHARS})$"
 _ACTOR_REF_CHARS = len("end_user:") + 200
 #: Page tokens are opaque to callers; this only bounds what the parser is asked to look at.
 _MAX_PAGE_TOKEN = 2048
-#: Their grammar (``shared.page_tokens``: base64url body "." base64url MAC); only a token a
+#: Their grammar (``shared.security.page_tokens``: base64url body "." base64url MAC); only a token a
 #: previous page issued is valid.
 _PAGE_TOKEN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"  # noqa: S105 (a pattern, not a secret)
 #: Bounds of ``ListRequest.metadata``: its size as compact JSON, and how deep it nests.

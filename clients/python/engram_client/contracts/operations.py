@@ -170,21 +170,21 @@ __all__ = [
 Req = TypeVar("Req", bound=BaseModel)
 Rep = TypeVar("Rep", bound=BaseModel)
 
-#: What a token must hold for the operation at all (``shared.auth`` checks it; handlers may check
+#: What a token must hold for the operation at all (``shared.security.auth`` checks it; handlers may check
 #: more, e.g. ``memory.admin`` to act on another owner's memory). ``deployment.operator`` and
-#: ``tenant.admin`` are the deployment's, no organization's (``shared.auth.OPERATOR``,
-#: ``shared.auth.TENANT_ADMIN``: docs/adr/0104-admin-api.md).
+#: ``tenant.admin`` are the deployment's, no organization's (``shared.security.auth.OPERATOR``,
+#: ``shared.security.auth.TENANT_ADMIN``: docs/adr/0104-admin-api.md).
 Permission = Literal[
     "memory.read", "memory.write", "memory.admin", "memory.purge", "deployment.operator", "tenant.admin"
 ]
-#: What ``shared.access.authorize`` checks of the agent config a request names, before its
+#: What ``shared.security.access.authorize`` checks of the agent config a request names, before its
 #: handler: ``owned`` — not another organization's (``FORBIDDEN``: a guessed id never crosses
 #: tenants); ``known`` — also one this organization configured or wrote to (``NOT_FOUND``: a read
 #: naming a never-used agent config is a wrong id, and an empty answer would hide that; checked on
 #: a first page, as a page token was issued for a known one).
 AgentConfigCheck = Literal["owned", "known"]
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
-#: Whose budget an operation spends (``shared.quotas``): reads, writes, governance (admin and purge),
+#: Whose budget an operation spends (``shared.runtime.quotas``): reads, writes, governance (admin and purge),
 #: sessions. Derived from the permission unless a row says otherwise; the deployment operator's
 #: operations spend none.
 QuotaClass = Literal["read", "write", "governance", "sessions"]
@@ -303,10 +303,10 @@ class Stream:
 @dataclass(frozen=True)
 class Consumer:
     """One service's durable pull consumer of a stream's messages (manual acks; outages retried,
-    bad input dead-lettered: ``shared.consumer``)."""
+    bad input dead-lettered: ``shared.service.consumer``)."""
 
     service: str
-    #: The durable's name; also the consumer name of its inbox rows (``shared.outbox``).
+    #: The durable's name; also the consumer name of its inbox rows (``shared.storage.outbox``).
     durable: str
     #: What it consumes: the stream's subject is its filter, its JetStream stream holds it.
     stream: Stream
@@ -328,7 +328,7 @@ class Consumer:
 
 @dataclass(frozen=True)
 class StreamDef:
-    """A JetStream stream (what ``shared.bus`` creates): the subjects it binds, its limits."""
+    """A JetStream stream (what ``shared.messaging.bus`` creates): the subjects it binds, its limits."""
 
     name: str
     subjects: tuple[str, ...]
@@ -759,7 +759,7 @@ STREAMS: tuple[Stream, ...] = (
 )
 
 # -- stream consumers ---------------------------------------------------------------------------
-# Every durable pull consumer, once: shared.consumer subscribes them, shared.nats_auth grants
+# Every durable pull consumer, once: shared.service.consumer subscribes them, shared.security.nats_auth grants
 # them, the AsyncAPI document describes them, the lag views read them.
 # fmt: off
 INGEST_SESSIONS = Consumer(

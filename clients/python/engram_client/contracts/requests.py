@@ -124,7 +124,7 @@ class ConfigGet(Inbound):
 class ConfigPut(Inbound):
     agent_config_id: UUID
     #: Keys of the memory config to change; nested objects merge key by key and the result is
-    #: validated whole (``shared.config_store``). The documents show the keys and their bounds.
+    #: validated whole (``shared.storage.config_store``). The documents show the keys and their bounds.
     config: Annotated[dict[str, Any], ConfigPatchSchema()]
 
 

@@ -1,5 +1,0 @@
-"""Adapters of :class:`~shared.ports.SupersessionJudge` (docs/adr/0103-knowledge-updates.md)."""
-
-from shared.judges.openai_compat import OpenAICompatJudge
-
-__all__ = ["OpenAICompatJudge"]
