@@ -80,6 +80,15 @@ class Views:
         except Unauthenticated as exc:  # past the handlers' own error display: the session ends
             raise _TokenRefused from exc
 
+    async def _shown(
+        self, session: ConsoleSession, op: Any, fields: dict[str, Any]
+    ) -> tuple[Any, EngramError | None]:
+        """The operation's reply, or the service's error for the page to show in its place."""
+        try:
+            return await self._call(session, op, fields), None
+        except EngramError as exc:
+            return None, exc
+
     # -- memories ---------------------------------------------------------------------------
 
     def _list_filters(self, request: Request) -> dict[str, Any]:
@@ -96,20 +105,16 @@ class Views:
 
     async def memories(self, request: Request, session: ConsoleSession) -> Response:
         filters = self._list_filters(request)
-        page, error = None, None
-        try:
-            page = await self._call(
-                session,
-                ops.MEMORY_LIST,
-                {
-                    "agent_config_id": session.agent_config_id,
-                    **filters,
-                    "page_size": 50,
-                    "page_token": _blank_none(request.query_params.get("page_token")),
-                },
-            )
-        except EngramError as exc:
-            error = exc
+        page, error = await self._shown(
+            session,
+            ops.MEMORY_LIST,
+            {
+                "agent_config_id": session.agent_config_id,
+                **filters,
+                "page_size": 50,
+                "page_token": _blank_none(request.query_params.get("page_token")),
+            },
+        )
         return render(
             "memories.html",
             session=session,
@@ -131,22 +136,18 @@ class Views:
 
     async def recall(self, request: Request, session: ConsoleSession) -> Response:
         q = request.query_params
-        reply, error = None, None
-        try:
-            reply = await self._call(
-                session,
-                ops.RECALL,
-                {
-                    "agent_config_id": session.agent_config_id,
-                    "principal": _principal(_blank_none(q.get("as"))),
-                    "cue": _blank_none(q.get("cue")),
-                    "strategy": _blank_none(q.get("strategy")),
-                    "token_budget": _blank_none(q.get("token_budget")),
-                    "session_id": _blank_none(q.get("session_id")),
-                },
-            )
-        except EngramError as exc:
-            error = exc
+        reply, error = await self._shown(
+            session,
+            ops.RECALL,
+            {
+                "agent_config_id": session.agent_config_id,
+                "principal": _principal(_blank_none(q.get("as"))),
+                "cue": _blank_none(q.get("cue")),
+                "strategy": _blank_none(q.get("strategy")),
+                "token_budget": _blank_none(q.get("token_budget")),
+                "session_id": _blank_none(q.get("session_id")),
+            },
+        )
         return render(
             "recall.html",
             session=session,
@@ -159,18 +160,16 @@ class Views:
 
     async def entry(self, request: Request, session: ConsoleSession, **extra: Any) -> Response:
         entry_id = request.path_params["entry_id"]
-        got, error = None, extra.pop("error", None)
+        error = extra.pop("error", None)
         done = request.query_params.get("done")
         if done in (*MANAGE_OPS, "edit") and error is None:
             extra.setdefault("notice", f"Done: {done.replace('_', ' ')}")
-        try:
-            got = await self._call(
-                session,
-                ops.MEMORY_GET,
-                {"agent_config_id": session.agent_config_id, "entry_id": entry_id, "history": True},
-            )
-        except EngramError as exc:
-            error = error or exc
+        got, failed = await self._shown(
+            session,
+            ops.MEMORY_GET,
+            {"agent_config_id": session.agent_config_id, "entry_id": entry_id, "history": True},
+        )
+        error = error or failed
         return render(
             "entry.html",
             status_code=error.status if error is not None and got is None else 200,
@@ -294,11 +293,11 @@ class Views:
     # -- config -----------------------------------------------------------------------------
 
     async def config(self, request: Request, session: ConsoleSession, **extra: Any) -> Response:
-        reply, error = None, extra.pop("error", None)
-        try:
-            reply = await self._call(session, ops.CONFIG_GET, {"agent_config_id": session.agent_config_id})
-        except EngramError as exc:
-            error = error or exc
+        error = extra.pop("error", None)
+        reply, failed = await self._shown(
+            session, ops.CONFIG_GET, {"agent_config_id": session.agent_config_id}
+        )
+        error = error or failed
         return render(
             "config.html",
             session=session,
@@ -344,19 +343,12 @@ class Views:
         one for the deployment's operator) and the pipeline's lag (the operator's); each shows the
         service's error on its own if the token may not read it."""
         q = request.query_params
-        letters, lag, error, lag_error = None, None, None, None
-        try:
-            letters = await self._call(
-                session,
-                ops.OPS_DEAD_LETTERS,
-                {"source": _blank_none(q.get("source")), "before_seq": _blank_none(q.get("before_seq"))},
-            )
-        except EngramError as exc:
-            error = exc
-        try:
-            lag = await self._call(session, ops.OPS_LAG, {})
-        except EngramError as exc:
-            lag_error = exc
+        letters, error = await self._shown(
+            session,
+            ops.OPS_DEAD_LETTERS,
+            {"source": _blank_none(q.get("source")), "before_seq": _blank_none(q.get("before_seq"))},
+        )
+        lag, lag_error = await self._shown(session, ops.OPS_LAG, {})
         return render(
             "dead_letters.html",
             session=session,
