@@ -13,8 +13,10 @@ import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from uuid import uuid4
+from typing import Any
+from uuid import UUID, uuid4
 
+import httpx
 import pytest
 
 from contracts.common import Principal
@@ -25,6 +27,7 @@ from shared.service.infra import Infra
 from tests.oidc_provider import AUDIENCE, Client, OidcProvider, running_provider
 from tests.platform import eventually
 from tests.support.servers import SecuredNatsServer
+from tests.support.webhook_receiver import webhook_receiver
 
 pytestmark = [
     pytest.mark.integration,
@@ -51,7 +54,14 @@ def settings(
     (as ``engram up`` does)."""
     assert isinstance(nats_proc, SecuredNatsServer)
     issuer = OidcIssuerSettings(issuer=provider.issuer, audience=AUDIENCE, orgs=(ORG,))
-    return settings.model_copy(update={"oidc_issuers": (issuer,), "data_dir": nats_proc.identities.data_dir})
+    return settings.model_copy(
+        update={
+            "oidc_issuers": (issuer,),
+            "data_dir": nats_proc.identities.data_dir,
+            # The organization's webhook receiver runs on this machine (tests/support).
+            "webhook_allow_private_networks": True,
+        }
+    )
 
 
 def _blocks() -> list[str]:
@@ -85,6 +95,9 @@ async def test_the_readme_onboards_an_organization_through_the_admin_api(
     provider: OidcProvider,
     tokens: TokenService,
     tmp_path: Path,
+    http: httpx.AsyncClient,
+    org: UUID,
+    service_token: str,
 ) -> None:
     """The README's commands onboard ``ORG`` and its runner's session becomes recallable memory
     with the provider's token; the platform client's file holds a NATS identity and a token, the
@@ -143,3 +156,66 @@ async def test_the_readme_onboards_an_organization_through_the_admin_api(
     assert clients["acme-runner"]["revoked_at"] is None
     assert clients["acme-batch"]["revoked_at"] is not None
     assert [c["agent_config_id"] for c in lines if "agent_config_id" in c and "version" in c] == [agent]
+
+    feed_token = (
+        await _bash(
+            'engram token mint --url "$URL" --org "$ORG" --kind service --id compliance --perm memory.admin',
+            env,
+            tmp_path,
+        )
+    ).strip()
+    await _feeds_show_only_the_organization(http, feed_token, token, UUID(agent), service_token)
+    assert org != ORG
+
+
+async def _save(http: httpx.AsyncClient, token: str, agent: UUID, text: str) -> str:
+    reply = await http.post(
+        "/v1/memories",
+        json={
+            "agent_config_id": str(agent),
+            "principal": {"kind": "end_user", "id": "alice"},
+            "content": text,
+            "wait": True,
+        },
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["ids"][0])
+
+
+async def _feeds_show_only_the_organization(
+    http: httpx.AsyncClient, feed_token: str, runner_token: str, agent: UUID, other_token: str
+) -> None:
+    auth = {"Authorization": f"Bearer {feed_token}"}
+    async with webhook_receiver() as receiver:
+        hook = await http.post("/v1/webhooks", json={"url": receiver.url("/acme")}, headers=auth)
+        assert hook.status_code == 200, hook.text
+        endpoint = receiver.endpoints["/acme"]
+        endpoint.secret = hook.json()["secret"]
+
+        other = await _save(http, other_token, uuid4(), "Bob's parcels go to the back door.")
+        ours = await _save(http, runner_token, agent, "Alice's refunds go to store credit.")
+
+        await eventually(
+            lambda: _true(any(ours in e["_body"].decode() for e in endpoint.received)),
+            what=lambda: f"the organization's memory delivered (deliveries: {len(endpoint.received)})",
+        )
+        bodies = [e["_body"].decode() for e in endpoint.received]
+        assert all(str(ORG) in body and other not in body for body in bodies), bodies
+        assert all("store credit" not in body for body in bodies)  # ids and metadata, never text
+
+        seen: list[dict[str, Any]] = []
+        async with http.stream("GET", "/v1/events?from_start=true", headers=auth, timeout=60) as events:
+            assert events.status_code == 200
+            async for line in events.aiter_lines():
+                if line.startswith("data: "):
+                    seen.append(json.loads(line.removeprefix("data: ")))
+                    if ours in line:
+                        break
+        assert ours in {d.get("entry_id") for d in seen}
+        assert {d.get("org_id") for d in seen} == {str(ORG)}
+        assert other not in {d.get("entry_id") for d in seen}
+
+
+async def _true(value: bool) -> bool:
+    return value
