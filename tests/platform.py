@@ -4,12 +4,14 @@ Engram code. Integration tests use this rather than ``EngramClient`` on purpose.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
+import httpx
 from nats.aio.client import Client
 
 __all__ = ["eventually", "publish_session", "request", "session_payload", "until_nothing_missing"]
@@ -58,17 +60,19 @@ async def request(
 
 
 async def eventually(
-    check: Callable[[], Awaitable[bool]],
+    check: Callable[[], Awaitable[bool] | bool],
     *,
     timeout: float = 30.0,
     interval: float = 0.1,
     what: str | Callable[[], str] = "",
 ) -> None:
-    """Poll ``check`` until true; fail with ``what`` if it never is (a bound, not a speed claim).
-    ``what`` may be a function, called at each failed look, to say what was seen last (STYLE 22)."""
+    """Poll ``check`` (a coroutine function or a plain condition) until true; fail with ``what``
+    if it never is (a bound, not a speed claim). ``what`` may be a function, called at each failed
+    look, to say what was seen last (STYLE 22)."""
 
     async def missing() -> list[str]:
-        if await check():
+        seen = check()  # a coroutine's answer, or a plain condition's
+        if await seen if inspect.isawaitable(seen) else seen:
             return []
         return [what() if callable(what) else "the condition was still false"]
 
@@ -103,3 +107,19 @@ async def until_nothing_missing(
                 + "\n  - ".join(seen)
             )
         await asyncio.sleep(interval)
+
+
+async def save_over_http(http: httpx.AsyncClient, token: str, agent: UUID, text: str) -> str:
+    """Save ``text`` for end user alice through the gateway and wait for it; its entry id."""
+    reply = await http.post(
+        "/v1/memories",
+        json={
+            "agent_config_id": str(agent),
+            "principal": {"kind": "end_user", "id": "alice"},
+            "content": text,
+            "wait": True,
+        },
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["ids"][0])

@@ -25,7 +25,7 @@ from shared.runtime.settings import EngramSettings, OidcIssuerSettings
 from shared.security.auth import TENANT_ADMIN, TokenService
 from shared.service.infra import Infra
 from tests.oidc_provider import AUDIENCE, Client, OidcProvider, running_provider
-from tests.platform import eventually
+from tests.platform import eventually, save_over_http
 from tests.support.servers import SecuredNatsServer
 from tests.support.webhook_receiver import webhook_receiver
 
@@ -168,21 +168,6 @@ async def test_the_readme_onboards_an_organization_through_the_admin_api(
     assert org != ORG
 
 
-async def _save(http: httpx.AsyncClient, token: str, agent: UUID, text: str) -> str:
-    reply = await http.post(
-        "/v1/memories",
-        json={
-            "agent_config_id": str(agent),
-            "principal": {"kind": "end_user", "id": "alice"},
-            "content": text,
-            "wait": True,
-        },
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    assert reply.status_code == 200, reply.text
-    return str(reply.json()["ids"][0])
-
-
 async def _feeds_show_only_the_organization(
     http: httpx.AsyncClient, feed_token: str, runner_token: str, agent: UUID, other_token: str
 ) -> None:
@@ -193,11 +178,11 @@ async def _feeds_show_only_the_organization(
         endpoint = receiver.endpoints["/acme"]
         endpoint.secret = hook.json()["secret"]
 
-        other = await _save(http, other_token, uuid4(), "Bob's parcels go to the back door.")
-        ours = await _save(http, runner_token, agent, "Alice's refunds go to store credit.")
+        other = await save_over_http(http, other_token, uuid4(), "Bob's parcels go to the back door.")
+        ours = await save_over_http(http, runner_token, agent, "Alice's refunds go to store credit.")
 
         await eventually(
-            lambda: _true(any(ours in e["_body"].decode() for e in endpoint.received)),
+            lambda: any(ours in e["_body"].decode() for e in endpoint.received),
             what=lambda: f"the organization's memory delivered (deliveries: {len(endpoint.received)})",
         )
         bodies = [e["_body"].decode() for e in endpoint.received]
@@ -215,7 +200,3 @@ async def _feeds_show_only_the_organization(
         assert ours in {d.get("entry_id") for d in seen}
         assert {d.get("org_id") for d in seen} == {str(ORG)}
         assert other not in {d.get("entry_id") for d in seen}
-
-
-async def _true(value: bool) -> bool:
-    return value

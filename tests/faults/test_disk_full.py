@@ -398,7 +398,7 @@ async def test_a_jetstream_filesystem_filled_by_something_else_recovers_once_spa
                 await eventually(write_failed, timeout=120, interval=0.2, what="a store write failed")
                 # The stream stays failed while the disk is full: the platform's publishes fail.
                 await eventually(
-                    lambda: _true(sum(platform.nats_errors.values()) > 0),
+                    lambda: sum(platform.nats_errors.values()) > 0,
                     timeout=60,
                     interval=0.2,
                     what="a publish failed",
@@ -445,10 +445,6 @@ async def test_a_jetstream_filesystem_filled_by_something_else_recovers_once_spa
     assert result.miscounted == [], "reinforcement counts off"
     assert result.completed == len(everything), "distill.completed lost or doubled"
     assert result.chain_ok, result.chain_reason
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def _empty_outbox(db: Database) -> bool:

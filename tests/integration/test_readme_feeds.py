@@ -18,7 +18,7 @@ import pytest
 
 from shared.runtime.settings import EngramSettings
 from tests.integration.test_readme import README, python_block
-from tests.platform import eventually
+from tests.platform import eventually, save_over_http
 from tests.support.webhook_receiver import Receiver, webhook_receiver
 
 pytestmark = pytest.mark.integration
@@ -43,21 +43,6 @@ def _feeds_block() -> str:
     return block
 
 
-async def _save(http: httpx.AsyncClient, token: str, agent: UUID, text: str) -> str:
-    reply = await http.post(
-        "/v1/memories",
-        json={
-            "agent_config_id": str(agent),
-            "principal": {"kind": "end_user", "id": "alice"},
-            "content": text,
-            "wait": True,
-        },
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    assert reply.status_code == 200, reply.text
-    return str(reply.json()["ids"][0])
-
-
 async def test_readme_feed_commands_run_against_the_gateway(
     gateway: str,
     http: httpx.AsyncClient,
@@ -70,7 +55,7 @@ async def test_readme_feed_commands_run_against_the_gateway(
     """Every command of the block succeeds; the events read are the organization's, in order,
     none twice across the resume; the webhook it registered gets the next write, and the README's
     receiver verifies it with the secret the block saved."""
-    first = await _save(http, service_token, agent, "Alice prefers store credit to card refunds.")
+    first = await save_over_http(http, service_token, agent, "Alice prefers store credit to card refunds.")
     (tmp_path / ".engram").mkdir()
     (tmp_path / ".engram" / "connection.json").write_text(
         json.dumps(
@@ -104,10 +89,10 @@ async def test_readme_feed_commands_run_against_the_gateway(
 
     secret = (tmp_path / "webhook-secret").read_text().strip()
     receiver.endpoints["/readme"].secret = secret
-    later = await _save(http, service_token, agent, "Alice asked for e-mail receipts.")
+    later = await save_over_http(http, service_token, agent, "Alice asked for e-mail receipts.")
     endpoint = receiver.endpoints["/readme"]
     await eventually(
-        lambda: _true(any(e["data"].get("entry_id") == later for e in endpoint.received)),
+        lambda: any(e["data"].get("entry_id") == later for e in endpoint.received),
         what=lambda: f"deliveries: {[e['type'] for e in endpoint.received]}",
     )
     namespace: dict[str, Any] = {}
@@ -127,7 +112,3 @@ def _json_values(text: str) -> list[Any]:
         value, at = decoder.raw_decode(text, at)
         values.append(value)
     return values
-
-
-async def _true(value: bool) -> bool:
-    return value

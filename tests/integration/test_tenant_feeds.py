@@ -155,7 +155,7 @@ async def test_each_organization_sees_exactly_its_own_feed(
         ids_a = await save(http, head_a, agent_a, 3)
         ids_b = await save(http, head_b, agent_b, 3)
 
-        await eventually(lambda: _true(set(ids_a) <= sse.written()), what=lambda: f"SSE saw {sse.written()}")
+        await eventually(lambda: set(ids_a) <= sse.written(), what=lambda: f"SSE saw {sse.written()}")
         # Resume: stop, write more, reconnect after the last event seen.
         await sse.stop()
         last = sse.events[-1][0]
@@ -163,9 +163,7 @@ async def test_each_organization_sees_exactly_its_own_feed(
         await save(http, head_b, agent_b, 2)
         resumed = SseClient(http, head_a)
         resumed.start(last_event_id=last)
-        await eventually(
-            lambda: _true(set(more_a) <= resumed.written()), what=lambda: f"saw {resumed.written()}"
-        )
+        await eventually(lambda: set(more_a) <= resumed.written(), what=lambda: f"saw {resumed.written()}")
         await resumed.stop()
         assert resumed.events[0][0] > last
         # Nothing lost: from the first event the first connection saw to the last the second saw,
@@ -189,10 +187,10 @@ async def test_each_organization_sees_exactly_its_own_feed(
             return {str(e["data"]["entry_id"]) for e in endpoint_events}
 
         await eventually(
-            lambda: _true(set(ids_a + more_a) <= hooked(a.events("memory.written"))),
+            lambda: set(ids_a + more_a) <= hooked(a.events("memory.written")),
             what=lambda: f"A's receiver got {hooked(a.events('memory.written'))}",
         )
-        await eventually(lambda: _true(set(ids_b) <= hooked(b.events("memory.written"))), what="B's receiver")
+        await eventually(lambda: set(ids_b) <= hooked(b.events("memory.written")), what="B's receiver")
         assert {e["data"]["org_id"] for e in a.received} == {str(org_a)}
         assert {e["data"]["org_id"] for e in b.received} == {str(org_b)}
         assert a.forged == b.forged == 0
@@ -221,7 +219,7 @@ async def _read_all(
     reader = SseClient(http, headers)
     reader.start(last_event_id=0)
     await eventually(
-        lambda: _true(bool(reader.events) and reader.events[-1][0] >= end),
+        lambda: bool(reader.events) and reader.events[-1][0] >= end,
         what="reading the feed from the start",
     )
     await reader.stop()
@@ -244,7 +242,7 @@ async def test_a_failing_receiver_gets_the_event_after_retries_then_dead_letter_
     flaky, dead = receiver.endpoints["/flaky"], receiver.endpoints["/down"]
 
     await eventually(
-        lambda: _true(any(e["data"].get("entry_id") == ids[0] for e in flaky.received)),
+        lambda: any(e["data"].get("entry_id") == ids[0] for e in flaky.received),
         what="retried delivery",
     )
     event_id = next(e["data"]["event_id"] for e in flaky.received if e["data"].get("entry_id") == ids[0])
@@ -269,7 +267,7 @@ async def test_a_failing_receiver_gets_the_event_after_retries_then_dead_letter_
     assert reply.status_code == 200, reply.text
     assert reply.json()["replayed"] >= 1
     await eventually(
-        lambda: _true(any(e["data"]["event_id"] == event_id for e in dead.received)), what="replayed delivery"
+        lambda: any(e["data"]["event_id"] == event_id for e in dead.received), what="replayed delivery"
     )
     assert dead.forged == 0
 
@@ -355,7 +353,3 @@ async def test_delivered_rows_older_than_the_feed_are_pruned_and_others_kept(db:
         ).all()
     assert sorted(state for state, _ in left) == ["dead", "delivered", "pending"]
     assert all(at is None or at > now - timedelta(days=1) for _, at in left)
-
-
-async def _true(value: bool) -> bool:
-    return value
