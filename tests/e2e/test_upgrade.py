@@ -14,6 +14,7 @@ import httpx
 import nats
 import pytest
 
+from contracts.config import MemoryConfig
 from contracts.connection import ConnectionInfo
 from tests.engram_up import EngramUp, fault_row, stack_dir
 from tests.platform import eventually, publish_session, request, session_payload
@@ -147,7 +148,13 @@ async def test_the_current_code_starts_on_data_the_previous_release_wrote() -> N
                 again = await request(
                     nc, "engram.config.get", {"agent_config_id": info["agent_config_id"]}, info["token"]
                 )
-                assert again["config"] == config["config"]
+                # What the previous release stored is kept; a setting this release added shows
+                # its default (knowledge_updates, record 0103).
+                kept = {k: v for k, v in again["config"].items() if k in config["config"]}
+                assert kept == config["config"]
+                added = {k: v for k, v in again["config"].items() if k not in config["config"]}
+                defaults = MemoryConfig().model_dump(mode="json")
+                assert added == {k: defaults[k] for k in added}
                 assert again["version"] == config["version"]
                 dave = await request(
                     nc,

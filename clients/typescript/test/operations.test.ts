@@ -166,6 +166,47 @@ for (const transport of TRANSPORTS) {
       assert.ok(lag.streams.some((s) => s.stream === "ENGRAM_SESSIONS"), JSON.stringify(lag.streams));
     });
 
+    test("an operator onboards an organization: agent configs, clients and tokens minted, rotated, revoked", async () => {
+      // engram up's development token holds tenant.admin (docs/adr/0104-admin-api.md).
+      const org = await engram.adminCreateOrg({ name: `ts-${transport}` });
+      const orgs = await engram.adminListOrgs({});
+      assert.ok(orgs.organizations.some((o) => o.org_id === org.org_id));
+      const config = await engram.adminCreateAgentConfig({ org_id: org.org_id, config: { top_k: 3 } });
+      const configs = await engram.adminListAgentConfigs({ org_id: org.org_id });
+      assert.deepEqual(
+        configs.agent_configs.map((c) => c.agent_config_id),
+        [config.agent_config_id],
+      );
+      const name = `ts-${transport}-${randomUUID().slice(0, 8)}`;
+      const minted = await engram.adminMintClient({ org_id: org.org_id, name });
+      assert.match(minted.nats_nkey_seed, /^SU/);
+      const rotated = await engram.adminRotateClient({ name });
+      assert.notEqual(rotated.token_id, minted.token_id);
+      const revoked = await engram.adminRevokeClient({ name });
+      assert.ok(revoked.revoked_at);
+      const clients = await engram.adminListClients({ org_id: org.org_id, include_revoked: true });
+      assert.deepEqual(
+        clients.clients.map((c) => c.name),
+        [name],
+      );
+      const token = await engram.adminMintToken({ org_id: org.org_id, principal: { kind: "service", id: "ts" } });
+      const gone = await engram.adminRevokeToken({ org_id: org.org_id, token_id: token.token_id });
+      assert.equal(gone.token_id, token.token_id);
+      const disabled = await engram.adminDisableOrg({ org_id: org.org_id });
+      assert.ok(disabled.disabled_at);
+    });
+
+    test("a webhook is registered (its secret shown once), listed, replayed and deleted", async () => {
+      const hook = await engram.registerWebhook({ url: "https://1.1.1.1/engram-hook", events: ["memory.purged"] });
+      assert.match(hook.secret, /^whsec_/);
+      const listed = await engram.webhooks({});
+      assert.ok(listed.webhooks.some((w) => w.webhook_id === hook.webhook_id && !("secret" in w)));
+      const replayed = await engram.replayWebhook({ webhook_id: hook.webhook_id });
+      assert.equal(replayed.replayed, 0);
+      const deleted = await engram.deleteWebhook({ webhook_id: hook.webhook_id });
+      assert.equal(deleted.webhook_id, hook.webhook_id);
+    });
+
     test("every operation of the table was called", () => {
       const missing = (Object.keys(OPERATIONS) as MethodName[]).filter((m) => !called.has(m));
       assert.deepEqual(missing, [], `not exercised over ${transport}`);
