@@ -46,11 +46,12 @@ async def _recall(nc: Client, token: str, agent: UUID, **fields: object) -> dict
 async def _indexed(
     nc: Client, token: str, agent: UUID, principal: dict[str, object], n: int, cue: str
 ) -> None:
-    """Wait until semantic recall sees n entries (embedding is asynchronous by design)."""
+    """Wait until semantic recall sees n entries and the index is complete (embedding is
+    asynchronous by design; its vectors land a moment before the rows are marked indexed)."""
 
     async def ready() -> bool:
         reply = await _recall(nc, token, agent, principal=principal, strategy="semantic", cue=cue, top_k=20)
-        return reply.get("count") == n
+        return reply.get("count") == n and "semantic_index_incomplete" not in reply.get("warnings", [])
 
     await eventually(ready, timeout=30, what=f"{n} entries indexed")
 
