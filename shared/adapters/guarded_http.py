@@ -7,6 +7,7 @@ add only what is theirs: the request body and reading the answer."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict, TypeVar
 
@@ -15,7 +16,7 @@ import httpx
 from contracts.errors import Unavailable
 from shared.runtime.resilience import CircuitBreaker, retry_async
 
-__all__ = ["BadAnswer", "EndpointOptions", "ModelEndpoint", "Rejected", "Retryable"]
+__all__ = ["BadAnswer", "EndpointOptions", "ModelEndpoint", "Rejected", "Retryable", "chat_content"]
 
 T = TypeVar("T")
 
@@ -172,3 +173,14 @@ class ModelEndpoint:
             return response.json()
         except ValueError as exc:
             raise BadAnswer(response.text[:200]) from exc
+
+
+def chat_content(answer: Any) -> str:
+    """The assistant message's content of a chat completion."""
+    try:
+        content = answer["choices"][0]["message"]["content"]
+    except (LookupError, TypeError) as exc:
+        raise BadAnswer(json.dumps(answer)[:200]) from exc
+    if not isinstance(content, str):
+        raise BadAnswer("a chat completion without text content")
+    return content

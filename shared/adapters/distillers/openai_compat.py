@@ -16,7 +16,7 @@ from typing import Any, Unpack
 
 from contracts.errors import Unavailable
 from contracts.events import SessionEnded
-from shared.adapters.guarded_http import BadAnswer, EndpointOptions, ModelEndpoint
+from shared.adapters.guarded_http import EndpointOptions, ModelEndpoint, chat_content
 from shared.ports import Lesson, TraceSummary
 
 __all__ = ["MAX_LESSONS", "SYSTEM_PROMPT", "OpenAICompatDistiller", "parse_lessons", "render_session"]
@@ -77,7 +77,9 @@ class OpenAICompatDistiller:
         """Ask the model; raise :class:`Unavailable` when it cannot give a usable answer now."""
         details: dict[str, Any] = {"distiller": self.name, "model": self.model, "url": self.url}
         body = self._request_body(session, summary)
-        content = await self.endpoint.call(body, _content, details=details, bad_answer="a chat completion")
+        content = await self.endpoint.call(
+            body, chat_content, details=details, bad_answer="a chat completion"
+        )
         try:
             return parse_lessons(content)
         except ValueError as exc:
@@ -102,17 +104,6 @@ class OpenAICompatDistiller:
                 {"role": "user", "content": render_session(session, summary)},
             ],
         }
-
-
-def _content(answer: Any) -> str:
-    """The assistant message's content of a chat completion."""
-    try:
-        content = answer["choices"][0]["message"]["content"]
-    except (LookupError, TypeError) as exc:
-        raise BadAnswer(json.dumps(answer)[:200]) from exc
-    if not isinstance(content, str):
-        raise BadAnswer("a chat completion without text content")
-    return content
 
 
 def render_session(session: SessionEnded, summary: TraceSummary) -> str:

@@ -16,7 +16,7 @@ import re
 from typing import Any, Unpack
 
 from contracts.errors import Unavailable
-from shared.adapters.guarded_http import BadAnswer, EndpointOptions, ModelEndpoint
+from shared.adapters.guarded_http import EndpointOptions, ModelEndpoint, chat_content
 
 __all__ = ["SYSTEM_PROMPT", "OpenAICompatJudge", "parse_verdict"]
 
@@ -71,7 +71,7 @@ class OpenAICompatJudge:
         }
         try:
             content = await self.endpoint.call(
-                body, _content, details=details, bad_answer="a chat completion"
+                body, chat_content, details=details, bad_answer="a chat completion"
             )
         except Unavailable as exc:
             log.warning("knowledge-update judge unavailable: %s", exc.message)
@@ -103,13 +103,3 @@ def parse_verdict(content: str) -> bool | None:
         if isinstance(data, dict) and isinstance(data.get("supersedes"), bool):
             return bool(data["supersedes"])
     return None
-
-
-def _content(answer: Any) -> str:
-    try:
-        content = answer["choices"][0]["message"]["content"]
-    except (LookupError, TypeError) as exc:
-        raise BadAnswer(json.dumps(answer)[:200]) from exc
-    if not isinstance(content, str):
-        raise BadAnswer("a chat completion without text content")
-    return content
