@@ -253,7 +253,7 @@ class Recall:
             )
         if request.collapse_similar and strategy in _CUE_STRATEGIES:
             ranked, _ = collapse_similar(lessons_first(ranked), top_k)
-        if strategy in _VECTOR_STRATEGIES and not await self._index_complete():
+        if strategy in _VECTOR_STRATEGIES and not await self._index_complete(credential.org_id):
             # Some entries' vectors are another embedder's: neither leg (the lexical vectors live
             # beside the dense ones) can find them until `engram reindex`. Answer, but say so.
             warnings.append("semantic_index_incomplete")
@@ -290,8 +290,8 @@ class Recall:
             await self._cache(cache_key, generation, credential, request, answer, ranked, scope.now)
         return answer
 
-    async def _index_complete(self) -> bool:
-        return self._coverage is None or await self._coverage.complete()
+    async def _index_complete(self, org_id: UUID) -> bool:
+        return self._coverage is None or await self._coverage.complete(org_id)
 
     def _default_strategy(self, config: MemoryConfig, cue: str) -> Strategy:
         """The strategy when the caller names none: the config's, except that a cue asks for

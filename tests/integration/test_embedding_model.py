@@ -3,8 +3,8 @@ models never meet, the entries the old model embedded are detected (a start-up w
 ``semantic_index_incomplete`` on recall) until ``engram reindex`` re-embeds them.
 
 The switch is the real upgrade path: hashing-384 (the former default) to all-MiniLM-L6-v2. This
-module has its own database, because the check is deployment-wide and other modules' entries
-must not count."""
+module has its own database, because the start-up check is deployment-wide and other modules'
+entries must not count (recall's warning is per organization)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from nats.aio.client import Client
@@ -161,10 +161,11 @@ async def test_an_embedder_switch_is_detected_until_reindex(
 
 
 async def test_entries_another_embedder_indexed_are_embedded_again(
-    old_settings: EngramSettings, nc: Client, agent: UUID, service_token: str
+    old_settings: EngramSettings, nc: Client, org: UUID, agent: UUID, service_token: str
 ) -> None:
     """Without ``force``, indexing skips what this embedder already indexed but not what another
-    one did; the coverage check follows (asked afresh each time with ``ttl_s=0``)."""
+    one did; the coverage check follows (asked afresh each time with ``ttl_s=0``), for the
+    organization whose entries they are and never for another."""
     async with running_services(old_settings):
         ids = await _save(nc, service_token, agent, *TEXTS)
         await _all_indexed(old_settings.database_url, ids, "hashing-384")
@@ -174,13 +175,14 @@ async def test_entries_another_embedder_indexed_are_embedded_again(
     assert index is not None
     try:
         coverage = VectorCoverage(db, minilm, ttl_s=0)
-        assert not await coverage.complete()
+        assert not await coverage.complete(org)
+        assert await coverage.complete(uuid4())  # another tenant's index is not this one's
         assert await foreign_vectors(db, minilm) == [ForeignVectors("hashing-384", 384, len(ids))]
         first = await index_entries(db, minilm, index, ids)
         assert (first.indexed, first.skipped) == (len(ids), 0)
         again = await index_entries(db, minilm, index, ids)
         assert (again.indexed, again.skipped) == (0, len(ids))
-        assert await coverage.complete()
+        assert await coverage.complete(org)
         assert await foreign_vectors(db, minilm) == []
         assert await foreign_vectors(db, HashingEmbedder(384)) == [
             ForeignVectors("all-MiniLM-L6-v2", 384, len(ids))

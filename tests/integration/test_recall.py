@@ -13,7 +13,7 @@ from services.recall.service import HYBRID_DEPTH, HYBRID_FETCH
 from shared.security.auth import ALL_PERMISSIONS, TokenService
 from shared.service.infra import Infra
 from shared.storage.db.models import ENTRIES
-from tests.platform import eventually, publish_session, request, session_payload
+from tests.platform import eventually, publish_session, request, session_payload, until_nothing_missing
 
 pytestmark = pytest.mark.integration
 
@@ -49,11 +49,13 @@ async def _indexed(
     """Wait until semantic recall sees n entries and the index is complete (embedding is
     asynchronous by design; its vectors land a moment before the rows are marked indexed)."""
 
-    async def ready() -> bool:
+    async def missing() -> list[str]:
         reply = await _recall(nc, token, agent, principal=principal, strategy="semantic", cue=cue, top_k=20)
-        return reply.get("count") == n and "semantic_index_incomplete" not in reply.get("warnings", [])
+        if reply.get("count") == n and "semantic_index_incomplete" not in reply.get("warnings", []):
+            return []
+        return [f"semantic recall answered count={reply.get('count')}, warnings={reply.get('warnings')}"]
 
-    await eventually(ready, timeout=30, what=f"{n} entries indexed")
+    await until_nothing_missing(missing, timeout=30, what=f"{n} entries indexed")
 
 
 async def test_distilled_lessons_come_back_through_every_strategy(

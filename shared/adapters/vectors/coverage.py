@@ -4,13 +4,15 @@ Every indexed entry records the embedder (name and dimension) that made its vect
 ``embedding_model`` and ``embedding_dimension``, :mod:`shared.storage.entries.indexing`). Each embedder has
 its own collection, so vectors of two models are never compared; but after the deployment's embedder
 changes, the entries that the old one embedded are missing from the new collection until
-``engram reindex`` re-embeds them. This module finds them: the embed service logs them at start,
-and recall warns (``semantic_index_incomplete``) while any remain.
+``engram reindex`` re-embeds them. This module finds them: the embed service logs them at start
+(deployment-wide), and recall warns (``semantic_index_incomplete``) while any of the asking
+organization's remain — never because of another tenant's entries.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from uuid import UUID
 
 from cachetools import TTLCache
 
@@ -39,20 +41,24 @@ async def foreign_vectors(db: Database, embedder: Embedder) -> list[ForeignVecto
 
 
 class VectorCoverage:
-    """Whether every indexed entry's vector is ``embedder``'s, asked at most once per ``ttl_s``
-    (a reindex in another process is noticed within it)."""
+    """Whether every indexed entry of an organization has ``embedder``'s vector, asked at most
+    once per ``ttl_s`` per organization (a reindex in another process is noticed within it)."""
 
-    def __init__(self, db: Database, embedder: Embedder, *, ttl_s: float = 30.0) -> None:
+    def __init__(
+        self, db: Database, embedder: Embedder, *, ttl_s: float = 30.0, organizations: int = 4096
+    ) -> None:
         self._db = db
         self._embedder = embedder
-        # One answer, asked again once it is ``ttl_s`` old.
-        self._answer: TTLCache[str, bool] = TTLCache(maxsize=1, ttl=ttl_s)
+        # One answer per organization, asked again once it is ``ttl_s`` old.
+        self._answers: TTLCache[UUID, bool] = TTLCache(maxsize=organizations, ttl=ttl_s)
 
-    async def complete(self) -> bool:
-        known = self._answer.get("complete")
+    async def complete(self, org_id: UUID) -> bool:
+        known = self._answers.get(org_id)
         if known is not None:
             return known
         async with self._db.read() as session:
-            complete = await indexing.only_made_by(session, self._embedder.name, self._embedder.dimension)
-        self._answer["complete"] = complete
+            complete = await indexing.only_made_by(
+                session, org_id, self._embedder.name, self._embedder.dimension
+            )
+        self._answers[org_id] = complete
         return complete

@@ -141,6 +141,7 @@ async def made_by_others(
     return [(m, d, int(n)) for m, d, n in await session.execute(stmt)]
 
 
-async def only_made_by(session: AsyncSession, model: str, dimension: int) -> bool:
-    """Whether every indexed entry's vector is this embedder's."""
-    return not (await session.execute(select(exists().where(_made_by_another(model, dimension))))).scalar()
+async def only_made_by(session: AsyncSession, org_id: UUID, model: str, dimension: int) -> bool:
+    """Whether every indexed entry of the organization has this embedder's vector."""
+    foreign = and_(ENTRIES.c.org_id == org_id, _made_by_another(model, dimension))
+    return not (await session.execute(select(exists().where(foreign)))).scalar()
