@@ -225,32 +225,28 @@ class Recall:
             history=strategy in _CUE_STRATEGIES and past_cue(cue),
         )
         diagnostics: dict[str, Any] = {}
-        try:
-            ranked = await self._rank(
+
+        async def rank(strategy: Strategy, min_score: float | None) -> list[Ranked]:
+            return await self._rank(
                 strategy,
                 scope,
                 cue,
                 top_k,
                 diagnostics,
                 config.semantic_recall,
-                request.min_score,
+                min_score,
                 collapse=request.collapse_similar,
                 asked_at=request.asked_at,
             )
+
+        try:
+            ranked = await rank(strategy, request.min_score)
         except VectorUnavailable:
             if explicit:
                 raise
+            # min_score is a cosine threshold: the fallback (no vectors) has no scores to hold to it.
             strategy, warnings = fallback, [*warnings, "semantic_unavailable_fallback"]
-            ranked = await self._rank(
-                strategy,
-                scope,
-                cue,
-                top_k,
-                diagnostics,
-                config.semantic_recall,
-                collapse=request.collapse_similar,
-                asked_at=request.asked_at,
-            )
+            ranked = await rank(strategy, None)
         if request.collapse_similar and strategy in _CUE_STRATEGIES:
             ranked, _ = collapse_similar(lessons_first(ranked), top_k)
         if strategy in _VECTOR_STRATEGIES and not await self._index_complete(credential.org_id):
