@@ -77,7 +77,7 @@ from tests.eval.locomo import (
     store,
     wait_indexed,
 )
-from tests.eval.stack import eval_stack, service_token, write_report
+from tests.eval.stack import eval_stack, script_parser, service_token, write_report
 
 EMBEDDER = "all-MiniLM-L6-v2"
 TUNE = ("26", "30")
@@ -326,9 +326,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = script_parser(__doc__)
     parser.add_argument("--data", type=Path, default=default_data_dir())
     parser.add_argument("--out", type=Path, default=Path("bench-results/ablation.json"))
     sys.exit(asyncio.run(main(parser.parse_args())))

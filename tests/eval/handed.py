@@ -39,8 +39,8 @@ import asyncpg
 from contracts.subjects import CONFIG_PUT, RECALL
 from services.cli.demo_data import demo_sessions
 from services.runtime import build_embedder, running_services
-from tests.eval.locomo import EvalError, _call, embedder_unavailable, wait_indexed
-from tests.eval.stack import eval_stack, service_token, write_report
+from tests.eval.locomo import EMBEDDERS, EvalError, _call, embedder_unavailable, wait_indexed
+from tests.eval.stack import eval_stack, script_parser, service_token, write_report
 from tests.platform import publish_session
 
 TOP_K = 10
@@ -228,10 +228,8 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--embedder", choices=("hashing-384", "all-MiniLM-L6-v2"))
+    parser = script_parser(__doc__)
+    parser.add_argument("--embedder", choices=EMBEDDERS)
     parser.add_argument("--out", type=Path, default=Path("bench-results/handed.json"))
     parser.add_argument("--timeout", type=float, default=300.0)
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -73,7 +73,7 @@ from nats.aio.client import Client
 
 from contracts.subjects import CONFIG_PUT, MEMORY_SAVE, RECALL
 from services.runtime import running_services
-from tests.eval.stack import eval_stack, service_token, write_report
+from tests.eval.stack import eval_stack, script_parser, service_token, write_report
 from tests.platform import request
 
 EMBEDDERS = ("hashing-384", "all-MiniLM-L6-v2")
@@ -672,9 +672,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = script_parser(__doc__)
     parser.add_argument("--embedder", action="append", choices=EMBEDDERS, help="repeatable; default: both")
     parser.add_argument("--data", type=Path, default=default_data_dir())
     parser.add_argument("--out", type=Path, default=Path("bench-results/eval.json"))

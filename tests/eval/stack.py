@@ -3,6 +3,7 @@ settings for them and a connection to each, a service token, and the JSON-plus-t
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -22,7 +23,7 @@ from shared.runtime.settings import EngramSettings
 from shared.security.auth import ALL_PERMISSIONS, TokenService
 from tests.support.servers import nats_server, throwaway_database
 
-__all__ = ["KID", "SECRET", "EvalStack", "eval_stack", "service_token", "write_report"]
+__all__ = ["KID", "SECRET", "EvalStack", "eval_stack", "script_parser", "service_token", "write_report"]
 
 KID, SECRET = "eval", "e" * 48
 
@@ -78,3 +79,8 @@ def write_report(out: Path, result: dict[str, Any], table: str) -> None:
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(table)
     print(f"\n(full results: {out})")
+
+
+def script_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An eval script's command line, with its module docstring (``doc``) as the help."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

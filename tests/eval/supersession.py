@@ -43,8 +43,8 @@ from services.runtime import running_services
 from shared.adapters.judges import OpenAICompatJudge
 from shared.text.supersession import judge_pair, maybe_related
 from tests.eval.handed import pick_embedder
-from tests.eval.locomo import EvalError, _call, wait_indexed
-from tests.eval.stack import eval_stack, service_token, write_report
+from tests.eval.locomo import EMBEDDERS, EvalError, _call, wait_indexed
+from tests.eval.stack import eval_stack, script_parser, service_token, write_report
 from tests.eval.supersession_data import Pair, load
 
 TOP_K = 10
@@ -257,10 +257,8 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--embedder", choices=("hashing-384", "all-MiniLM-L6-v2"))
+    parser = script_parser(__doc__)
+    parser.add_argument("--embedder", choices=EMBEDDERS)
     parser.add_argument("--offline", action="store_true", help="score the offline rules only")
     parser.add_argument("--out", type=Path, default=Path("bench-results/supersession.json"))
     parser.add_argument("--timeout", type=float, default=600.0)
