@@ -17,6 +17,8 @@ from services.cli.output import console
 from services.cli.remote import CONNECTION, TOKEN, URL, Remote
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from engram_client import EngramClient
 
 # Each command imports what it needs when it runs: `engram --help` and the commands that only
@@ -666,16 +668,10 @@ def audit_tail(
     organization's, and the system chain's (marked ``system``: records about input that named no
     verified organization, such as a tokenless session's ``session.rejected``). Reading the stream
     takes an audit reader's NATS identity, which is the deployment operator's."""
-    import asyncio
-
     from engram_client.contracts.common import SYSTEM_ORG
     from engram_client.contracts.connection import connection_file
     from rich.markup import escape
 
-    from services.cli.streams import read_stream
-    from shared.runtime.settings import EngramSettings
-
-    url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
     if org is None and connection_file(data_dir).exists():
         org = UUID(_connection(data_dir)["org_id"])
     shown = {str(SYSTEM_ORG)} | ({str(org)} if org is not None else set())
@@ -697,17 +693,15 @@ def audit_tail(
         )
         return True
 
-    asyncio.run(
-        read_stream(
-            url,
-            _nats_options(data_dir, url),
-            subject=f"engram.audit.{kind}",
-            stream="ENGRAM_AUDIT",
-            from_start=from_start,
-            follow=True,
-            limit=limit,
-            show=show,
-        )
+    _read_stream(
+        data_dir,
+        nats_url,
+        "ENGRAM_AUDIT",
+        f"engram.audit.{kind}",
+        show,
+        from_start=from_start,
+        follow=True,
+        limit=limit,
     )
 
 
@@ -724,16 +718,9 @@ def dlq(
     it came on, the error code and reason, and the original's sha256. Every organization's: reading
     the stream takes a dead-letter reader's NATS identity, the deployment operator's. The kept copy
     of the original (PII replaced) is never printed."""
-    import asyncio
-
     from engram_client.contracts.events import DeadLetter
     from rich.console import Console
     from rich.markup import escape
-
-    from services.cli.streams import read_stream
-    from shared.runtime.settings import EngramSettings
-
-    url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
 
     def show(msg: Any) -> bool:
         letter = DeadLetter.model_validate_json(msg.data)
@@ -749,20 +736,52 @@ def dlq(
         )
         return True
 
-    count = asyncio.run(
+    count = _read_stream(
+        data_dir,
+        nats_url,
+        "ENGRAM_DLQ",
+        f"engram.dlq.{source}",
+        show,
+        from_start=True,
+        follow=follow,
+        limit=limit,
+    )
+    if not follow:
+        Console(stderr=True).print(f"{count} dead letters", highlight=False)
+
+
+def _read_stream(
+    data_dir: Path,
+    nats_url: str,
+    stream: str,
+    subject: str,
+    show: Callable[[Any], bool],
+    *,
+    from_start: bool,
+    follow: bool,
+    limit: int,
+) -> int:
+    """:func:`services.cli.streams.read_stream` for ``engram audit tail`` and ``engram dlq``: on
+    --nats-url, else ENGRAM_NATS_URL, else connection.json's NATS (with the development client's
+    identity when it is that one); returns how many ``show`` counted."""
+    import asyncio
+
+    from services.cli.streams import read_stream
+    from shared.runtime.settings import EngramSettings
+
+    url = nats_url or EngramSettings().nats_url or _connection(data_dir)["nats_url"]
+    return asyncio.run(
         read_stream(
             url,
             _nats_options(data_dir, url),
-            subject=f"engram.dlq.{source}",
-            stream="ENGRAM_DLQ",
-            from_start=True,
+            subject=subject,
+            stream=stream,
+            from_start=from_start,
             follow=follow,
             limit=limit,
             show=show,
         )
     )
-    if not follow:
-        Console(stderr=True).print(f"{count} dead letters", highlight=False)
 
 
 def _org_label(org_id: UUID | None) -> str:

@@ -178,15 +178,13 @@ class Admin:
         except ValueError as exc:  # a name in use or reserved
             raise InvalidRequest(str(exc), {"name": request.name}) from exc
         await self._reload_nats()
-        async with self._db.transaction() as session:
-            await self._audit(
-                session,
-                caller,
-                request.org_id,
-                "admin.client_minted",
-                _client_facts(identity, token_id, request.permissions),
-                agent_config_id=request.agent_config_id,
-            )
+        await self._audit_alone(
+            caller,
+            request.org_id,
+            "admin.client_minted",
+            _client_facts(identity, token_id, request.permissions),
+            agent_config_id=request.agent_config_id,
+        )
         return _credentials(identity, request.org_id, token, token_id, expires, request.agent_config_id)
 
     async def rotate_client(self, caller: Caller, request: ClientRotate) -> ClientCredentials:
@@ -240,20 +238,18 @@ class Admin:
             request.agent_config_id,
             request.session_id,
         )
-        async with self._db.transaction() as session:
-            await self._audit(
-                session,
-                caller,
-                request.org_id,
-                "admin.token_minted",
-                {
-                    "token_id": token_id,
-                    "principal": request.principal.ref,
-                    "permissions": sorted(request.permissions),
-                    "expires_at": expires.isoformat(),
-                },
-                agent_config_id=request.agent_config_id,
-            )
+        await self._audit_alone(
+            caller,
+            request.org_id,
+            "admin.token_minted",
+            {
+                "token_id": token_id,
+                "principal": request.principal.ref,
+                "permissions": sorted(request.permissions),
+                "expires_at": expires.isoformat(),
+            },
+            agent_config_id=request.agent_config_id,
+        )
         return MintedToken(token=token, token_id=token_id, org_id=request.org_id, expires_at=expires)
 
     async def revoke_token(self, caller: Caller, request: TokenRevoke) -> TokenRevoked:
@@ -340,6 +336,19 @@ class Admin:
             details={**details, "by_org": str(caller.org_id)},
         )
         await audit.append(session, org_id, [entry])
+
+    async def _audit_alone(
+        self,
+        caller: Caller,
+        org_id: UUID,
+        kind: str,
+        details: dict[str, Any],
+        *,
+        agent_config_id: UUID | None,
+    ) -> None:
+        """:meth:`_audit` in a transaction of its own."""
+        async with self._db.transaction() as session:
+            await self._audit(session, caller, org_id, kind, details, agent_config_id=agent_config_id)
 
 
 async def _org_row(session: AsyncSession, org_id: UUID) -> Organization:

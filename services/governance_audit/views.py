@@ -12,6 +12,8 @@ from shared.storage.entries import Entry, EntryStore
 __all__ = ["QUARANTINE_PLACEHOLDER", "entry_view", "load_entry"]
 
 QUARANTINE_PLACEHOLDER = "[quarantined memory withheld]"
+#: The view's fields that are not a column of the row as it is.
+_MADE_HERE = frozenset({"owner", "text", "redaction", "derived_from", "metadata"})
 
 
 def entry_view(row: Entry, *, show_quarantined: bool) -> EntryView:
@@ -20,45 +22,15 @@ def entry_view(row: Entry, *, show_quarantined: bool) -> EntryView:
     owner = Principal(kind=row.owner_kind, id=row.owner_id) if row.owner_kind else None
     withheld = row.quarantined and not show_quarantined
     text = QUARANTINE_PLACEHOLDER if withheld else row.text
+    # Every field the view shares with the row is copied as it is; the rest are made here.
+    copied = {name: getattr(row, name) for name in EntryView.model_fields if name not in _MADE_HERE}
     return EntryView(
-        id=row.id,
-        org_id=row.org_id,
-        agent_config_id=row.agent_config_id,
+        **copied,
         owner=owner,
-        session_id=row.session_id,
         text=text,
-        fingerprint=row.fingerprint,
-        importance=row.importance,
-        reinforcement_count=row.reinforcement_count,
-        memory_type=row.memory_type,
-        layer=row.layer,
-        source=row.source,
-        source_agent=row.source_agent,
-        confidence=row.confidence,
-        reliability=row.reliability,
-        lifecycle=row.lifecycle,
-        pinned=row.pinned,
-        category=row.category,
-        confirmation=row.confirmation,
-        sensitivity=row.sensitivity,
-        consent=row.consent,
         redaction=list(row.redaction or []),
-        quarantined=row.quarantined,
-        expires_at=row.expires_at,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        last_accessed_at=row.last_accessed_at,
-        access_count=row.access_count,
-        version=row.version,
-        supersedes=row.supersedes,
-        superseded_by=row.superseded_by,
-        valid_from=row.valid_from,
-        valid_until=row.valid_until,
         derived_from=[UUID(str(x)) for x in row.derived_from or []],
-        embedding_status=row.embedding_status,
         metadata={} if withheld else dict(row.metadata or {}),
-        occurred_at=row.occurred_at,
-        session_position=row.session_position,
     )
 
 

@@ -212,12 +212,11 @@ class Recall:
             # Read before the rows are: a reply computed from rows a purge has since erased
             # is then refused by the cache (see ResultCache.put).
             generation = await self._results.generation(credential.org_id, request.agent_config_id)
-        scope = queries.Scope(
-            org_id=credential.org_id,
-            agent_config_id=request.agent_config_id,
-            owner_keys=owner_keys,
-            now=utcnow(),
-            session_only=request.session_id if config.scope == "session" else None,
+        scope = _scope(
+            credential,
+            request,
+            config,
+            owner_keys,
             layer=None if request.target_layer == "all" else request.target_layer,
             memory_types=policy.memory_types_allowed,
             filters=request.filters,
@@ -225,32 +224,28 @@ class Recall:
             history=strategy in _CUE_STRATEGIES and past_cue(cue),
         )
         diagnostics: dict[str, Any] = {}
-        try:
-            ranked = await self._rank(
+
+        async def rank(strategy: Strategy, min_score: float | None) -> list[Ranked]:
+            return await self._rank(
                 strategy,
                 scope,
                 cue,
                 top_k,
                 diagnostics,
                 config.semantic_recall,
-                request.min_score,
+                min_score,
                 collapse=request.collapse_similar,
                 asked_at=request.asked_at,
             )
+
+        try:
+            ranked = await rank(strategy, request.min_score)
         except VectorUnavailable:
             if explicit:
                 raise
+            # min_score is a cosine threshold: the fallback (no vectors) has no scores to hold to it.
             strategy, warnings = fallback, [*warnings, "semantic_unavailable_fallback"]
-            ranked = await self._rank(
-                strategy,
-                scope,
-                cue,
-                top_k,
-                diagnostics,
-                config.semantic_recall,
-                collapse=request.collapse_similar,
-                asked_at=request.asked_at,
-            )
+            ranked = await rank(strategy, None)
         if request.collapse_similar and strategy in _CUE_STRATEGIES:
             ranked, _ = collapse_similar(lessons_first(ranked), top_k)
         if strategy in _VECTOR_STRATEGIES and not await self._index_complete(credential.org_id):
@@ -524,15 +519,8 @@ class Recall:
         owner_keys = visible_owner_keys(caller, config.scope, request.session_id) if enabled else ()
         found: list[Candidate] = []
         if owner_keys:
-            scope = queries.Scope(
-                org_id=credential.org_id,
-                agent_config_id=request.agent_config_id,
-                owner_keys=owner_keys,
-                now=utcnow(),
-                session_only=request.session_id if config.scope == "session" else None,
-                # An id a cue about the past returned may be history: it expands like any other.
-                history=True,
-            )
+            # An id a cue about the past returned may be history: it expands like any other.
+            scope = _scope(credential, request, config, owner_keys, history=True)
             found = await queries.by_ids(self._db, scope, examined)
         by_id = {c.id: c for c in found}
         accessible = [by_id[i] for i in examined if i in by_id]
@@ -618,6 +606,26 @@ def _full_result(c: Candidate) -> RecallResult:
         source=c.source,
         reinforcement_count=c.reinforcement_count,
         quarantined=c.quarantined,
+    )
+
+
+def _scope(
+    credential: Credential,
+    request: RecallRequest | ExpandRequest,
+    config: MemoryConfig,
+    owner_keys: tuple[str, ...],
+    **narrowing: Any,
+) -> queries.Scope:
+    """What the caller may see of the request's agent config (SPEC 3): ``owner_keys``, and only the
+    request's session when the config's scope is ``session``; then the request's ``narrowing``
+    (the other fields of :class:`~shared.storage.entries.recall.Scope`)."""
+    return queries.Scope(
+        org_id=credential.org_id,
+        agent_config_id=request.agent_config_id,
+        owner_keys=owner_keys,
+        now=utcnow(),
+        session_only=request.session_id if config.scope == "session" else None,
+        **narrowing,
     )
 
 

@@ -181,18 +181,20 @@ async def authorize(
     credential.require(permission)
     fill: dict[str, Any] = {}
     fields = type(request).model_fields
-    if "agent_config_id" in fields:
-        named = getattr(request, "agent_config_id", None)
+    # The token's restrictions: a request that names another is refused, one that names none
+    # is given the token's.
+    restrictions = (
+        ("agent_config_id", credential.agent_config_id, credential.require_agent_config),
+        ("session_id", credential.session_id, credential.require_session),
+    )
+    for field, restricted_to, require in restrictions:
+        if field not in fields:
+            continue
+        named = getattr(request, field, None)
         if named is not None:
-            credential.require_agent_config(named)
-        elif credential.agent_config_id is not None:
-            fill["agent_config_id"] = credential.agent_config_id
-    if "session_id" in fields:
-        named = getattr(request, "session_id", None)
-        if named is not None:
-            credential.require_session(named)
-        elif credential.session_id is not None:
-            fill["session_id"] = credential.session_id
+            require(named)
+        elif restricted_to is not None:
+            fill[field] = restricted_to
     caller = Caller(credential, act_as(credential, getattr(request, "principal", None)))
     if permission == ADMIN:
         caller.require_admin()

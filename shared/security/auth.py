@@ -58,6 +58,16 @@ _ALGORITHM: Final = "HS256"
 _MAX_TOKEN_CHARS: Final = 4096
 
 
+def _presented(token: str | None) -> str:
+    """``token``, unless there is none (``missing bearer token``) or it is longer than any token
+    Engram accepts (``invalid token``, before any parsing)."""
+    if not token:
+        raise Unauthenticated("missing bearer token")
+    if len(token) > _MAX_TOKEN_CHARS:
+        raise Unauthenticated("invalid token")
+    return token
+
+
 @dataclass(frozen=True)
 class Credential:
     """What a verified token proves about the caller."""
@@ -187,10 +197,7 @@ class TokenService:
     def verify(self, token: str | None) -> Credential:
         """Check signature, issuer and expiry; any failure is ``UNAUTHENTICATED`` without detail
         an attacker could use to tell a wrong key from a wrong claim."""
-        if not token:
-            raise Unauthenticated("missing bearer token")
-        if len(token) > _MAX_TOKEN_CHARS:
-            raise Unauthenticated("invalid token")
+        token = _presented(token)
         known = self._verified.get(token)
         if known is not None:
             return known[0]
@@ -336,10 +343,7 @@ class TokenVerifier:
 
     async def check(self, token: str | None) -> tuple[Credential, float]:
         """:meth:`verify`, with the token's expiry (what a console session may last)."""
-        if not token:
-            raise Unauthenticated("missing bearer token")
-        if len(token) > _MAX_TOKEN_CHARS:
-            raise Unauthenticated("invalid token")
+        token = _presented(token)
         known = self._verified.get(token)
         if known is not None:
             credential, expires, issuer, epoch = known

@@ -39,6 +39,18 @@ class _OptionalRedis:
             log.warning(self._when_down)
             self._warned = True
 
+    async def _get_bytes(self, key: str) -> bytes | None:
+        """The bytes Redis holds at ``key``; None without Redis, without the key, or when Redis
+        fails (a miss, never an error)."""
+        if self._redis is None:
+            return None
+        try:
+            raw = await self._redis.get(key)
+        except Exception:
+            self._degraded()
+            return None
+        return raw if isinstance(raw, bytes) else None
+
     async def close(self) -> None:
         if self._redis is not None:
             await self._redis.aclose()
@@ -78,14 +90,8 @@ class CueVectorCache(_OptionalRedis):
         hit = self._local.get(key)
         if hit is not None:
             return hit
-        if self._redis is None:
-            return None
-        try:
-            raw = await self._redis.get(key)
-        except Exception:
-            self._degraded()
-            return None
-        if not isinstance(raw, bytes):
+        raw = await self._get_bytes(key)
+        if raw is None:
             return None
         vector = array("f")
         vector.frombytes(raw)
@@ -168,12 +174,7 @@ class ResultCache(_OptionalRedis):
     async def get(self, key: str) -> bytes | None:
         if self._redis is None:
             return None
-        try:
-            raw = await self._redis.get(key)
-        except Exception:
-            self._degraded()
-            raw = None
-        hit = raw if isinstance(raw, bytes) else None
+        hit = await self._get_bytes(key)
         CACHE_REQUESTS.labels("recall_result", "miss" if hit is None else "hit").inc()
         return hit
 

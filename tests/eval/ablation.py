@@ -42,13 +42,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
-import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -57,13 +54,9 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
-import asyncpg
-import nats
 import numpy as np
-from pydantic import SecretStr
 from sqlalchemy import func, select
 
-from contracts.common import Principal
 from services.recall.candidates import Candidate
 from services.recall.ranking import NEIGHBOUR_REACH, Ranked, fuse_convex, fuse_hybrid, with_neighbours
 from services.recall.service import HYBRID_FETCH, best_allowed
@@ -71,14 +64,11 @@ from services.recall.time_grounding import Period, cue_periods, grounded
 from services.runtime import build_embedder, build_vector_index, running_services
 from shared.runtime.settings import EngramSettings
 from shared.runtime.time import utcnow
-from shared.security.auth import ALL_PERMISSIONS, TokenService
 from shared.storage.db.engine import Database
 from shared.storage.entries import recall as queries
 from shared.text.lexical import query_weights, term_index
 from tests.eval.locomo import (
     CATEGORY_NAMES,
-    KID,
-    SECRET,
     Conversation,
     Question,
     default_data_dir,
@@ -87,7 +77,7 @@ from tests.eval.locomo import (
     store,
     wait_indexed,
 )
-from tests.support.servers import nats_server, throwaway_database
+from tests.eval.stack import eval_stack, script_parser, service_token, write_report
 
 EMBEDDER = "all-MiniLM-L6-v2"
 TUNE = ("26", "30")
@@ -294,44 +284,21 @@ async def main(args: argparse.Namespace) -> int:
         print(f"LoCoMo data not found at {args.data}; skipping the ablation.")
         return 0
     convs = [load_conversation(p) for p in files]
-    with tempfile.TemporaryDirectory(prefix="engram-ablation-") as tmp:
-        async with (
-            nats_server(Path(tmp) / "nats") as server,
-            throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url,
-        ):
-            settings = EngramSettings(
-                nats_url=server.url,
-                database_url=db_url,
-                data_dir=Path(tmp) / "data",
-                token_keys=SecretStr(f"{KID}={SECRET}"),
-                embedder=EMBEDDER,
-                _env_file=None,
-            )  # type: ignore[call-arg]
-            nc = await nats.connect(server.url)
-            pg = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://", 1))
-            org = uuid4()
-            agents = {c.name: uuid4() for c in convs}
-            try:
-                async with running_services(settings):
-                    token = TokenService({KID: SECRET}).mint(
-                        org_id=org,
-                        principal=Principal(kind="service", id="locomo-ablation"),
-                        permissions=ALL_PERMISSIONS,
-                        ttl_seconds=12 * 3600,
-                    )
-                    t0 = time.perf_counter()
-                    await asyncio.gather(*(store(nc, token, agents[c.name], c) for c in convs))
-                    total = sum(len(c.turns) for c in convs)
-                    await settle_rows(pg, agents, total, timeout=120)
-                    stored = await pg.fetchval("SELECT count(*) FROM memory_entries WHERE org_id = $1", org)
-                    await wait_indexed(pg, org, stored, 900)
-                    print(f"stored and indexed {stored} turns in {time.perf_counter() - t0:.0f}s", flush=True)
-            finally:
-                await pg.close()
-                await nc.drain()
+    async with eval_stack("engram-ablation-", EMBEDDER) as (settings, nc, pg):
+        org = uuid4()
+        agents = {c.name: uuid4() for c in convs}
+        async with running_services(settings):
+            token = service_token(org, "locomo-ablation", 12 * 3600)
             t0 = time.perf_counter()
-            legs, vectors = await _retrieve(settings, org, agents, convs)
-            print(f"retrieved {len(legs)} questions' legs in {time.perf_counter() - t0:.0f}s", flush=True)
+            await asyncio.gather(*(store(nc, token, agents[c.name], c) for c in convs))
+            total = sum(len(c.turns) for c in convs)
+            await settle_rows(pg, agents, total, timeout=120)
+            stored = await pg.fetchval("SELECT count(*) FROM memory_entries WHERE org_id = $1", org)
+            await wait_indexed(pg, org, stored, 900)
+            print(f"stored and indexed {stored} turns in {time.perf_counter() - t0:.0f}s", flush=True)
+        t0 = time.perf_counter()
+        legs, vectors = await _retrieve(settings, org, agents, convs)
+        print(f"retrieved {len(legs)} questions' legs in {time.perf_counter() - t0:.0f}s", flush=True)
     splits = {
         "tune": [x for x in legs if x.conversation in TUNE],
         "held-out": [x for x in legs if x.conversation not in TUNE],
@@ -341,9 +308,7 @@ async def main(args: argparse.Namespace) -> int:
         split: {name: _score(chosen, ranker, vectors) for name, ranker in VARIANTS.items()}
         for split, chosen in splits.items()
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(render(results))
+    write_report(args.out, results, render(results))
     return 0
 
 
@@ -361,9 +326,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = script_parser(__doc__)
     parser.add_argument("--data", type=Path, default=default_data_dir())
     parser.add_argument("--out", type=Path, default=Path("bench-results/ablation.json"))
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -24,12 +24,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,20 +35,14 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
-import nats
-from pydantic import SecretStr
 
-from contracts.common import Principal
 from contracts.subjects import CONFIG_PUT, RECALL
 from services.cli.demo_data import demo_sessions
 from services.runtime import build_embedder, running_services
-from shared.runtime.settings import EngramSettings
-from shared.security.auth import ALL_PERMISSIONS, TokenService
-from tests.eval.locomo import EvalError, _call, embedder_unavailable, wait_indexed
+from tests.eval.locomo import EMBEDDERS, EvalError, _call, embedder_unavailable, wait_indexed
+from tests.eval.stack import eval_stack, script_parser, service_token, write_report
 from tests.platform import publish_session
-from tests.support.servers import nats_server, throwaway_database
 
-KID, SECRET = "eval", "e" * 48
 TOP_K = 10
 #: Two results are near-duplicates when the embedder puts them this close: the demo's copies of
 #: one failure (an observation per failed call, the failure lesson) are at 0.9 and above with
@@ -123,43 +114,15 @@ async def wait_distilled(pg: asyncpg.Connection, orgs: list[UUID], sessions: int
 
 
 async def run(embedder_name: str, timeout: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="engram-handed-") as tmp:
-        async with (
-            nats_server(Path(tmp) / "nats") as server,
-            throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url,
-        ):
-            settings = EngramSettings(
-                nats_url=server.url,
-                database_url=db_url,
-                data_dir=Path(tmp) / "data",
-                token_keys=SecretStr(f"{KID}={SECRET}"),
-                embedder=embedder_name,
-                vector_store="",
-                _env_file=None,
-            )  # type: ignore[call-arg]
-            nc = await nats.connect(server.url)
-            pg = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://", 1))
-            judge = build_embedder(settings)
-            try:
-                async with running_services(settings):
-                    return await _measure(nc, pg, judge, timeout)
-            finally:
-                await pg.close()
-                await nc.drain()
+    async with eval_stack("engram-handed-", embedder_name, vector_store="") as (settings, nc, pg):
+        judge = build_embedder(settings)
+        async with running_services(settings):
+            return await _measure(nc, pg, judge, timeout)
 
 
 async def _measure(nc: Any, pg: asyncpg.Connection, judge: Any, timeout: float) -> dict[str, Any]:
     orgs = {ORG_A: (uuid4(), uuid4()), ORG_B: (uuid4(), uuid4())}
-    tokens = TokenService({KID: SECRET})
-    token = {
-        name: tokens.mint(
-            org_id=org,
-            principal=Principal(kind="service", id="handed-eval"),
-            permissions=ALL_PERMISSIONS,
-            ttl_seconds=3600,
-        )
-        for name, (org, _) in orgs.items()
-    }
+    token = {name: service_token(org, "handed-eval", 3600) for name, (org, _) in orgs.items()}
     for name, (_, agent) in orgs.items():
         config = {"agent_config_id": str(agent), "config": {"keep_observations": True}}
         await _call(nc, CONFIG_PUT, config, token[name], timeout=10)
@@ -260,18 +223,13 @@ async def main(args: argparse.Namespace) -> int:
     name = args.embedder or pick_embedder()
     print(f"[what an agent is handed: {name}]", flush=True)
     result = {"embedder": name, **(await run(name, args.timeout))}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(render(result))
-    print(f"\n(full results: {args.out})")
+    write_report(args.out, result, render(result))
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--embedder", choices=("hashing-384", "all-MiniLM-L6-v2"))
+    parser = script_parser(__doc__)
+    parser.add_argument("--embedder", choices=EMBEDDERS)
     parser.add_argument("--out", type=Path, default=Path("bench-results/handed.json"))
     parser.add_argument("--timeout", type=float, default=300.0)
     sys.exit(asyncio.run(main(parser.parse_args())))

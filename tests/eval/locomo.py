@@ -59,7 +59,6 @@ import platform
 import re
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -71,17 +70,12 @@ from uuid import UUID, uuid4
 import asyncpg
 import nats
 from nats.aio.client import Client
-from pydantic import SecretStr
 
-from contracts.common import Principal
 from contracts.subjects import CONFIG_PUT, MEMORY_SAVE, RECALL
 from services.runtime import running_services
-from shared.runtime.settings import EngramSettings
-from shared.security.auth import ALL_PERMISSIONS, TokenService
+from tests.eval.stack import eval_stack, script_parser, service_token, write_report
 from tests.platform import request
-from tests.support.servers import nats_server, throwaway_database
 
-KID, SECRET = "eval", "e" * 48
 EMBEDDERS = ("hashing-384", "all-MiniLM-L6-v2")
 #: Asked in this order; ``semantic`` after ``hybrid`` (see the module docstring on the cue cache).
 STRATEGIES = ("pack", "hybrid", "semantic")
@@ -473,144 +467,118 @@ def score(strategy: str, answers: list[Answer]) -> dict[str, Any]:
 
 async def run_embedder(name: str, convs: list[Conversation], args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"embedder": name}
-    with tempfile.TemporaryDirectory(prefix="engram-eval-") as tmp:
-        async with (
-            nats_server(Path(tmp) / "nats") as server,
-            throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url,
-        ):
-            settings = EngramSettings(
-                nats_url=server.url,
-                database_url=db_url,
-                data_dir=Path(tmp) / "data",
-                token_keys=SecretStr(f"{KID}={SECRET}"),
-                embedder=name,
-                vector_store="",
-                _env_file=None,
-            )  # type: ignore[call-arg]
-            nc = await nats.connect(server.url)
-            pg = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://", 1))
-            try:
-                t0 = time.perf_counter()
-                async with running_services(settings):
-                    result["startup_s"] = round(time.perf_counter() - t0, 2)
-                    org = uuid4()
-                    token = TokenService({KID: SECRET}).mint(
-                        org_id=org,
-                        principal=Principal(kind="service", id="locomo-eval"),
-                        permissions=ALL_PERMISSIONS,
-                        ttl_seconds=12 * 3600,
-                    )
-                    agents = {c.name: uuid4() for c in convs}
-                    print(f"  storing {sum(len(c.turns) for c in convs)} turns ...", flush=True)
-                    t0 = time.perf_counter()
-                    # One conversation at a time: a save waits at most its operation's 10 s in the
-                    # edge's queue (docs/adr/0079-edge-deadline.md), and five batches of 100 turns
-                    # queued at once outwait that on a loaded machine.
-                    tallies = [await store(nc, token, agents[c.name], c) for c in convs]
-                    await settle_rows(pg, agents, sum(len(c.turns) for c in convs), timeout=120)
-                    result["store_s"] = round(time.perf_counter() - t0, 2)
-                    storage: dict[str, Any] = {}
-                    stored_total = 0
-                    for c, tally in zip(convs, tallies, strict=True):
-                        ids = await stored_dia_ids(pg, agents[c.name])
-                        skipped = [t.dia_id for t in c.turns if t.dia_id not in ids]
-                        evidence = {e for q in c.questions for e in q.evidence}
-                        storage[c.name] = {
-                            "turns": len(c.turns),
-                            "stored": len(ids),
-                            "skipped": len(skipped),
-                            "skipped_dia_ids": skipped[:50],
-                            "evidence_turns_not_stored": sorted(evidence - ids),
-                            "save_replies": tally,
-                        }
-                        stored_total += len(ids)
-                    quarantined = await pg.fetchval(
-                        "SELECT count(*) FROM memory_entries WHERE org_id = $1 AND quarantined", org
-                    )
-                    result["storage"] = {
-                        "turns": sum(s["turns"] for s in storage.values()),
-                        "stored": stored_total,
-                        "skipped": sum(s["skipped"] for s in storage.values()),
-                        "quarantined": quarantined,
-                        "per_conversation": storage,
-                    }
-                    print(
-                        f"  stored {stored_total}/{result['storage']['turns']} turns "
-                        f"({result['storage']['skipped']} skipped, {quarantined} quarantined) "
-                        f"in {result['store_s']}s; waiting for the embed service ...",
-                        flush=True,
-                    )
-                    result["index_wait_s"] = round(
-                        await wait_indexed(pg, org, stored_total, args.index_timeout), 2
-                    )
-                    print(f"  all {stored_total} entries indexed after {result['index_wait_s']}s", flush=True)
+    async with eval_stack("engram-eval-", name, vector_store="") as (settings, nc, pg):
+        t0 = time.perf_counter()
+        async with running_services(settings):
+            result["startup_s"] = round(time.perf_counter() - t0, 2)
+            org = uuid4()
+            token = service_token(org, "locomo-eval", 12 * 3600)
+            agents = {c.name: uuid4() for c in convs}
+            print(f"  storing {sum(len(c.turns) for c in convs)} turns ...", flush=True)
+            t0 = time.perf_counter()
+            # One conversation at a time: a save waits at most its operation's 10 s in the
+            # edge's queue (docs/adr/0079-edge-deadline.md), and five batches of 100 turns
+            # queued at once outwait that on a loaded machine.
+            tallies = [await store(nc, token, agents[c.name], c) for c in convs]
+            await settle_rows(pg, agents, sum(len(c.turns) for c in convs), timeout=120)
+            result["store_s"] = round(time.perf_counter() - t0, 2)
+            storage: dict[str, Any] = {}
+            stored_total = 0
+            for c, tally in zip(convs, tallies, strict=True):
+                ids = await stored_dia_ids(pg, agents[c.name])
+                skipped = [t.dia_id for t in c.turns if t.dia_id not in ids]
+                evidence = {e for q in c.questions for e in q.evidence}
+                storage[c.name] = {
+                    "turns": len(c.turns),
+                    "stored": len(ids),
+                    "skipped": len(skipped),
+                    "skipped_dia_ids": skipped[:50],
+                    "evidence_turns_not_stored": sorted(evidence - ids),
+                    "save_replies": tally,
+                }
+                stored_total += len(ids)
+            quarantined = await pg.fetchval(
+                "SELECT count(*) FROM memory_entries WHERE org_id = $1 AND quarantined", org
+            )
+            result["storage"] = {
+                "turns": sum(s["turns"] for s in storage.values()),
+                "stored": stored_total,
+                "skipped": sum(s["skipped"] for s in storage.values()),
+                "quarantined": quarantined,
+                "per_conversation": storage,
+            }
+            print(
+                f"  stored {stored_total}/{result['storage']['turns']} turns "
+                f"({result['storage']['skipped']} skipped, {quarantined} quarantined) "
+                f"in {result['store_s']}s; waiting for the embed service ...",
+                flush=True,
+            )
+            result["index_wait_s"] = round(await wait_indexed(pg, org, stored_total, args.index_timeout), 2)
+            print(f"  all {stored_total} entries indexed after {result['index_wait_s']}s", flush=True)
 
-                    work = [(agents[c.name], q) for c in convs for q in c.questions]
-                    result["strategies"] = {}
-                    for strategy in args.strategy or STRATEGIES:
-                        # Warm-up (not counted): first-call costs of each code path.
-                        await ask(nc, token, strategy, work[:8], args.concurrency, args.request_timeout)
-                        t0 = time.perf_counter()
-                        answers = await ask(nc, token, strategy, work, args.concurrency, args.request_timeout)
-                        wall = time.perf_counter() - t0
-                        scored = score(strategy, answers)
-                        scored["wall_s"] = round(wall, 2)
-                        scored["requests_per_s"] = round(len(answers) / wall, 1)
-                        result["strategies"][strategy] = scored
-                        print(
-                            f"  {strategy:<9} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
-                            f"session@5 {scored[SESSION_METRIC]}  "
-                            f"p50 {scored['p50_ms']} ms  p99 {scored['p99_ms']} ms  "
-                            f"errors {scored['errors']}  ({wall:.1f}s)",
-                            flush=True,
-                        )
-                    # hybrid as ranked, without folding near-duplicates (docs/adr/0094-what-recall-
-                    # hands-an-agent.md): what folding costs or gains on turns that are not
-                    # near-duplicates of each other.
-                    answers = await ask(
+            work = [(agents[c.name], q) for c in convs for q in c.questions]
+            result["strategies"] = {}
+            for strategy in args.strategy or STRATEGIES:
+                # Warm-up (not counted): first-call costs of each code path.
+                await ask(nc, token, strategy, work[:8], args.concurrency, args.request_timeout)
+                t0 = time.perf_counter()
+                answers = await ask(nc, token, strategy, work, args.concurrency, args.request_timeout)
+                wall = time.perf_counter() - t0
+                scored = score(strategy, answers)
+                scored["wall_s"] = round(wall, 2)
+                scored["requests_per_s"] = round(len(answers) / wall, 1)
+                result["strategies"][strategy] = scored
+                print(
+                    f"  {strategy:<9} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
+                    f"session@5 {scored[SESSION_METRIC]}  "
+                    f"p50 {scored['p50_ms']} ms  p99 {scored['p99_ms']} ms  "
+                    f"errors {scored['errors']}  ({wall:.1f}s)",
+                    flush=True,
+                )
+            # hybrid as ranked, without folding near-duplicates (docs/adr/0094-what-recall-
+            # hands-an-agent.md): what folding costs or gains on turns that are not
+            # near-duplicates of each other.
+            answers = await ask(
+                nc,
+                token,
+                "hybrid",
+                work,
+                args.concurrency,
+                args.request_timeout,
+                {"collapse_similar": False},
+            )
+            scored = score("hybrid", answers)
+            result["strategies"][UNFOLDED] = scored
+            print(
+                f"  {UNFOLDED} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
+                f"session@5 {scored[SESSION_METRIC]}",
+                flush=True,
+            )
+            # hybrid again under other settings, each method's effect measured in the same
+            # run: rank fusion (SPEC 5.1's RRF) instead of the convex score combination,
+            # and without the neighbourhood and/or time grounding.
+            for label, semantic_recall in HYBRID_VARIANTS.items() if args.variants else ():
+                for agent in agents.values():
+                    await _call(
                         nc,
+                        CONFIG_PUT,
+                        {
+                            "agent_config_id": str(agent),
+                            "config": {"semantic_recall": semantic_recall},
+                        },
                         token,
-                        "hybrid",
-                        work,
-                        args.concurrency,
-                        args.request_timeout,
-                        {"collapse_similar": False},
+                        timeout=10,
                     )
-                    scored = score("hybrid", answers)
-                    result["strategies"][UNFOLDED] = scored
-                    print(
-                        f"  {UNFOLDED} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
-                        f"session@5 {scored[SESSION_METRIC]}",
-                        flush=True,
-                    )
-                    # hybrid again under other settings, each method's effect measured in the same
-                    # run: rank fusion (SPEC 5.1's RRF) instead of the convex score combination,
-                    # and without the neighbourhood and/or time grounding.
-                    for label, semantic_recall in HYBRID_VARIANTS.items() if args.variants else ():
-                        for agent in agents.values():
-                            await _call(
-                                nc,
-                                CONFIG_PUT,
-                                {
-                                    "agent_config_id": str(agent),
-                                    "config": {"semantic_recall": semantic_recall},
-                                },
-                                token,
-                                timeout=10,
-                            )
-                        await asyncio.sleep(1.2)  # the recall service trusts a config for a second
-                        answers = await ask(nc, token, "hybrid", work, args.concurrency, args.request_timeout)
-                        scored = score("hybrid", answers)
-                        result["strategies"][label] = scored
-                        print(
-                            f"  {label} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
-                            f"session@5 {scored[SESSION_METRIC]}  "
-                            f"p50 {scored['p50_ms']} ms  p99 {scored['p99_ms']} ms",
-                            flush=True,
-                        )
-            finally:
-                await pg.close()
-                await nc.drain()
+                await asyncio.sleep(1.2)  # the recall service trusts a config for a second
+                answers = await ask(nc, token, "hybrid", work, args.concurrency, args.request_timeout)
+                scored = score("hybrid", answers)
+                result["strategies"][label] = scored
+                print(
+                    f"  {label} R@5 {scored['r@5']}  R@10 {scored['r@10']}  "
+                    f"session@5 {scored[SESSION_METRIC]}  "
+                    f"p50 {scored['p50_ms']} ms  p99 {scored['p99_ms']} ms",
+                    flush=True,
+                )
     return result
 
 
@@ -698,18 +666,13 @@ async def main(args: argparse.Namespace) -> int:
             run, failed = {"embedder": name, "error": str(exc)}, True
         run["total_s"] = round(time.perf_counter() - t0, 1)
         results["runs"].append(run)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
     print()
-    print(render(results))
-    print(f"\n(full results: {args.out})")
+    write_report(args.out, results, render(results))
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = script_parser(__doc__)
     parser.add_argument("--embedder", action="append", choices=EMBEDDERS, help="repeatable; default: both")
     parser.add_argument("--data", type=Path, default=default_data_dir())
     parser.add_argument("--out", type=Path, default=Path("bench-results/eval.json"))

@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -39,22 +37,16 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
-import nats
-from pydantic import SecretStr
 
-from contracts.common import Principal
 from contracts.subjects import CONFIG_PUT, MEMORY_SAVE, RECALL
 from services.runtime import running_services
 from shared.adapters.judges import OpenAICompatJudge
-from shared.runtime.settings import EngramSettings
-from shared.security.auth import ALL_PERMISSIONS, TokenService
 from shared.text.supersession import judge_pair, maybe_related
 from tests.eval.handed import pick_embedder
-from tests.eval.locomo import EvalError, _call, wait_indexed
+from tests.eval.locomo import EMBEDDERS, EvalError, _call, wait_indexed
+from tests.eval.stack import eval_stack, script_parser, service_token, write_report
 from tests.eval.supersession_data import Pair, load
-from tests.support.servers import nats_server, throwaway_database
 
-KID, SECRET = "eval", "e" * 48
 TOP_K = 10
 PAST_K = 5
 IN_FLIGHT = 8
@@ -149,38 +141,16 @@ async def _rank(nc: Any, token: str, agent: UUID, pair: Pair, cue: str, entry_id
 
 
 async def through_the_stack(pairs: list[Pair], embedder: str, timeout: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="engram-supersession-") as tmp:
-        async with (
-            nats_server(Path(tmp) / "nats") as server,
-            throwaway_database(os.environ.get("ENGRAM_TEST_DATABASE_URL"), Path(tmp)) as db_url,
-        ):
-            settings = EngramSettings(
-                nats_url=server.url,
-                database_url=db_url,
-                data_dir=Path(tmp) / "data",
-                token_keys=SecretStr(f"{KID}={SECRET}"),
-                embedder=embedder,
-                vector_store="",
-                _env_file=None,
-            )  # type: ignore[call-arg]
-            nc = await nats.connect(server.url)
-            pg = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://", 1))
-            try:
-                async with running_services(settings):
-                    return await _measure(nc, pg, pairs, timeout)
-            finally:
-                await pg.close()
-                await nc.drain()
+    async with (
+        eval_stack("engram-supersession-", embedder, vector_store="") as (settings, nc, pg),
+        running_services(settings),
+    ):
+        return await _measure(nc, pg, pairs, timeout)
 
 
 async def _measure(nc: Any, pg: asyncpg.Connection, pairs: list[Pair], timeout: float) -> dict[str, Any]:
     org = uuid4()
-    token = TokenService({KID: SECRET}).mint(
-        org_id=org,
-        principal=Principal(kind="service", id="supersession-eval"),
-        permissions=ALL_PERMISSIONS,
-        ttl_seconds=3600,
-    )
+    token = service_token(org, "supersession-eval", 3600)
     agents = {"with": uuid4(), "without": uuid4()}
     for name, agent in agents.items():
         config = {"retention": {"max_entries": 5000}, "knowledge_updates": name == "with"}
@@ -282,18 +252,13 @@ async def main(args: argparse.Namespace) -> int:
         print(f"[knowledge updates: {name}]", flush=True)
         result["embedder"] = name
         result["stack"] = await through_the_stack(pairs, name, args.timeout)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(render(result))
-    print(f"\n(full results: {args.out})")
+    write_report(args.out, result, render(result))
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--embedder", choices=("hashing-384", "all-MiniLM-L6-v2"))
+    parser = script_parser(__doc__)
+    parser.add_argument("--embedder", choices=EMBEDDERS)
     parser.add_argument("--offline", action="store_true", help="score the offline rules only")
     parser.add_argument("--out", type=Path, default=Path("bench-results/supersession.json"))
     parser.add_argument("--timeout", type=float, default=600.0)

@@ -6,7 +6,7 @@ A transport moves one operation's JSON request and its JSON reply; an error repl
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nats.aio.client import Client
@@ -35,6 +35,20 @@ def raise_for_error(data: Any) -> Any:
             str(err.get("code")), str(err.get("message")), details if isinstance(details, dict) else None
         )
     return data
+
+
+async def _followed_pages(
+    payload: dict[str, Any], fetch: Callable[[dict[str, Any]], Awaitable[Any]]
+) -> AsyncIterator[Any]:
+    """Each page ``fetch`` returns for ``payload``, then for ``payload`` with the last page's
+    ``next_page_token`` as its ``page_token``, until a page has none."""
+    token: str | None = None
+    while True:
+        page = await fetch({**payload, "page_token": token} if token else payload)
+        yield page
+        token = page.get("next_page_token")
+        if not token:
+            return
 
 
 class Transport(Protocol):
@@ -81,19 +95,8 @@ class NatsTransport:
     async def call(self, op: Operation[Any, Any], payload: dict[str, Any], timeout: float) -> Any:  # noqa: ASYNC109
         return await self.request(op.subject, payload, timeout)
 
-    async def pages(
-        self,
-        op: Operation[Any, Any],
-        payload: dict[str, Any],
-        timeout: float,  # noqa: ASYNC109
-    ) -> AsyncIterator[Any]:
-        token: str | None = None
-        while True:
-            page = await self.call(op, {**payload, "page_token": token} if token else payload, timeout)
-            yield page
-            token = page.get("next_page_token")
-            if not token:
-                return
+    def pages(self, op: Operation[Any, Any], payload: dict[str, Any], timeout: float) -> AsyncIterator[Any]:
+        return _followed_pages(payload, lambda page_payload: self.call(op, page_payload, timeout))
 
     async def publish_session(self, body: bytes) -> int:
         # Imported here: the subject is a fact of the table, the JetStream API of nats-py.
@@ -141,24 +144,16 @@ class HttpTransport:
             raise Unavailable(f"the HTTP API at {self.base_url} does not answer: {exc!r}") from exc
         return response
 
-    async def pages(
-        self,
-        op: Operation[Any, Any],
-        payload: dict[str, Any],
-        timeout: float,  # noqa: ASYNC109
-    ) -> AsyncIterator[Any]:
-        token: str | None = None
-        while True:
-            response = await self._send(op, {**payload, "page_token": token} if token else payload, timeout)
-            if response.headers.get("content-type", "").startswith(JSONL):
-                # The gateway followed the pages itself (GET /v1/export): every entry, one a line.
-                yield _jsonl_page(response)
-                return
-            page = _decoded(response)
-            yield page
-            token = page.get("next_page_token")
-            if not token:
-                return
+    def pages(self, op: Operation[Any, Any], payload: dict[str, Any], timeout: float) -> AsyncIterator[Any]:
+        return _followed_pages(payload, lambda page_payload: self._page(op, page_payload, timeout))
+
+    async def _page(self, op: Operation[Any, Any], payload: dict[str, Any], timeout: float) -> Any:  # noqa: ASYNC109
+        response = await self._send(op, payload, timeout)
+        if response.headers.get("content-type", "").startswith(JSONL):
+            # The gateway followed the pages itself (GET /v1/export): every entry, one a line, as
+            # one last page.
+            return _jsonl_page(response)
+        return _decoded(response)
 
     async def publish_session(self, body: bytes) -> int:
         raise Unavailable(

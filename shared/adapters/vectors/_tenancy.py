@@ -3,15 +3,18 @@ beside a vector, the tenant filter on it, the checks on vector sizes, and the or
 
 The tenant filter is the most security-sensitive code in the adapters, so its content lives here
 alone: which payload keys it pins, to which values, and what an empty list of allowed values
-means (:func:`tenant_conditions`). Each adapter only renders these conditions in its library's
-filter classes, one line per kind of condition (``_edge_shards.edge_filter`` for Qdrant Edge,
-``qdrant_server._filter_for`` for qdrant-client); the payload keys written beside each vector,
-indexed and filtered on are the constants below, so writing and filtering cannot drift apart.
+means (:func:`tenant_conditions`); so does the gate in front of every search
+(:class:`TenantGatedSearch`, which each adapter's class extends). Each adapter only renders these
+conditions in its library's filter classes, one line per kind of condition
+(``_edge_shards.edge_filter`` for Qdrant Edge, ``qdrant_server._filter_for`` for qdrant-client);
+the payload keys written beside each vector, indexed and filtered on are the constants below, so
+writing and filtering cannot drift apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +34,7 @@ __all__ = [
     "Condition",
     "Equals",
     "OneOf",
+    "TenantGatedSearch",
     "check_dimension",
     "check_limit",
     "payload_of",
@@ -143,3 +147,41 @@ def top_hits(hits: Iterable[VectorHit], limit: int) -> list[VectorHit]:
     for hit in hits:
         best.setdefault(hit.id, hit)
     return sorted(best.values(), key=lambda hit: hit.score, reverse=True)[:limit]
+
+
+class TenantGatedSearch(ABC):
+    """:meth:`search` and :meth:`search_lexical` of :class:`~shared.ports.VectorIndex`, gated the
+    same way for every adapter: the limit checked, the tenant's conditions made (no query at all
+    when they see nothing, or a lexical query has no terms), the vector's size checked; the
+    adapter runs only the query, on conditions it is given."""
+
+    dimension: int
+
+    async def search(self, vector: Sequence[float], tenant: TenantFilter, limit: int) -> list[VectorHit]:
+        check_limit(limit)
+        conditions = tenant_conditions(tenant)
+        if conditions is None:
+            return []
+        check_dimension(vector, self.dimension)
+        return await self._query_vector(vector, conditions, limit)
+
+    async def search_lexical(
+        self, terms: Mapping[int, float], tenant: TenantFilter, limit: int
+    ) -> list[VectorHit]:
+        check_limit(limit)
+        conditions = tenant_conditions(tenant)
+        if conditions is None or not terms:
+            return []
+        return await self._query_lexical(terms, conditions, limit)
+
+    @abstractmethod
+    async def _query_vector(
+        self, vector: Sequence[float], conditions: Sequence[Condition], limit: int
+    ) -> list[VectorHit]:
+        """The ``limit`` nearest points to ``vector`` that meet every one of ``conditions``."""
+
+    @abstractmethod
+    async def _query_lexical(
+        self, terms: Mapping[int, float], conditions: Sequence[Condition], limit: int
+    ) -> list[VectorHit]:
+        """The ``limit`` best points by the sparse ``terms`` that meet every one of ``conditions``."""

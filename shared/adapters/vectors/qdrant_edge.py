@@ -68,12 +68,11 @@ from shared.adapters.vectors._edge_shards import (
 )
 from shared.adapters.vectors._tenancy import (
     Condition,
+    TenantGatedSearch,
     check_dimension,
-    check_limit,
     payload_of,
-    tenant_conditions,
 )
-from shared.ports import TenantFilter, VectorHit, VectorPoint
+from shared.ports import VectorHit, VectorPoint
 from shared.runtime.background import PeriodicWorker
 from shared.text.lexical import LEXICAL_VECTOR
 
@@ -113,7 +112,7 @@ class _Sealed:
     shard: EdgeShard
 
 
-class QdrantEdgeIndex:
+class QdrantEdgeIndex(TenantGatedSearch):
     """Entry vectors in Qdrant Edge shards under ``path`` (cosine), tenancy fields in the payload.
 
     Created on first use, loaded if ``path`` holds one already. The tuning knobs are for tests and
@@ -186,12 +185,9 @@ class QdrantEdgeIndex:
         async with self._write_lock:
             await asyncio.to_thread(self._delete, list(ids))
 
-    async def search(self, vector: Sequence[float], tenant: TenantFilter, limit: int) -> list[VectorHit]:
-        check_limit(limit)
-        conditions = tenant_conditions(tenant)
-        if conditions is None:
-            return []
-        check_dimension(vector, self.dimension)
+    async def _query_vector(
+        self, vector: Sequence[float], conditions: Sequence[Condition], limit: int
+    ) -> list[VectorHit]:
         await self._open()
         # Called directly, not through asyncio.to_thread: Edge holds the GIL while it searches,
         # so a thread buys no concurrency and only adds the hop. Measured by tests/bench/
@@ -200,13 +196,9 @@ class QdrantEdgeIndex:
         # p99 6.7 ms vs 9.0 ms.
         return self._search_now(vector, conditions, limit)
 
-    async def search_lexical(
-        self, terms: Mapping[int, float], tenant: TenantFilter, limit: int
+    async def _query_lexical(
+        self, terms: Mapping[int, float], conditions: Sequence[Condition], limit: int
     ) -> list[VectorHit]:
-        check_limit(limit)
-        conditions = tenant_conditions(tenant)
-        if conditions is None or not terms:
-            return []
         await self._open()
         # Directly, like search(): Edge holds the GIL either way.
         query = Query.Nearest(sparse_query(dict(terms)), using=LEXICAL_VECTOR)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 from uuid import UUID
 
 import grpc
@@ -25,13 +26,12 @@ from shared.adapters.vectors._tenancy import (
     TENANT_FIELD,
     Condition,
     Equals,
+    TenantGatedSearch,
     check_dimension,
-    check_limit,
     payload_of,
-    tenant_conditions,
     top_hits,
 )
-from shared.ports import TenantFilter, VectorHit, VectorPoint
+from shared.ports import VectorHit, VectorPoint
 from shared.text.lexical import LEXICAL_VECTOR
 
 __all__ = ["QdrantServerIndex"]
@@ -39,7 +39,7 @@ __all__ = ["QdrantServerIndex"]
 _UNREACHABLE_GRPC_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
-class QdrantServerIndex:
+class QdrantServerIndex(TenantGatedSearch):
     """Entry vectors in one Qdrant collection (cosine), tenancy fields in the payload.
 
     The collection and its keyword payload indexes are created on first use when missing
@@ -101,37 +101,25 @@ class QdrantServerIndex:
         async with self._reaching_qdrant():
             await self._client.delete(self._collection, points_selector=selector, wait=True)
 
-    async def search(self, vector: Sequence[float], tenant: TenantFilter, limit: int) -> list[VectorHit]:
-        check_limit(limit)
-        conditions = tenant_conditions(tenant)
-        if conditions is None:
-            return []
-        check_dimension(vector, self.dimension)
-        await self.ensure_collection()
-        async with self._reaching_qdrant():
-            response = await self._client.query_points(
-                self._collection,
-                query=list(vector),
-                query_filter=_filter_for(conditions),
-                limit=limit,
-                with_payload=False,
-                with_vectors=False,
-            )
-        return top_hits((VectorHit(UUID(str(hit.id)), hit.score) for hit in response.points), limit)
-
-    async def search_lexical(
-        self, terms: Mapping[int, float], tenant: TenantFilter, limit: int
+    async def _query_vector(
+        self, vector: Sequence[float], conditions: Sequence[Condition], limit: int
     ) -> list[VectorHit]:
-        check_limit(limit)
-        conditions = tenant_conditions(tenant)
-        if conditions is None or not terms:
-            return []
+        return await self._query(list(vector), None, conditions, limit)
+
+    async def _query_lexical(
+        self, terms: Mapping[int, float], conditions: Sequence[Condition], limit: int
+    ) -> list[VectorHit]:
+        return await self._query(_sparse(terms), LEXICAL_VECTOR, conditions, limit)
+
+    async def _query(
+        self, query: Any, using: str | None, conditions: Sequence[Condition], limit: int
+    ) -> list[VectorHit]:
         await self.ensure_collection()
         async with self._reaching_qdrant():
             response = await self._client.query_points(
                 self._collection,
-                query=_sparse(terms),
-                using=LEXICAL_VECTOR,
+                query=query,
+                using=using,
                 query_filter=_filter_for(conditions),
                 limit=limit,
                 with_payload=False,

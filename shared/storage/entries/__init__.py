@@ -14,30 +14,8 @@ as for writes (``tests/unit/test_entry_gateway.py`` holds that true; the schema 
 Erasure's meaning (lineage, tombstones, ``memory.purged``) stays in :mod:`shared.storage.erasure`.
 """
 
-from shared.storage.entries.store import (
-    ENTRY_COLUMNS,
-    DedupeKey,
-    Entry,
-    EntryRef,
-    EntryStore,
-    NewEntry,
-    Upserted,
-    covered,
-    dedupe_key,
-    in_scope,
-    with_ids,
-)
+# The package's names are the store's, listed once there.
+from shared.storage.entries import store as _store
+from shared.storage.entries.store import *  # noqa: F403
 
-__all__ = [
-    "ENTRY_COLUMNS",
-    "DedupeKey",
-    "Entry",
-    "EntryRef",
-    "EntryStore",
-    "NewEntry",
-    "Upserted",
-    "covered",
-    "dedupe_key",
-    "in_scope",
-    "with_ids",
-]
+__all__ = _store.__all__
