@@ -7,7 +7,7 @@ import asyncio
 import importlib
 import logging
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -142,17 +142,7 @@ async def running_services(
         for worker in workers:
             stack.push_async_callback(worker.stop)
             await worker.start()
-        # /metrics reads the lag of this process's own durables (its NATS identity may read no
-        # other consumer's info) and the outbox backlog when scraped.
-        durables = [(c.stream.jetstream, c.durable) for name in names for c in consumers_of(name)]
-        # And how full each stream is (its bytes against JetStream's storage limit: a full disk).
-        stack.enter_context(
-            refreshing(
-                partial(record_consumer_lag, infra.js, durables),
-                partial(record_stream_usage, infra.js, [d.name for d in JETSTREAMS]),
-                infra.relay.refresh_backlog,
-            )
-        )
+        stack.enter_context(_gauges(infra, names))
         log.info("services running: %s", ", ".join(names))
         try:
             yield infra
@@ -168,6 +158,18 @@ async def running_services(
                 *(sub.stop() for sub in infra.broker.subscribers),
                 return_exceptions=True,
             )
+
+
+def _gauges(infra: Infra, names: Sequence[str]) -> AbstractContextManager[None]:
+    """What /metrics reads when scraped: the lag of this process's own durables (its NATS
+    identity may read no other consumer's info), how full each stream is (its bytes against
+    JetStream's storage limit: a full disk) and the outbox backlog."""
+    durables = [(c.stream.jetstream, c.durable) for name in names for c in consumers_of(name)]
+    return refreshing(
+        partial(record_consumer_lag, infra.js, durables),
+        partial(record_stream_usage, infra.js, [d.name for d in JETSTREAMS]),
+        infra.relay.refresh_backlog,
+    )
 
 
 async def _connect(settings: EngramSettings, process: str, stack: AsyncExitStack) -> tuple[Infra, Any]:
